@@ -1,0 +1,73 @@
+# Builds atoll's C side: the guest programs (wasm32-wasi, with sdk/bin/atoll-cc)
+# and the native programs they are compared with.
+#
+#   make guests   examples/, tests/guests/ and bench/guests/ -> build/wasm/NAME.wasm
+#   make native   build/native/{mergesort,spawn_native,true} (gcc -O2)
+#   make all      both (the default)
+#   make clean
+#
+# V=1 shows the commands. Guests take ATOLL_CC/ATOLL_CFLAGS (see sdk/atoll.mk),
+# native programs NATIVE_CC/NATIVE_CFLAGS.
+
+.DEFAULT_GOAL := all
+.DELETE_ON_ERROR:
+.SUFFIXES:
+MAKEFLAGS += --no-builtin-rules
+
+include sdk/atoll.mk
+
+BUILD := build
+WASM_DIR := $(BUILD)/wasm
+NATIVE_DIR := $(BUILD)/native
+DEP_DIR := $(BUILD)/deps
+
+GUEST_DIRS := examples tests/guests bench/guests
+GUEST_SRCS := $(foreach d,$(GUEST_DIRS),$(wildcard $(d)/*.c))
+GUEST_NAMES := $(notdir $(GUEST_SRCS:.c=))
+GUESTS := $(addprefix $(WASM_DIR)/,$(addsuffix .wasm,$(GUEST_NAMES)))
+
+# build/wasm is flat, so two sources with one name would overwrite each other.
+GUEST_DUPLICATES := $(shell printf '%s\n' $(GUEST_NAMES) | sort | uniq -d)
+ifneq ($(GUEST_DUPLICATES),)
+$(error guest names must be unique across $(GUEST_DIRS): $(GUEST_DUPLICATES))
+endif
+
+NATIVE_CC ?= gcc
+NATIVE_CFLAGS ?= -O2 -std=c11 -Wall -Wextra
+NATIVE := $(NATIVE_DIR)/mergesort $(NATIVE_DIR)/spawn_native $(NATIVE_DIR)/true
+
+.PHONY: all guests native clean
+all: guests native
+guests: $(GUESTS)
+native: $(NATIVE)
+
+# One rule per source directory; make picks the one whose source exists.
+# clang writes the headers each module really includes to a .d file.
+define guest_rule
+$(WASM_DIR)/%.wasm: $(1)/%.c $$(ATOLL_SDK_DEPS) Makefile | $(WASM_DIR) $(DEP_DIR)
+	$$(call atoll_compile,$$@,$$<,-MMD -MP -MF $(DEP_DIR)/$$*.d -MT $$@)
+endef
+$(foreach d,$(GUEST_DIRS),$(eval $(call guest_rule,$(d))))
+
+-include $(wildcard $(DEP_DIR)/*.d)
+
+# $(call native_compile,OUT,SRC,LIBS)
+define native_compile
+	@$(if $(atoll_q),printf '  NATIVE  %s\n' '$(1)')
+	$(atoll_q)$(NATIVE_CC) $(NATIVE_CFLAGS) $(2) -o $(1) $(3)
+endef
+
+$(NATIVE_DIR)/mergesort: examples/mergesort.c Makefile | $(NATIVE_DIR)
+	$(call native_compile,$@,$<)
+
+$(NATIVE_DIR)/spawn_native: bench/native/spawn_native.c Makefile | $(NATIVE_DIR)
+	$(call native_compile,$@,$<,-pthread)
+
+$(NATIVE_DIR)/true: bench/native/true.c Makefile | $(NATIVE_DIR)
+	$(call native_compile,$@,$<)
+
+$(WASM_DIR) $(NATIVE_DIR) $(DEP_DIR):
+	@mkdir -p $@
+
+clean:
+	rm -rf $(WASM_DIR) $(NATIVE_DIR) $(DEP_DIR)

@@ -1,0 +1,172 @@
+//! Kernel ids and global PIDs.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// The name of one kernel: the node it runs on and its index there.
+///
+/// Shown as `node.index`, e.g. `0.3`. In the guest ABI it is the `i32`
+/// `(node << 16) | index`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KernelId {
+    pub node: u16,
+    pub index: u16,
+}
+
+impl KernelId {
+    pub const fn new(node: u16, index: u16) -> Self {
+        KernelId { node, index }
+    }
+
+    /// The guest ABI form: `(node << 16) | index`.
+    pub fn to_abi(self) -> i32 {
+        ((self.node as i32) << 16) | self.index as i32
+    }
+}
+
+impl fmt::Display for KernelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.node, self.index)
+    }
+}
+
+impl fmt::Debug for KernelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for KernelId {
+    type Err = ParseIdError;
+
+    /// Accepts `node.index` or a bare index (node 0).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || ParseIdError(format!("`{s}` is not a kernel id (expected NODE.INDEX or INDEX)"));
+        match s.split_once('.') {
+            Some((node, index)) => Ok(KernelId::new(
+                node.parse().map_err(|_| err())?,
+                index.parse().map_err(|_| err())?,
+            )),
+            None => Ok(KernelId::new(0, s.parse().map_err(|_| err())?)),
+        }
+    }
+}
+
+/// A global process identifier, stable for the life of the process.
+///
+/// It packs the process's home kernel, its slot in the home kernel's process
+/// table and the slot's generation, so that a reused slot is a different
+/// PID (and a different IPC endpoint). The home kernel is where a PID was
+/// allocated and where its current location is always known, wherever the
+/// process has moved since.
+///
+/// Shown as `node.kernel:slot:generation`, e.g. `0.1:5:0`. In the guest ABI
+/// it is an `i64` packing the four fields as 16 bits each, high to low.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Pid {
+    pub home: KernelId,
+    pub slot: u16,
+    pub generation: u16,
+}
+
+impl Pid {
+    /// The guest ABI value for "any process" in `wait` and `receive`.
+    pub const ANY_ABI: i64 = -1;
+
+    pub const fn new(home: KernelId, slot: u16, generation: u16) -> Self {
+        Pid { home, slot, generation }
+    }
+
+    pub fn to_abi(self) -> i64 {
+        ((self.home.node as i64) << 48)
+            | ((self.home.index as i64) << 32)
+            | ((self.slot as i64) << 16)
+            | self.generation as i64
+    }
+
+    /// Decodes a guest value; `None` for negative values (ANY and the like),
+    /// which are not PIDs.
+    pub fn from_abi(v: i64) -> Option<Self> {
+        if v < 0 {
+            return None;
+        }
+        Some(Pid::new(
+            KernelId::new((v >> 48) as u16, (v >> 32) as u16),
+            (v >> 16) as u16,
+            v as u16,
+        ))
+    }
+}
+
+impl fmt::Display for Pid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.home, self.slot, self.generation)
+    }
+}
+
+impl fmt::Debug for Pid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for Pid {
+    type Err = ParseIdError;
+
+    /// Accepts `node.kernel:slot:generation` or the guest ABI integer.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || {
+            ParseIdError(format!("`{s}` is not a PID (expected NODE.KERNEL:SLOT:GENERATION)"))
+        };
+        if let Ok(v) = s.parse::<i64>() {
+            return Pid::from_abi(v).ok_or_else(err);
+        }
+        let mut parts = s.split(':');
+        let (Some(home), Some(slot), Some(generation), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(err());
+        };
+        Ok(Pid::new(
+            home.parse().map_err(|_| err())?,
+            slot.parse().map_err(|_| err())?,
+            generation.parse().map_err(|_| err())?,
+        ))
+    }
+}
+
+/// A PID or kernel id that could not be parsed; the message says what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseIdError(String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn pid_abi_and_text_round_trip(node in 0u16..0x8000, index: u16, slot: u16, generation: u16) {
+            let pid = Pid::new(KernelId::new(node, index), slot, generation);
+            prop_assert!(pid.to_abi() >= 0);
+            prop_assert_eq!(Pid::from_abi(pid.to_abi()), Some(pid));
+            prop_assert_eq!(pid.to_string().parse::<Pid>().unwrap(), pid);
+            prop_assert_eq!(pid.to_abi().to_string().parse::<Pid>().unwrap(), pid);
+        }
+    }
+
+    #[test]
+    fn text_forms() {
+        let pid = Pid::new(KernelId::new(0, 1), 5, 2);
+        assert_eq!(pid.to_string(), "0.1:5:2");
+        assert_eq!("3".parse::<KernelId>().unwrap(), KernelId::new(0, 3));
+        assert_eq!("1.3".parse::<KernelId>().unwrap(), KernelId::new(1, 3));
+        assert!("0.1:5".parse::<Pid>().is_err());
+        assert!("x".parse::<KernelId>().is_err());
+        assert_eq!(Pid::from_abi(-1), None);
+        assert_eq!(KernelId::new(2, 7).to_abi(), (2 << 16) | 7);
+    }
+}

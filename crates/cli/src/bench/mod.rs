@@ -1,0 +1,247 @@
+//! `atoll bench`: atoll beside what a user would use instead, in one run.
+//!
+//! Each benchmark runs the native alternatives (built by `make native`) and
+//! atoll (on an embedded node, programs built by `make guests`) in the same
+//! invocation, reports medians of repeated runs and atoll's ratio to each
+//! alternative, and can record the result with the machine it ran on.
+
+mod mergesort;
+mod spawn;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use atoll_abi::Pid;
+use atoll_node::{JobSink, JobSpec, Node};
+use atoll_process::Stream;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use crate::commands::Context;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Directory with the built programs (`make all` writes build/)
+    #[arg(long, default_value = "build", global = true)]
+    build: PathBuf,
+    /// Print the result as JSON on stdout
+    #[arg(long, global = true)]
+    json: bool,
+    /// Also write NAME.json and NAME.md (with the machine) into this directory
+    #[arg(long, global = true, value_name = "DIR")]
+    record: Option<PathBuf>,
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(Subcommand)]
+enum Which {
+    /// Spawn-to-exit rate of a tiny program: atoll vs fork+exec, posix_spawn, pthreads
+    Spawn(spawn::Args),
+    /// A CPU-bound mergesort: native (gcc -O2) vs plain wasm vs prepared wasm
+    Mergesort(mergesort::Args),
+}
+
+pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
+    let report = match a.which {
+        Which::Spawn(s) => spawn::run(ctx, &a.build, s)?,
+        Which::Mergesort(m) => mergesort::run(ctx, &a.build, m)?,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    if let Some(dir) = a.record {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join(format!("{}.json", report.name)), serde_json::to_string_pretty(&report)?)?;
+        std::fs::write(dir.join(format!("{}.md", report.name)), report.markdown())?;
+        eprintln!("atoll: recorded {}/{}.{{json,md}}", dir.display(), report.name);
+    }
+    Ok(())
+}
+
+/// One benchmark's result.
+#[derive(Serialize)]
+pub struct Report {
+    pub name: String,
+    pub command: String,
+    pub machine: Machine,
+    /// What a row measures ("processes/s", "seconds").
+    pub unit: String,
+    /// Whether larger values are better.
+    pub higher_is_better: bool,
+    pub rows: Vec<Row>,
+    /// Lines of explanation printed under the table.
+    pub notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub struct Row {
+    pub name: String,
+    pub median: f64,
+    pub samples: Vec<f64>,
+    /// atoll's advantage over this row (>1 means atoll is better), for rows
+    /// that are not atoll's.
+    pub atoll_ratio: Option<f64>,
+}
+
+impl Report {
+    fn table(&self) -> String {
+        let mut s = format!("{} ({}; median of {} runs)\n", self.name, self.unit, self.rows.first().map_or(0, |r| r.samples.len()));
+        for r in &self.rows {
+            let ratio = r.atoll_ratio.map_or(String::new(), |x| format!("   atoll is {x:.2}x"));
+            s += &format!("  {:<34} {:>14.4}{}\n", r.name, r.median, ratio);
+        }
+        for n in &self.notes {
+            s += &format!("  {n}\n");
+        }
+        s
+    }
+
+    fn markdown(&self) -> String {
+        let mut s = format!("# {}\n\nCommand: `{}`\n\nMachine: {}\n\n", self.name, self.command, self.machine.describe());
+        s += &format!("| | median ({}) | atoll's advantage |\n|---|---:|---:|\n", self.unit);
+        for r in &self.rows {
+            let ratio = r.atoll_ratio.map_or("—".to_string(), |x| format!("{x:.2}x"));
+            s += &format!("| {} | {:.4} | {} |\n", r.name, r.median, ratio);
+        }
+        s += "\n";
+        for n in &self.notes {
+            s += &format!("- {n}\n");
+        }
+        s
+    }
+
+    /// Fills in atoll's ratio to every other row, from the row named `atoll`.
+    fn ratios_against(&mut self, atoll: &str) {
+        let Some(a) = self.rows.iter().find(|r| r.name == atoll).map(|r| r.median) else { return };
+        for r in &mut self.rows {
+            if r.name != atoll && r.median > 0.0 && a > 0.0 {
+                r.atoll_ratio = Some(if self.higher_is_better { a / r.median } else { r.median / a });
+            }
+        }
+    }
+}
+
+/// The machine a benchmark ran on.
+#[derive(Serialize)]
+pub struct Machine {
+    pub cpu: String,
+    pub cores: usize,
+    pub memory_gib: f64,
+    pub kernel: String,
+}
+
+impl Machine {
+    pub fn probe() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split(':').nth(1)))
+            .unwrap_or("unknown")
+            .trim()
+            .to_owned();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let mem_kib: f64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|r| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0);
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
+        Machine {
+            cpu,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory_gib: (mem_kib / 1048576.0 * 10.0).round() / 10.0,
+            kernel: format!("Linux {kernel}"),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("{}, {} cores, {} GiB, {}", self.cpu, self.cores, self.memory_gib, self.kernel)
+    }
+}
+
+pub fn median(samples: &[f64]) -> f64 {
+    let mut s = samples.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// A built artifact, with a hint when it is missing.
+pub fn artifact(build: &Path, rel: &str) -> anyhow::Result<PathBuf> {
+    let p = build.join(rel);
+    if !p.exists() {
+        bail!("{} is missing: run `make all` first (or pass --build DIR)", p.display());
+    }
+    Ok(p)
+}
+
+/// Runs a native program; returns its stdout and the wall time.
+pub fn native(program: &Path, args: &[String]) -> anyhow::Result<(String, Duration)> {
+    let t = Instant::now();
+    let out = Command::new(program).args(args).output().with_context(|| format!("running {}", program.display()))?;
+    let elapsed = t.elapsed();
+    if !out.status.success() {
+        bail!("{} failed: {}", program.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    Ok((String::from_utf8_lossy(&out.stdout).into_owned(), elapsed))
+}
+
+/// Runs a job on `node` to its end; returns its stdout and the wall time
+/// from submission to exit. Load the program first so compilation is not
+/// timed.
+pub fn atoll_job(node: &Node, job: &JobSpec) -> anyhow::Result<(String, Duration)> {
+    let (tx, rx) = mpsc::channel();
+    let t = Instant::now();
+    node.run_job(job, Box::new(Collect { out: Vec::new(), done: tx }))?;
+    let (status, out) = rx.recv().context("node stopped")?;
+    let elapsed = t.elapsed();
+    if status != 0 {
+        bail!("{} exited with status {status}: {}", job.program.display(), String::from_utf8_lossy(&out));
+    }
+    Ok((String::from_utf8_lossy(&out).into_owned(), elapsed))
+}
+
+struct Collect {
+    out: Vec<u8>,
+    done: mpsc::Sender<(i32, Vec<u8>)>,
+}
+
+impl JobSink for Collect {
+    fn output(&mut self, stream: Stream, bytes: &[u8]) {
+        match stream {
+            Stream::Stdout => self.out.extend_from_slice(bytes),
+            Stream::Stderr => {
+                let _ = std::io::stderr().write_all(bytes);
+            }
+        }
+    }
+
+    fn exited(&mut self, _pid: Pid, status: i32) {
+        let _ = self.done.send((status, std::mem::take(&mut self.out)));
+    }
+}
+
+/// Reads `key=value` from a line like `spawnbench n=1000 seconds=0.1 rate=9000`.
+pub fn field(line: &str, key: &str) -> anyhow::Result<f64> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .with_context(|| format!("no `{key}=` in output `{}`", line.trim()))?
+        .parse()
+        .with_context(|| format!("bad `{key}=` in `{}`", line.trim()))
+}
+
+/// The command line that produced a report.
+pub fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!("atoll {}", args.join(" "))
+}

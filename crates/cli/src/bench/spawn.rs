@@ -1,0 +1,90 @@
+//! Spawn-to-exit rate of a tiny program.
+//!
+//! atoll: `spawnbench` spawns N children of its own module on any kernel,
+//! keeping some in flight, and waits for them all (a process creation is an
+//! instantiation of a compiled module; no OS process, no exec). Linux: the
+//! same loop with fork+exec and posix_spawn of a tiny native binary, and
+//! pthread create+join, one at a time.
+
+use std::path::Path;
+
+use super::{artifact, atoll_job, command_line, field, median, native, Machine, Report, Row};
+use crate::commands::Context;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Children atoll spawns per run
+    #[arg(long, default_value_t = 20_000)]
+    n: u32,
+    /// Children kept in flight by the atoll spawner
+    #[arg(long, default_value_t = 64)]
+    inflight: u32,
+    /// Processes (threads) per run for the Linux mechanisms
+    #[arg(long, default_value_t = 2_000)]
+    native_n: u32,
+    /// Runs of each; the median is reported
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Kernels of the node [default: one per core]
+    #[arg(long)]
+    kernels: Option<u16>,
+}
+
+pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
+    let spawn_native = artifact(build, "native/spawn_native")?;
+    let target = artifact(build, "native/true")?;
+    let spawnbench = artifact(build, "wasm/spawnbench.wasm")?;
+    let node = atoll_node::Node::start(ctx.node_config(a.kernels, 10))?;
+    node.runtime().load_file(&spawnbench, true)?;
+    let job = atoll_node::JobSpec {
+        program: std::path::absolute(&spawnbench)?,
+        args: vec!["spawnbench".into(), a.n.to_string(), a.inflight.to_string()],
+        env: vec![],
+        preopens: vec![],
+        kernel: Some(0),
+        prepare: true,
+    };
+    let mut rows = Vec::new();
+    let mut atoll = Vec::new();
+    let mut natives: Vec<(&str, Vec<f64>)> = vec![("fork_exec", vec![]), ("posix_spawn", vec![]), ("pthread", vec![])];
+    // Interleave the mechanisms so drift in the machine affects all alike.
+    for _ in 0..a.runs {
+        let (out, _) = atoll_job(&node, &job)?;
+        atoll.push(field(&out, "rate")?);
+        for (mode, samples) in &mut natives {
+            let n = if *mode == "pthread" { a.native_n * 10 } else { a.native_n };
+            let args = [mode.to_string(), n.to_string(), target.display().to_string()];
+            let (out, _) = native(&spawn_native, &args)?;
+            samples.push(field(&out, "rate")?);
+        }
+    }
+    node.shutdown();
+    rows.push(Row { name: "atoll spawn+wait (wasm process)".into(), median: median(&atoll), samples: atoll, atoll_ratio: None });
+    for (mode, samples) in natives {
+        let name = match mode {
+            "fork_exec" => "Linux fork+exec+wait",
+            "posix_spawn" => "Linux posix_spawn+wait",
+            _ => "Linux pthread create+join",
+        };
+        rows.push(Row { name: name.into(), median: median(&samples), samples, atoll_ratio: None });
+    }
+    let mut report = Report {
+        name: "spawn".into(),
+        command: command_line(),
+        machine: Machine::probe(),
+        unit: "processes/s".into(),
+        higher_is_better: true,
+        rows,
+        notes: vec![
+            format!("atoll: {} children per run, {} in flight, spread over {} kernels", a.n, a.inflight, node_kernels(a.kernels)),
+            format!("Linux: {} processes per run ({} threads), one at a time", a.native_n, a.native_n * 10),
+            "target (issue 2): at least 50,000 processes/s on a 2-core machine".into(),
+        ],
+    };
+    report.ratios_against("atoll spawn+wait (wasm process)");
+    Ok(report)
+}
+
+fn node_kernels(k: Option<u16>) -> u16 {
+    k.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u16))
+}

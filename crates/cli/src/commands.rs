@@ -1,0 +1,291 @@
+//! The subcommands.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use atoll_abi::{status, KernelId, Pid};
+use atoll_node::daemon::{self, Client, Request, Response};
+use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
+use atoll_process::{Preopen, Stream};
+use clap::Args;
+
+/// What every subcommand shares: where the cache and the socket are.
+pub struct Context {
+    pub cache: PathBuf,
+    pub socket: PathBuf,
+}
+
+impl Context {
+    pub fn new(cache: Option<PathBuf>, socket: Option<PathBuf>) -> Self {
+        let cache = cache.or_else(|| std::env::var_os("ATOLL_CACHE").map(PathBuf::from)).unwrap_or_else(|| {
+            let base = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+                .unwrap_or_else(std::env::temp_dir);
+            base.join("atoll")
+        });
+        Context { cache, socket: socket.unwrap_or_else(daemon::default_socket) }
+    }
+
+    /// Node settings for an embedded node.
+    pub fn node_config(&self, kernels: Option<u16>, quantum_ms: u64) -> NodeConfig {
+        let mut c = NodeConfig::new(Some(self.cache.clone()));
+        if let Some(k) = kernels {
+            c.kernels = k;
+        }
+        c.quantum = Duration::from_millis(quantum_ms);
+        c
+    }
+
+    fn client(&self) -> Option<Client> {
+        Client::connect(&self.socket)
+    }
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Kernels of the embedded node [default: one per core]
+    #[arg(short = 'k', long)]
+    kernels: Option<u16>,
+    /// Kernel index to start the program on [default: the node chooses]
+    #[arg(long, value_name = "KERNEL")]
+    on: Option<u16>,
+    /// Make a host directory visible to the program (HOST::GUEST or DIR)
+    #[arg(long = "dir", value_name = "HOST::GUEST")]
+    dirs: Vec<Preopen>,
+    /// Set an environment variable for the program
+    #[arg(short, long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// Run the module as it is: no safepoints, so it cannot be preempted,
+    /// block, or be captured (for measuring what preparation costs)
+    #[arg(long)]
+    no_prepare: bool,
+    /// Longest a process runs before yielding, in milliseconds
+    #[arg(long, default_value_t = 10, value_name = "MS")]
+    quantum_ms: u64,
+    /// Start an embedded node even when a node is running
+    #[arg(long)]
+    embedded: bool,
+    /// The program (.wasm or .wat)
+    program: PathBuf,
+    /// Its arguments
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+impl RunArgs {
+    fn job(&self) -> anyhow::Result<JobSpec> {
+        for e in &self.env {
+            if !e.contains('=') {
+                bail!("--env {e}: expected KEY=VALUE");
+            }
+        }
+        let absolute = |p: &Path| std::path::absolute(p).with_context(|| format!("resolving {}", p.display()));
+        let mut args = vec![self.program.display().to_string()];
+        args.extend(self.args.iter().cloned());
+        Ok(JobSpec {
+            program: absolute(&self.program)?,
+            args,
+            env: self.env.clone(),
+            preopens: self
+                .dirs
+                .iter()
+                .map(|p| Ok(Preopen { host: absolute(&p.host)?, guest: p.guest.clone() }))
+                .collect::<anyhow::Result<_>>()?,
+            kernel: self.on,
+            prepare: !self.no_prepare,
+        })
+    }
+}
+
+/// Runs a program; returns the exit code for `atoll` itself.
+pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
+    let job = a.job()?;
+    if !a.embedded {
+        if let Some(client) = ctx.client() {
+            if a.kernels.is_some() {
+                eprintln!("atoll: --kernels is ignored: running on the node at {}", ctx.socket.display());
+            }
+            return run_remote(client, job);
+        }
+    }
+    let node = Node::start(ctx.node_config(a.kernels, a.quantum_ms))?;
+    let (tx, rx) = mpsc::channel();
+    node.run_job(&job, Box::new(TerminalSink { done: tx }))?;
+    let status = rx.recv().context("the node stopped before the program ended")?;
+    node.shutdown();
+    Ok(status & 0xff)
+}
+
+fn run_remote(mut client: Client, job: JobSpec) -> anyhow::Result<i32> {
+    client.send(&Request::Run(job))?;
+    loop {
+        match client.recv()? {
+            Response::Output { stream, bytes } => write_out(stream, &bytes),
+            Response::Exited { status } => return Ok(status & 0xff),
+            Response::Error(e) => bail!(e),
+            other => bail!("unexpected answer from the node: {other:?}"),
+        }
+    }
+}
+
+fn write_out(stream: Stream, bytes: &[u8]) {
+    // A closed terminal is not the program's failure: ignore write errors.
+    let _ = match stream {
+        Stream::Stdout => std::io::stdout().lock().write_all(bytes).and_then(|()| std::io::stdout().flush()),
+        Stream::Stderr => std::io::stderr().lock().write_all(bytes),
+    };
+}
+
+/// An embedded job's output goes to atoll's own stdout and stderr.
+struct TerminalSink {
+    done: mpsc::Sender<i32>,
+}
+
+impl JobSink for TerminalSink {
+    fn output(&mut self, stream: Stream, bytes: &[u8]) {
+        write_out(stream, bytes);
+    }
+
+    fn exited(&mut self, _pid: Pid, status: i32) {
+        let _ = self.done.send(status);
+    }
+}
+
+#[derive(Args)]
+pub struct NodeArgs {
+    /// Kernels to start [default: one per core]
+    #[arg(short = 'k', long)]
+    kernels: Option<u16>,
+    /// Longest a process runs before yielding, in milliseconds
+    #[arg(long, default_value_t = 10, value_name = "MS")]
+    quantum_ms: u64,
+}
+
+pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
+    let node = Arc::new(Node::start(ctx.node_config(a.kernels, a.quantum_ms))?);
+    eprintln!("atoll: node with {} kernels listening on {}", node.kernel_count(), ctx.socket.display());
+    daemon::serve(node, &ctx.socket)
+}
+
+#[derive(Args)]
+pub struct PsArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
+    let Some(mut client) = ctx.client() else {
+        bail!("no node is running at {} (start one with `atoll node`)", ctx.socket.display());
+    };
+    client.send(&Request::Ps)?;
+    let reports = match client.recv()? {
+        Response::Ps(r) => r,
+        Response::Error(e) => bail!(e),
+        other => bail!("unexpected answer from the node: {other:?}"),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+        return Ok(());
+    }
+    println!("{:<14} {:<7} {:<14} {:>9} {:>9} {:>8} {:>5}  STATE", "PID", "KERNEL", "NAME", "CPU(ms)", "MEM(KiB)", "SYSCALLS", "MOVES");
+    for r in &reports {
+        let mut procs = r.processes.clone();
+        procs.sort_by_key(|p| p.pid);
+        for p in procs {
+            println!(
+                "{:<14} {:<7} {:<14} {:>9.1} {:>9} {:>8} {:>5}  {}",
+                p.pid.to_string(),
+                p.kernel.to_string(),
+                p.name,
+                p.cpu_ns as f64 / 1e6,
+                p.memory_bytes / 1024,
+                p.syscalls,
+                p.moves,
+                p.state
+            );
+        }
+    }
+    for r in &reports {
+        eprintln!(
+            "kernel {}: {} processes, {} runnable, {} KiB, {} slices, {} NoC messages",
+            r.kernel,
+            r.processes.len(),
+            r.runnable,
+            r.memory_bytes / 1024,
+            r.slices,
+            r.messages
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct KillArgs {
+    /// The process (NODE.KERNEL:SLOT:GENERATION, as `atoll ps` shows it)
+    pid: Pid,
+    /// Signal number; the process ends with status 128+SIGNAL
+    #[arg(short, long, default_value_t = status::SIGKILL)]
+    signal: i32,
+}
+
+pub fn kill(ctx: &Context, a: KillArgs) -> anyhow::Result<()> {
+    let Some(mut client) = ctx.client() else {
+        bail!("no process {}: no node is running at {}", a.pid, ctx.socket.display());
+    };
+    client.send(&Request::Kill { pid: a.pid, signal: a.signal })?;
+    match client.recv()? {
+        Response::Done => Ok(()),
+        Response::Error(e) => bail!(e),
+        other => bail!("unexpected answer from the node: {other:?}"),
+    }
+}
+
+#[derive(Args)]
+pub struct MigrateArgs {
+    /// The process (NODE.KERNEL:SLOT:GENERATION, as `atoll ps` shows it)
+    pid: Pid,
+    /// The kernel to move it to (NODE.INDEX or INDEX)
+    #[arg(long)]
+    to: KernelId,
+}
+
+/// Moves a process by stopping it at its next safepoint, sending its image
+/// through the NoC and restoring it on the destination (stop-and-copy; the
+/// process resumes on its source if the destination fails).
+pub fn migrate(ctx: &Context, a: MigrateArgs) -> anyhow::Result<()> {
+    let Some(mut client) = ctx.client() else {
+        bail!("no process {}: no node is running at {}", a.pid, ctx.socket.display());
+    };
+    client.send(&Request::Move { pid: a.pid, to: a.to })?;
+    match client.recv()? {
+        Response::Moved(m) => {
+            println!("moved {} to kernel {}: {} KiB image, stopped for {} us", a.pid, a.to, m.bytes / 1024, m.stopped_us);
+            Ok(())
+        }
+        Response::Error(e) => bail!(e),
+        other => bail!("unexpected answer from the node: {other:?}"),
+    }
+}
+
+#[derive(Args)]
+pub struct PrepareArgs {
+    /// The wasm32-wasi module to prepare
+    input: PathBuf,
+    /// Where to write the migratable module
+    output: PathBuf,
+}
+
+pub fn prepare(a: PrepareArgs) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
+    let out = atoll_prepare::prepare(&bytes, &atoll_prepare::Options::default())
+        .with_context(|| format!("preparing {}", a.input.display()))?;
+    std::fs::write(&a.output, &out).with_context(|| format!("writing {}", a.output.display()))?;
+    eprintln!("atoll: prepared {} ({} -> {} bytes)", a.output.display(), bytes.len(), out.len());
+    Ok(())
+}

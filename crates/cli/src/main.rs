@@ -1,0 +1,79 @@
+//! `atoll`: run WebAssembly programs on per-core kernels.
+//!
+//! `run`, `ps` and `kill` talk to a running node (`atoll node`) when there is
+//! one, and otherwise start an embedded node for the length of the command.
+
+mod bench;
+mod commands;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "atoll", version, about = "A multikernel layer that runs WebAssembly processes on per-core kernels")]
+struct Cli {
+    /// Where prepared modules and compiled code are cached
+    /// [default: $ATOLL_CACHE, else $XDG_CACHE_HOME/atoll, else ~/.cache/atoll]
+    #[arg(long, global = true, value_name = "DIR")]
+    cache: Option<PathBuf>,
+    /// Control socket of a running node [default: $ATOLL_SOCKET, else $XDG_RUNTIME_DIR/atoll.sock]
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// More log output (-v info, -vv debug); RUST_LOG overrides
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a program as an atoll process and exit with its status
+    Run(commands::RunArgs),
+    /// Run a node: kernels plus a control socket for run, ps and kill
+    Node(commands::NodeArgs),
+    /// List the processes of the running node
+    Ps(commands::PsArgs),
+    /// End a process of the running node
+    Kill(commands::KillArgs),
+    /// Move a running process of the running node to another kernel
+    Migrate(commands::MigrateArgs),
+    /// Make a wasm32-wasi module migratable (safepoints + Asyncify)
+    Prepare(commands::PrepareArgs),
+    /// Measure atoll against the Linux alternatives, side by side
+    Bench(bench::BenchArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let filter = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let ctx = commands::Context::new(cli.cache, cli.socket);
+    let result = match cli.command {
+        Command::Run(a) => commands::run(&ctx, a),
+        Command::Node(a) => commands::node(&ctx, a).map(|()| 0),
+        Command::Ps(a) => commands::ps(&ctx, a).map(|()| 0),
+        Command::Kill(a) => commands::kill(&ctx, a).map(|()| 0),
+        Command::Migrate(a) => commands::migrate(&ctx, a).map(|()| 0),
+        Command::Prepare(a) => commands::prepare(a).map(|()| 0),
+        Command::Bench(a) => bench::run(&ctx, a).map(|()| 0),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("atoll: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The `atoll` command as a user runs it: exit codes, output, errors, and
+//! the node daemon.
+
+#[path = "../../../tests/support.rs"]
+mod support;
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn atoll(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_atoll"));
+    c.args(["--cache", support::cache_dir().to_str().unwrap()]);
+    // Never talk to a node some other process left running.
+    c.env("ATOLL_SOCKET", "/nonexistent/atoll.sock");
+    c.args(args);
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    atoll(args).output().expect("atoll runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn guest(name: &str) -> String {
+    support::guest(name).display().to_string()
+}
+
+#[test]
+fn run_prints_and_exits_with_the_programs_status() {
+    let out = run(&["run", "--kernels", "3", "--on", "1", &guest("hello"), "x"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("on kernel 1 of 3"), "{stdout}");
+    assert!(stdout.contains("argv[1] = x"), "{stdout}");
+    assert_eq!(run(&["run", &guest("exit"), "7"]).status.code(), Some(7));
+}
+
+#[test]
+fn mergesort_example_prints_the_native_checksum() {
+    let native = Command::new(support::built("native/mergesort")).args(["200000", "3", "2"]).output().unwrap();
+    assert!(native.status.success());
+    // A 1 ms quantum preempts the sort many times: each preemption unwinds
+    // the stack into memory and rewinds it.
+    let out = run(&["run", "--quantum-ms", "1", &guest("mergesort"), "200000", "3", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), text(&native.stdout));
+    let plain = run(&["run", "--no-prepare", &guest("mergesort"), "200000", "3", "2"]);
+    assert_eq!(text(&plain.stdout), text(&native.stdout));
+}
+
+#[test]
+fn a_trap_exits_134_with_the_reason() {
+    let out = run(&["run", &guest("trap"), "unreachable"]);
+    assert_eq!(out.status.code(), Some(134));
+    let err = text(&out.stderr);
+    assert!(err.contains("trapped: wasm trap: wasm `unreachable` instruction executed"), "{err}");
+}
+
+#[test]
+fn bad_modules_get_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"\0asm\x01\0\0\0\x99garbage").unwrap();
+    let out = run(&["run", garbage.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("not a valid wasm module: section 153"), "{}", text(&out.stderr));
+
+    let out = run(&["run", dir.path().join("missing.wasm").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot read"), "{}", text(&out.stderr));
+
+    let unknown = dir.path().join("unknown.wat");
+    std::fs::write(
+        &unknown,
+        r#"(module (import "atoll" "teleport" (func)) (memory (export "memory") 1) (func (export "_start") call 0))"#,
+    )
+    .unwrap();
+    let out = run(&["run", unknown.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("imports `atoll.teleport`, which atoll does not provide"), "{}", text(&out.stderr));
+
+    let not_command = dir.path().join("lib.wat");
+    std::fs::write(&not_command, r#"(module (memory (export "memory") 1))"#).unwrap();
+    for extra in [&[][..], &["--no-prepare"][..]] {
+        let out = run(&[&["run"], extra, &[not_command.to_str().unwrap()]].concat());
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text(&out.stderr).contains("`_start`"), "{}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn prepare_writes_a_module_that_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("hello.prepared.wasm");
+    let out = run(&["prepare", &guest("hello"), out_path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&["run", out_path.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).starts_with("hello from"));
+}
+
+#[test]
+fn ps_and_kill_without_a_node_say_so() {
+    let out = run(&["ps"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("no node is running"));
+    let out = run(&["kill", "0.0:1:0"]);
+    assert!(text(&out.stderr).contains("no node is running"));
+    let out = run(&["kill", "nonsense"]);
+    assert!(text(&out.stderr).contains("not a PID"), "{}", text(&out.stderr));
+}
+
+/// A node daemon on a private socket, stopped when dropped.
+struct Daemon {
+    child: Child,
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start(kernels: u16) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("node.sock");
+        let child = atoll(&["node", "--kernels", &kernels.to_string()])
+            .env("ATOLL_SOCKET", &socket)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(60), "node did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child, socket, _dir: dir }
+    }
+
+    fn atoll(&self, args: &[&str]) -> Command {
+        let mut c = atoll(args);
+        c.env("ATOLL_SOCKET", &self.socket);
+        c
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn pid_of(ps: &str, name: &str) -> Option<String> {
+    ps.lines().find(|l| l.contains(name)).map(|l| l.split_whitespace().next().unwrap().to_owned())
+}
+
+#[test]
+fn run_ps_and_kill_talk_to_a_running_node() {
+    let node = Daemon::start(2);
+    let out = node.atoll(&["run", &guest("hello")]).output().unwrap();
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("of 2 (node 0)"), "{}", text(&out.stdout));
+
+    let mut spinner = node.atoll(&["run", &guest("spin")]).stdout(Stdio::null()).spawn().unwrap();
+    let t = Instant::now();
+    let pid = loop {
+        let ps = node.atoll(&["ps"]).output().unwrap();
+        if let Some(pid) = pid_of(&text(&ps.stdout), "spin") {
+            break pid;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "spin never showed in ps");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = node.atoll(&["kill", &pid]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(spinner.wait().unwrap().code(), Some(137));
+    let out = node.atoll(&["kill", &pid]).output().unwrap();
+    assert!(text(&out.stderr).contains("no such process"), "{}", text(&out.stderr));
+    let json = node.atoll(&["ps", "--json"]).output().unwrap();
+    let reports: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(reports.as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_client_that_hangs_up_ends_its_job() {
+    let node = Daemon::start(1);
+    let mut client = node.atoll(&["run", &guest("spin")]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let t = Instant::now();
+    loop {
+        let ps = node.atoll(&["ps"]).output().unwrap();
+        if pid_of(&text(&ps.stdout), "spin").is_none() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "orphaned job still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,560 @@
+//! The kernel loop and its two dispatchers: node requests and NoC messages.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use atoll_abi::{status, Errno, KernelId, Pid};
+use atoll_noc::{Doorbell, Endpoint};
+use atoll_process::{
+    clock::monotonic_ns, CallState, Console, Container, FdTable, Host, KernelCall, ProcessImage,
+    Reply, Runtime, Slice, Stream, UArea,
+};
+
+use crate::homes::Homes;
+use crate::msg::{Control, KernelReport, MoveReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo};
+
+/// A message looking for its process gives up after this many forwards
+/// (it can only loop while a move is being recorded at the home kernel).
+const MAX_HOPS: u8 = 32;
+
+/// What a kernel is given when it starts.
+pub struct KernelParams {
+    pub endpoint: Endpoint<Packet>,
+    pub doorbells: Arc<[Doorbell]>,
+    pub control: Receiver<Control>,
+    pub events: Sender<NodeEvent>,
+    pub runtime: Arc<Runtime>,
+    pub console: Arc<dyn Console>,
+    pub quantum: Duration,
+    /// Pin the thread to core `index % cores`.
+    pub pin: bool,
+}
+
+/// Starts a kernel thread.
+pub fn start(params: KernelParams) -> std::io::Result<JoinHandle<()>> {
+    let id = params.endpoint.id();
+    std::thread::Builder::new()
+        .name(format!("atoll-kernel-{id}"))
+        // Guest code runs on this thread's stack.
+        .stack_size(8 << 20)
+        .spawn(move || {
+            if params.pin {
+                pin_to_core(id.index);
+            }
+            Kernel::new(params).run();
+        })
+}
+
+fn pin_to_core(index: u16) {
+    if let Some(cores) = core_affinity::get_core_ids().filter(|c| !c.is_empty()) {
+        core_affinity::set_for_current(cores[index as usize % cores.len()]);
+    }
+}
+
+/// A process this kernel runs.
+pub(crate) struct Process {
+    pub container: Container,
+}
+
+/// A process sent to another kernel and kept, stopped, until it is restored
+/// there: if that fails, it runs here again.
+struct Departure {
+    process: Process,
+    reply: Sender<Result<MoveReport, String>>,
+    stopped: Instant,
+    bytes: usize,
+}
+
+pub(crate) struct Kernel {
+    pub id: KernelId,
+    noc: Endpoint<Packet>,
+    control: Receiver<Control>,
+    events: Sender<NodeEvent>,
+    pub runtime: Arc<Runtime>,
+    host: Host,
+    quantum: Duration,
+    pub procs: HashMap<Pid, Process>,
+    pub run_queue: VecDeque<Pid>,
+    /// Sleeping processes by wake-up time.
+    pub timers: BinaryHeap<Reverse<(u64, Pid)>>,
+    homes: Homes,
+    /// Node requests waiting for an answer from another kernel.
+    pending_kills: HashMap<u64, Sender<Result<(), Errno>>>,
+    departures: HashMap<u64, Departure>,
+    next_req: u64,
+    /// Next kernel for a spawn that names none (round robin).
+    pub next_target: u16,
+    slices: u64,
+    messages: u64,
+}
+
+impl Kernel {
+    fn new(p: KernelParams) -> Self {
+        let id = p.endpoint.id();
+        p.endpoint.doorbell().bind_current_thread();
+        let doorbells = p.doorbells.clone();
+        let host = Host {
+            kernel: id,
+            kernel_count: p.endpoint.kernel_count(),
+            console: p.console,
+            wake: Arc::new(move || doorbells[id.index as usize].is_pending()),
+        };
+        Kernel {
+            id,
+            noc: p.endpoint,
+            control: p.control,
+            events: p.events,
+            runtime: p.runtime,
+            host,
+            quantum: p.quantum,
+            procs: HashMap::new(),
+            run_queue: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            homes: Homes::new(id),
+            pending_kills: HashMap::new(),
+            departures: HashMap::new(),
+            next_req: 0,
+            next_target: id.index,
+            slices: 0,
+            messages: 0,
+        }
+    }
+
+    pub(crate) fn host_kernel_count(&self) -> u16 {
+        self.host.kernel_count
+    }
+
+    pub(crate) fn console(&self) -> &dyn Console {
+        &*self.host.console
+    }
+
+    fn run(mut self) {
+        tracing::debug!(kernel = %self.id, "kernel started");
+        loop {
+            self.noc.doorbell().take();
+            loop {
+                match self.control.try_recv() {
+                    Ok(Control::Shutdown) | Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                        tracing::debug!(kernel = %self.id, "kernel stopped");
+                        return;
+                    }
+                    Ok(c) => self.on_control(c),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                }
+            }
+            while let Some(m) = self.noc.try_recv() {
+                self.messages += 1;
+                self.on_noc(m.from, m.msg, m.bulk);
+            }
+            let backlog = self.noc.flush();
+            self.fire_timers();
+            if let Some(pid) = self.run_queue.pop_front() {
+                self.run_slice(pid);
+                continue;
+            }
+            if self.noc.has_loopback() {
+                continue;
+            }
+            let next_timer = self.timers.peek().map(|Reverse((t, _))| {
+                Duration::from_nanos(t.saturating_sub(monotonic_ns()))
+            });
+            // A backlog waits for the receiver to drain its ring: poll it.
+            let timeout = if backlog { Some(Duration::from_micros(50)) } else { next_timer };
+            self.noc.doorbell().sleep(timeout);
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        let now = monotonic_ns();
+        while let Some(&Reverse((t, pid))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            // The entry may be stale: the process ended, moved or was woken.
+            if let Some(p) = self.procs.get_mut(&pid) {
+                if matches!(p.container.uarea().call, CallState::Blocked(KernelCall::Sleep { until_ns }) if until_ns == t) {
+                    p.container.reply(Reply::Done);
+                    self.run_queue.push_back(pid);
+                }
+            }
+        }
+    }
+
+    fn run_slice(&mut self, pid: Pid) {
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        self.slices += 1;
+        match p.container.run(self.quantum) {
+            Slice::Exited(code) => self.end(pid, code),
+            Slice::Trapped(why) => {
+                let u = p.container.uarea();
+                let line = format!("atoll: process {pid} ({}) trapped: {why}\n", u.name());
+                self.host.console.write(u.console, Stream::Stderr, line.as_bytes());
+                self.end(pid, status::TRAPPED);
+            }
+            Slice::Call(call) => self.serve(pid, call),
+        }
+    }
+
+    /// Creates a process here. The caller has loaded its program.
+    pub(crate) fn create(&mut self, spec: ProcessSpec, parent: Option<Pid>) -> Result<Pid, (Errno, String)> {
+        let program = self
+            .runtime
+            .program(&spec.module)
+            .ok_or_else(|| (Errno::NoExec, format!("module {} is not loaded", spec.module)))?;
+        let pid = self.homes.allocate().map_err(|e| (e, "process table is full".to_string()))?;
+        let uarea = UArea::new(pid, parent, spec.module, spec.args, spec.env, spec.console, FdTable::new(&spec.preopens));
+        match Container::new(&self.runtime, program, uarea, self.host.clone()) {
+            Ok(container) => {
+                self.procs.insert(pid, Process { container });
+                self.run_queue.push_back(pid);
+                Ok(pid)
+            }
+            Err(e) => {
+                self.homes.release(pid);
+                Err((Errno::NoMem, e.to_string()))
+            }
+        }
+    }
+
+    /// Ends a process: tells whoever waits for it and frees its PID.
+    pub(crate) fn end(&mut self, pid: Pid, code: i32) {
+        let Some(p) = self.procs.remove(&pid) else { return };
+        let u = p.container.uarea();
+        tracing::debug!(kernel = %self.id, %pid, code, "process ended");
+        match u.parent {
+            Some(parent) => self.route(parent, NocMsg::ChildExited { parent, child: pid, status: code }),
+            None => {
+                let _ = self.events.send(NodeEvent::Exited { pid, console: u.console, status: code });
+            }
+        }
+        if pid.home == self.id {
+            self.homes.release(pid);
+        } else {
+            self.send(pid.home, NocMsg::Ended { pid });
+        }
+    }
+
+    /// Sends a message to a kernel; a send to a kernel that does not exist
+    /// is a bug in the sender, logged and dropped.
+    pub(crate) fn send(&mut self, to: KernelId, msg: NocMsg) {
+        if let Err(e) = self.noc.send(to, Packet { hops: 0, msg }) {
+            tracing::error!(kernel = %self.id, "dropping NoC message: {e}");
+        }
+    }
+
+    /// Sends a message for process `pid` towards wherever it runs.
+    pub(crate) fn route(&mut self, pid: Pid, msg: NocMsg) {
+        self.forward(pid, Packet { hops: 0, msg });
+    }
+
+    fn forward(&mut self, pid: Pid, mut packet: Packet) {
+        if self.procs.contains_key(&pid) {
+            return self.deliver(pid, packet.msg);
+        }
+        let next = if pid.home == self.id {
+            match self.homes.locate(pid) {
+                Some(at) if at != self.id => at,
+                _ => return self.undeliverable(packet.msg),
+            }
+        } else {
+            pid.home
+        };
+        packet.hops += 1;
+        if packet.hops > MAX_HOPS {
+            tracing::warn!(kernel = %self.id, %pid, "message could not find its process: {:?}", packet.msg);
+            return self.undeliverable(packet.msg);
+        }
+        if let Err(e) = self.noc.send(next, packet) {
+            tracing::error!(kernel = %self.id, "dropping NoC message: {e}");
+        }
+    }
+
+    /// A message for a process that no longer exists: answer requests with
+    /// ESRCH, drop notifications.
+    fn undeliverable(&mut self, msg: NocMsg) {
+        match msg {
+            NocMsg::Kill { reply_to, .. } => self.answer_kill(reply_to, Err(Errno::Srch)),
+            other => tracing::debug!(kernel = %self.id, "dropping message for a process that ended: {other:?}"),
+        }
+    }
+
+    fn answer_kill(&mut self, reply_to: ReplyTo, result: Result<(), Errno>) {
+        match reply_to {
+            ReplyTo::Process(p) => self.route(p, NocMsg::Killed { reply_to, result }),
+            ReplyTo::Control { kernel, .. } if kernel == self.id => self.on_killed(reply_to, result),
+            ReplyTo::Control { kernel, .. } => self.send(kernel, NocMsg::Killed { reply_to, result }),
+        }
+    }
+
+    fn on_killed(&mut self, reply_to: ReplyTo, result: Result<(), Errno>) {
+        match reply_to {
+            ReplyTo::Control { req, .. } => {
+                if let Some(tx) = self.pending_kills.remove(&req) {
+                    let _ = tx.send(result);
+                }
+            }
+            ReplyTo::Process(pid) => self.reply_if_blocked(pid, |c| matches!(c, KernelCall::Kill { .. }), Reply::Killed(result)),
+        }
+    }
+
+    /// Answers a process blocked in the call `is_call` matches, and makes it runnable.
+    pub(crate) fn reply_if_blocked(&mut self, pid: Pid, is_call: impl Fn(&KernelCall) -> bool, reply: Reply) {
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        if matches!(&p.container.uarea().call, CallState::Blocked(c) if is_call(c)) {
+            p.container.reply(reply);
+            self.run_queue.push_back(pid);
+        }
+    }
+
+    /// The NoC dispatcher.
+    fn on_noc(&mut self, _from: KernelId, packet: Packet, bulk: Option<Vec<u8>>) {
+        if let Some(pid) = packet.msg.target() {
+            return self.forward(pid, packet);
+        }
+        match packet.msg {
+            NocMsg::Spawn { parent, spec } => {
+                let result = self.create(spec, Some(parent)).map_err(|(errno, why)| {
+                    tracing::warn!(kernel = %self.id, %parent, "spawn failed: {why}");
+                    errno
+                });
+                self.route(parent, NocMsg::Spawned { parent, result });
+            }
+            NocMsg::Killed { reply_to, result } => self.on_killed(reply_to, result),
+            NocMsg::Located { pid, at } => self.homes.relocate(pid, at),
+            NocMsg::Ended { pid } => self.homes.release(pid),
+            NocMsg::Immigrate { pid, req } => {
+                let result = self.immigrate(bulk.unwrap_or_default());
+                self.send(_from, NocMsg::Immigrated { pid, req, result });
+            }
+            NocMsg::Immigrated { pid, req, result } => self.on_immigrated(pid, req, result),
+            m @ (NocMsg::Spawned { .. } | NocMsg::ChildExited { .. } | NocMsg::Kill { .. }) => {
+                unreachable!("routed by target: {m:?}")
+            }
+        }
+    }
+
+    /// Handles a message for a process that runs here.
+    fn deliver(&mut self, pid: Pid, msg: NocMsg) {
+        match msg {
+            NocMsg::Spawned { result, .. } => {
+                if let (Ok(child), Some(p)) = (result, self.procs.get_mut(&pid)) {
+                    p.container.uarea_mut().children.live.insert(child);
+                }
+                self.reply_if_blocked(pid, |c| matches!(c, KernelCall::Spawn(_)), Reply::Spawned(result));
+            }
+            NocMsg::ChildExited { child, status, .. } => self.child_exited(pid, child, status),
+            NocMsg::Kill { signal, reply_to, .. } => {
+                self.end(pid, status::killed(signal));
+                self.answer_kill(reply_to, Ok(()));
+            }
+            NocMsg::Killed { reply_to, result } => self.on_killed(reply_to, result),
+            other => tracing::error!(kernel = %self.id, "not a message for a process: {other:?}"),
+        }
+    }
+
+    fn child_exited(&mut self, parent: Pid, child: Pid, code: i32) {
+        let Some(p) = self.procs.get_mut(&parent) else { return };
+        let u = p.container.uarea_mut();
+        if !u.children.exited(child, code) {
+            return;
+        }
+        if let CallState::Blocked(KernelCall::Wait { pid: which }) = u.call {
+            if let Ok(Some(done)) = u.children.reap(which) {
+                p.container.reply(Reply::Waited(Ok(done)));
+                self.run_queue.push_back(parent);
+            }
+        }
+    }
+
+    /// The node-request dispatcher.
+    fn on_control(&mut self, c: Control) {
+        match c {
+            Control::Start { spec, reply } => {
+                let _ = reply.send(self.create(spec, None).map_err(|(_, why)| why));
+            }
+            Control::Ps { reply } => {
+                let _ = reply.send(self.report());
+            }
+            Control::Kill { pid, signal, reply } => {
+                let req = self.next_request();
+                self.pending_kills.insert(req, reply);
+                let reply_to = ReplyTo::Control { kernel: self.id, req };
+                self.route(pid, NocMsg::Kill { target: pid, signal, reply_to });
+            }
+            Control::Capture { pid, reply } => {
+                let _ = reply.send(self.take_out(pid).map(|(image, _)| image));
+            }
+            Control::Restore { image, reply } => {
+                let pid = image.uarea.pid;
+                let _ = reply.send(self.restore(*image).map(|()| pid));
+            }
+            Control::Move { pid, to, reply } => self.move_out(pid, to, reply),
+            Control::Locate { pid, reply } => {
+                let at = if self.procs.contains_key(&pid) { Some(self.id) } else { self.homes.locate(pid) };
+                let _ = reply.send(at);
+            }
+            Control::Shutdown => unreachable!("handled by the loop"),
+        }
+    }
+
+    fn next_request(&mut self) -> u64 {
+        self.next_req += 1;
+        self.next_req
+    }
+
+    /// Stops a process that runs here and captures it; it leaves the run
+    /// queue and timers (stale timer entries are skipped when they fire).
+    fn take_out(&mut self, pid: Pid) -> Result<(ProcessImage, Process), String> {
+        let mut p = self.procs.remove(&pid).ok_or_else(|| self.not_here(pid))?;
+        match p.container.capture() {
+            Ok(image) => {
+                self.run_queue.retain(|&q| q != pid);
+                Ok((image, p))
+            }
+            Err(e) => {
+                self.procs.insert(pid, p);
+                Err(format!("cannot capture {pid}: {e}"))
+            }
+        }
+    }
+
+    fn not_here(&mut self, pid: Pid) -> String {
+        match (pid.home == self.id).then(|| self.homes.locate(pid)).flatten() {
+            Some(at) => format!("process {pid} runs on kernel {at}, not {}", self.id),
+            None if pid.home == self.id => format!("no process {pid}"),
+            // It may have just ended, before its home heard of it.
+            None => format!("no process {pid} on kernel {}", self.id),
+        }
+    }
+
+    /// Sends a process to kernel `to` through the portal. It stays here,
+    /// stopped, until `to` confirms; if restoring fails there, it resumes here.
+    fn move_out(&mut self, pid: Pid, to: KernelId, reply: Sender<Result<MoveReport, String>>) {
+        if to == self.id {
+            let stay = MoveReport { bytes: 0, stopped_us: 0 };
+            let _ = reply.send(if self.procs.contains_key(&pid) { Ok(stay) } else { Err(self.not_here(pid)) });
+            return;
+        }
+        if to.node != self.id.node || to.index >= self.noc.kernel_count() {
+            let _ = reply.send(Err(format!("kernel {to} does not exist")));
+            return;
+        }
+        let stopped = Instant::now();
+        match self.take_out(pid) {
+            Ok((image, process)) => {
+                let req = self.next_request();
+                let bytes = image.encode();
+                self.departures.insert(req, Departure { process, reply, stopped, bytes: bytes.len() });
+                let packet = Packet { hops: 0, msg: NocMsg::Immigrate { pid, req } };
+                if let Err(e) = self.noc.send_bulk(to, packet, bytes) {
+                    self.on_immigrated(pid, req, Err(e.to_string()));
+                }
+            }
+            Err(why) => {
+                let _ = reply.send(Err(why));
+            }
+        }
+    }
+
+    fn on_immigrated(&mut self, pid: Pid, req: u64, result: Result<(), String>) {
+        let Some(d) = self.departures.remove(&req) else { return };
+        match result {
+            Ok(()) => {
+                let stopped_us = d.stopped.elapsed().as_micros() as u64;
+                tracing::info!(kernel = %self.id, %pid, bytes = d.bytes, stopped_us, "process moved");
+                let _ = d.reply.send(Ok(MoveReport { bytes: d.bytes, stopped_us }));
+            }
+            Err(why) => {
+                tracing::warn!(kernel = %self.id, %pid, "move failed, process resumes here: {why}");
+                self.procs.insert(pid, d.process);
+                self.schedule(pid);
+                let _ = d.reply.send(Err(why));
+            }
+        }
+    }
+
+    fn immigrate(&mut self, bytes: Vec<u8>) -> Result<(), String> {
+        let image = ProcessImage::decode(&bytes).map_err(|e| e.to_string())?;
+        self.restore(image)
+    }
+
+    /// Rebuilds a captured process here, tells its home, and schedules it
+    /// according to where it stopped.
+    fn restore(&mut self, image: ProcessImage) -> Result<(), String> {
+        let pid = image.uarea.pid;
+        if self.procs.contains_key(&pid) {
+            return Err(format!("process {pid} already runs on kernel {}", self.id));
+        }
+        let mut container = Container::restore(&self.runtime, image, self.host.clone()).map_err(|e| e.to_string())?;
+        container.uarea_mut().accounting.moves += 1;
+        self.procs.insert(pid, Process { container });
+        if pid.home == self.id {
+            self.homes.relocate(pid, self.id);
+        } else {
+            self.send(pid.home, NocMsg::Located { pid, at: self.id });
+        }
+        self.schedule(pid);
+        Ok(())
+    }
+
+    /// Puts a process that arrived (or came back) where its state says.
+    fn schedule(&mut self, pid: Pid) {
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        let u = p.container.uarea();
+        match u.call.clone() {
+            CallState::Running | CallState::Replied(_) => self.run_queue.push_back(pid),
+            CallState::Blocked(KernelCall::Sleep { until_ns }) => self.timers.push(Reverse((until_ns, pid))),
+            CallState::Blocked(KernelCall::Wait { pid: which }) => {
+                let u = p.container.uarea_mut();
+                if let Ok(Some(done)) = u.children.reap(which) {
+                    p.container.reply(Reply::Waited(Ok(done)));
+                    self.run_queue.push_back(pid);
+                }
+            }
+            CallState::Blocked(KernelCall::Yield) => {
+                p.container.reply(Reply::Done);
+                self.run_queue.push_back(pid);
+            }
+            // Answers to spawn and kill are routed to wherever the process is.
+            CallState::Blocked(KernelCall::Spawn(_) | KernelCall::Kill { .. }) => {}
+        }
+    }
+
+    fn report(&self) -> KernelReport {
+        let processes: Vec<ProcInfo> = self
+            .procs
+            .iter()
+            .map(|(&pid, p)| {
+                let u = p.container.uarea();
+                let state = match &u.call {
+                    CallState::Blocked(c) => c.describe(),
+                    CallState::Running | CallState::Replied(_) => "ready".into(),
+                };
+                ProcInfo {
+                    pid,
+                    parent: u.parent,
+                    name: u.name().to_owned(),
+                    kernel: self.id,
+                    state,
+                    cpu_ns: u.accounting.cpu_ns,
+                    memory_bytes: p.container.memory_bytes(),
+                    syscalls: u.accounting.syscalls,
+                    moves: u.accounting.moves,
+                }
+            })
+            .collect();
+        KernelReport {
+            kernel: self.id,
+            runnable: self.run_queue.len(),
+            memory_bytes: processes.iter().map(|p| p.memory_bytes).sum(),
+            slices: self.slices,
+            messages: self.messages,
+            processes,
+        }
+    }
+}

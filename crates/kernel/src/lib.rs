@@ -1,0 +1,20 @@
+//! One atoll kernel: a pinned OS thread that owns its processes.
+//!
+//! Each kernel has its own run queue, timers, process table, home table and
+//! memory accounting, and shares none of them (DESIGN.md, invariant 1). It
+//! runs processes cooperatively, one slice at a time (Toro); a quantum makes
+//! a spinning process yield at its next safepoint. Between slices it handles
+//! what arrived on the NoC and from the node. With nothing to run it sleeps
+//! on its doorbell until a message or a timer wakes it.
+//!
+//! Reading order: [`msg`] (what kernels say), `kernel.rs` (the loop and the
+//! dispatchers), `serve.rs` (system calls that need the kernel),
+//! `homes.rs` (PIDs and where their processes are).
+
+mod homes;
+mod kernel;
+pub mod msg;
+mod serve;
+
+pub use kernel::{start, KernelParams};
+pub use msg::{Control, KernelReport, MoveReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo};

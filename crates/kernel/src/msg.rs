@@ -1,0 +1,144 @@
+//! What kernels say to each other, and what the node says to a kernel.
+//!
+//! [`NocMsg`] is the closed set of kernel-to-kernel messages; every kernel
+//! handles them in one dispatcher (`Kernel::on_noc`). They are plain data, so
+//! the same messages can cross a network link. [`Control`] is the node's
+//! request channel into a kernel (it carries reply channels, so it never
+//! leaves the machine).
+
+use std::sync::mpsc::Sender;
+
+use atoll_abi::{Errno, KernelId, Pid};
+use atoll_prepare::ContentHash;
+use atoll_process::{ConsoleId, Preopen, ProcessImage};
+use serde::{Deserialize, Serialize};
+
+/// Everything needed to start a process on any kernel.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProcessSpec {
+    /// A program already loaded in the node's runtime.
+    pub module: ContentHash,
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    pub console: ConsoleId,
+    pub preopens: Vec<Preopen>,
+}
+
+/// Who is waiting for the answer to a request.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ReplyTo {
+    /// A process blocked in a system call.
+    Process(Pid),
+    /// A node control request, parked on `kernel` under `req`.
+    Control { kernel: KernelId, req: u64 },
+}
+
+/// A NoC message with its routing budget.
+#[derive(Debug)]
+pub struct Packet {
+    /// Times the message has been forwarded while looking for its process.
+    pub hops: u8,
+    pub msg: NocMsg,
+}
+
+/// A message from one kernel to another.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum NocMsg {
+    /// Create a process here, as a child of `parent`.
+    Spawn { parent: Pid, spec: ProcessSpec },
+    /// The answer to `Spawn`, for the parent.
+    Spawned { parent: Pid, result: Result<Pid, Errno> },
+    /// A child ended, for its parent.
+    ChildExited { parent: Pid, child: Pid, status: i32 },
+    /// End `target`.
+    Kill { target: Pid, signal: i32, reply_to: ReplyTo },
+    /// The answer to `Kill`.
+    Killed { reply_to: ReplyTo, result: Result<(), Errno> },
+    /// For the home kernel: `pid` now runs on `at`.
+    Located { pid: Pid, at: KernelId },
+    /// For the home kernel: `pid` ended; its slot may be reused.
+    Ended { pid: Pid },
+    /// A stopped process, as an encoded [`ProcessImage`] in the portal:
+    /// restore it here and run it.
+    Immigrate { pid: Pid, req: u64 },
+    /// The answer to `Immigrate`, for the kernel that sent the process.
+    Immigrated { pid: Pid, req: u64, result: Result<(), String> },
+}
+
+impl NocMsg {
+    /// The process the message is for, if it is for a process (and so must
+    /// be routed to wherever that process runs).
+    pub fn target(&self) -> Option<Pid> {
+        match self {
+            NocMsg::Spawned { parent, .. } | NocMsg::ChildExited { parent, .. } => Some(*parent),
+            NocMsg::Kill { target, .. } => Some(*target),
+            NocMsg::Killed { reply_to: ReplyTo::Process(p), .. } => Some(*p),
+            _ => None,
+        }
+    }
+}
+
+/// One process, as `atoll ps` shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProcInfo {
+    pub pid: Pid,
+    pub parent: Option<Pid>,
+    pub name: String,
+    pub kernel: KernelId,
+    pub state: String,
+    pub cpu_ns: u64,
+    pub memory_bytes: usize,
+    pub syscalls: u64,
+    pub moves: u32,
+}
+
+/// One kernel's answer to `ps`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KernelReport {
+    pub kernel: KernelId,
+    pub runnable: usize,
+    pub memory_bytes: usize,
+    pub slices: u64,
+    pub messages: u64,
+    pub processes: Vec<ProcInfo>,
+}
+
+/// A request from the node.
+pub enum Control {
+    /// Start a job's first process here.
+    Start { spec: ProcessSpec, reply: Sender<Result<Pid, String>> },
+    /// Report this kernel's processes.
+    Ps { reply: Sender<KernelReport> },
+    /// End a process, wherever it runs.
+    Kill { pid: Pid, signal: i32, reply: Sender<Result<(), Errno>> },
+    /// Stop a process at its safepoint and return its image; the process no
+    /// longer runs. It must run on this kernel.
+    Capture { pid: Pid, reply: Sender<Result<ProcessImage, String>> },
+    /// Restore a captured process here and run it.
+    Restore { image: Box<ProcessImage>, reply: Sender<Result<Pid, String>> },
+    /// Move a process that runs here to kernel `to`, through the NoC.
+    Move { pid: Pid, to: KernelId, reply: Sender<Result<MoveReport, String>> },
+    /// Where a process homed here runs (`None`: it ended or never existed).
+    Locate { pid: Pid, reply: Sender<Option<KernelId>> },
+    /// Stop the kernel thread.
+    Shutdown,
+}
+
+/// How a move went.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct MoveReport {
+    /// Bytes of process image sent through the portal.
+    pub bytes: usize,
+    /// From the capture on the source to the destination's confirmation
+    /// that the process runs there, in microseconds.
+    pub stopped_us: u64,
+}
+
+/// What a kernel tells the node.
+#[derive(Debug)]
+pub enum NodeEvent {
+    /// A process wrote to its console.
+    Output { console: ConsoleId, stream: atoll_process::Stream, bytes: Vec<u8> },
+    /// A process without a parent (a job's first process) ended.
+    Exited { pid: Pid, console: ConsoleId, status: i32 },
+}

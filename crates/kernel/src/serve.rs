@@ -1,0 +1,106 @@
+//! Serving the system calls that need the kernel (the "invoke" half; the
+//! host functions in atoll-process already validated the arguments).
+
+use std::cmp::Reverse;
+
+use atoll_abi::{status, Errno, KernelId, Pid};
+use atoll_process::{clock::monotonic_ns, KernelCall, Reply, SpawnModule, SpawnRequest, Stream};
+
+use crate::kernel::Kernel;
+use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
+
+impl Kernel {
+    /// Serves `call`, made by `pid` (which runs here and is unwound).
+    pub(crate) fn serve(&mut self, pid: Pid, call: KernelCall) {
+        match call {
+            KernelCall::Yield => self.reply_now(pid, Reply::Done),
+            KernelCall::Sleep { until_ns } if until_ns <= monotonic_ns() => self.reply_now(pid, Reply::Done),
+            KernelCall::Sleep { until_ns } => self.timers.push(Reverse((until_ns, pid))),
+            KernelCall::Spawn(req) => self.spawn(pid, req),
+            // The host function reaped what it could; wait for a ChildExited.
+            KernelCall::Wait { .. } => {}
+            KernelCall::Kill { pid: target, signal } => {
+                if self.procs.contains_key(&target) {
+                    self.end(target, status::killed(signal));
+                    self.reply_now(pid, Reply::Killed(Ok(())));
+                } else {
+                    let reply_to = ReplyTo::Process(pid);
+                    self.route(target, NocMsg::Kill { target, signal, reply_to });
+                }
+            }
+        }
+    }
+
+    fn reply_now(&mut self, pid: Pid, reply: Reply) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.container.reply(reply);
+            self.run_queue.push_back(pid);
+        }
+    }
+
+    fn spawn(&mut self, parent: Pid, req: SpawnRequest) {
+        let spec = match self.spawn_spec(parent, &req) {
+            Ok(spec) => spec,
+            Err(errno) => return self.reply_now(parent, Reply::Spawned(Err(errno))),
+        };
+        let target = match req.kernel {
+            Some(k) => KernelId::new(self.id.node, k),
+            None => self.place(),
+        };
+        if target != self.id {
+            return self.send(target, NocMsg::Spawn { parent, spec });
+        }
+        let result = self.create(spec, Some(parent)).map_err(|(errno, why)| {
+            self.diagnose(parent, &format!("spawn failed: {why}"));
+            errno
+        });
+        if let (Ok(child), Some(p)) = (result, self.procs.get_mut(&parent)) {
+            p.container.uarea_mut().children.live.insert(child);
+        }
+        self.reply_now(parent, Reply::Spawned(result));
+    }
+
+    /// What the child inherits: environment, console and preopened
+    /// directories (not open files: spawn is not fork).
+    fn spawn_spec(&mut self, parent: Pid, req: &SpawnRequest) -> Result<ProcessSpec, Errno> {
+        let p = self.procs.get(&parent).ok_or(Errno::Srch)?;
+        let program = p.container.program().clone();
+        let u = p.container.uarea();
+        let (env, console) = (u.env.clone(), u.console);
+        let preopens = u
+            .fds
+            .preopens()
+            .map(|(_, d)| atoll_process::Preopen { host: d.host.clone(), guest: d.preopen.clone().unwrap_or_default() })
+            .collect();
+        let module = match &req.module {
+            SpawnModule::Same => program.hash(),
+            SpawnModule::File(path) => match self.runtime.load_file(path, program.prepared()) {
+                Ok(p) => p.hash(),
+                Err(e) => {
+                    self.diagnose(parent, &format!("cannot spawn {}: {e}", path.display()));
+                    return Err(Errno::NoExec);
+                }
+            },
+        };
+        let args = if req.args.is_empty() { vec![String::new()] } else { req.args.clone() };
+        Ok(ProcessSpec { module, args, env, console, preopens })
+    }
+
+    /// Chooses a kernel for a new process: round robin over the node's
+    /// kernels (the DQDT-based placement replaces this).
+    fn place(&mut self) -> KernelId {
+        let k = KernelId::new(self.id.node, self.next_target);
+        self.next_target = (self.next_target + 1) % self.host_kernel_count();
+        k
+    }
+
+    /// Writes a line about `pid` on its job's stderr, so the user sees why a
+    /// call failed and not only its errno.
+    fn diagnose(&self, pid: Pid, what: &str) {
+        if let Some(p) = self.procs.get(&pid) {
+            let u = p.container.uarea();
+            let line = format!("atoll: {pid} ({}): {what}\n", u.name());
+            self.console().write(u.console, Stream::Stderr, line.as_bytes());
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! One kernel's end of the NoC.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use atoll_abi::KernelId;
+use rtrb::{Consumer, Producer, RingBuffer};
+
+use crate::Doorbell;
+
+/// What a kernel receives: the sender, the control message, and the bulk
+/// bytes that came with it through the portal, if any.
+#[derive(Debug)]
+pub struct Incoming<M> {
+    pub from: KernelId,
+    pub msg: M,
+    pub bulk: Option<Vec<u8>>,
+}
+
+/// A send that cannot be routed. The message is handed back.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError<M> {
+    #[error("kernel {to} does not exist")]
+    UnknownKernel { to: KernelId, msg: M },
+}
+
+/// A mailbox entry; `bulk` says the next portal item from the same sender
+/// belongs to this message.
+struct Envelope<M> {
+    msg: M,
+    bulk: bool,
+}
+
+/// Builder of a node's NoC.
+pub struct Noc;
+
+impl Noc {
+    /// Builds the rings between `kernels` kernels of node `node` and returns
+    /// one [`Endpoint`] per kernel, in index order. `capacity` is the number
+    /// of messages a ring holds before the sender backlogs.
+    pub fn build<M>(node: u16, kernels: u16, capacity: usize) -> Vec<Endpoint<M>> {
+        Noc::build_with_doorbells(node, capacity, (0..kernels).map(|_| Doorbell::default()).collect())
+    }
+
+    /// As [`build`](Self::build), with doorbells the caller keeps handles to
+    /// (the node rings them when it posts control requests).
+    pub fn build_with_doorbells<M>(
+        node: u16,
+        capacity: usize,
+        doorbells: Arc<[Doorbell]>,
+    ) -> Vec<Endpoint<M>> {
+        let n = doorbells.len();
+        // rings[to][from]: what `from` sends to `to`.
+        let mut producers: Vec<Vec<Option<(Producer<Envelope<M>>, Producer<Vec<u8>>)>>> =
+            (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        let mut consumers: Vec<Vec<Option<(Consumer<Envelope<M>>, Consumer<Vec<u8>>)>>> =
+            (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        for to in 0..n {
+            for from in 0..n {
+                if to == from {
+                    continue;
+                }
+                let (mp, mc) = RingBuffer::new(capacity);
+                let (pp, pc) = RingBuffer::new(capacity);
+                producers[from][to] = Some((mp, pp));
+                consumers[to][from] = Some((mc, pc));
+            }
+        }
+        producers
+            .into_iter()
+            .zip(consumers)
+            .enumerate()
+            .map(|(i, (outboxes, inboxes))| Endpoint {
+                id: KernelId::new(node, i as u16),
+                outboxes,
+                inboxes,
+                backlog: (0..n).map(|_| VecDeque::new()).collect(),
+                loopback: VecDeque::new(),
+                next_inbox: 0,
+                doorbells: doorbells.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A kernel's view of the NoC: its outgoing rings to every other kernel of
+/// the node, its incoming rings from each of them, and its doorbell.
+///
+/// Owned by exactly one kernel thread (the rings are single-producer,
+/// single-consumer; an `Endpoint` is `Send` but not shareable).
+pub struct Endpoint<M> {
+    id: KernelId,
+    /// `outboxes[to]`: mailbox and portal producers towards `to`.
+    outboxes: Vec<Option<(Producer<Envelope<M>>, Producer<Vec<u8>>)>>,
+    /// `inboxes[from]`: mailbox and portal consumers from `from`.
+    inboxes: Vec<Option<(Consumer<Envelope<M>>, Consumer<Vec<u8>>)>>,
+    /// `backlog[to]`: messages that found the ring full, oldest first.
+    backlog: Vec<VecDeque<(M, Option<Vec<u8>>)>>,
+    /// Messages a kernel sends to itself.
+    loopback: VecDeque<(M, Option<Vec<u8>>)>,
+    /// Where the next receive starts scanning, so no sender is starved.
+    next_inbox: usize,
+    doorbells: Arc<[Doorbell]>,
+}
+
+impl<M> Endpoint<M> {
+    /// This kernel's id.
+    pub fn id(&self) -> KernelId {
+        self.id
+    }
+
+    /// How many kernels the node has.
+    pub fn kernel_count(&self) -> u16 {
+        self.inboxes.len() as u16
+    }
+
+    /// This kernel's doorbell.
+    pub fn doorbell(&self) -> &Doorbell {
+        &self.doorbells[self.id.index as usize]
+    }
+
+    /// Sends a control message to kernel `to`.
+    ///
+    /// # Errors
+    /// [`SendError::UnknownKernel`] if `to` is not a kernel of this node.
+    pub fn send(&mut self, to: KernelId, msg: M) -> Result<(), SendError<M>> {
+        self.post(to, msg, None)
+    }
+
+    /// Sends a control message and bulk bytes that travel with it through
+    /// the portal. The receiver gets both in one [`Incoming`].
+    ///
+    /// # Errors
+    /// [`SendError::UnknownKernel`] if `to` is not a kernel of this node.
+    pub fn send_bulk(&mut self, to: KernelId, msg: M, bulk: Vec<u8>) -> Result<(), SendError<M>> {
+        self.post(to, msg, Some(bulk))
+    }
+
+    fn post(&mut self, to: KernelId, msg: M, bulk: Option<Vec<u8>>) -> Result<(), SendError<M>> {
+        if to.node != self.id.node || to.index as usize >= self.outboxes.len() {
+            return Err(SendError::UnknownKernel { to, msg });
+        }
+        if to == self.id {
+            self.loopback.push_back((msg, bulk));
+            return Ok(());
+        }
+        let t = to.index as usize;
+        self.backlog[t].push_back((msg, bulk));
+        self.flush_to(t);
+        Ok(())
+    }
+
+    /// Moves backlogged messages into rings that have room again. The
+    /// kernel calls this once per loop; returns whether a backlog remains.
+    pub fn flush(&mut self) -> bool {
+        let mut left = false;
+        for t in 0..self.backlog.len() {
+            if !self.backlog[t].is_empty() {
+                self.flush_to(t);
+                left |= !self.backlog[t].is_empty();
+            }
+        }
+        left
+    }
+
+    fn flush_to(&mut self, t: usize) {
+        let Some((mailbox, portal)) = self.outboxes[t].as_mut() else { return };
+        let mut sent = false;
+        while let Some((_, bulk)) = self.backlog[t].front() {
+            // Both lanes need room, or the pair would be split.
+            if mailbox.is_full() || (bulk.is_some() && portal.is_full()) {
+                break;
+            }
+            let (msg, bulk) = self.backlog[t].pop_front().expect("front exists");
+            let has_bulk = bulk.is_some();
+            if let Some(b) = bulk {
+                portal.push(b).ok().expect("portal had room");
+            }
+            mailbox.push(Envelope { msg, bulk: has_bulk }).ok().expect("mailbox had room");
+            sent = true;
+        }
+        if sent {
+            self.doorbells[t].ring();
+        }
+    }
+
+    /// Takes one waiting message, if any, visiting senders in turn.
+    pub fn try_recv(&mut self) -> Option<Incoming<M>> {
+        if let Some((msg, bulk)) = self.loopback.pop_front() {
+            return Some(Incoming { from: self.id, msg, bulk });
+        }
+        let n = self.inboxes.len();
+        for k in 0..n {
+            let from = (self.next_inbox + k) % n;
+            let Some((mailbox, portal)) = self.inboxes[from].as_mut() else { continue };
+            if let Ok(env) = mailbox.pop() {
+                // The portal item was pushed before its envelope, so it is there.
+                let bulk = env.bulk.then(|| portal.pop().expect("bulk precedes its envelope"));
+                self.next_inbox = (from + 1) % n;
+                return Some(Incoming {
+                    from: KernelId::new(self.id.node, from as u16),
+                    msg: env.msg,
+                    bulk,
+                });
+            }
+        }
+        None
+    }
+
+    /// Whether a message sent to itself is waiting (the doorbell does not
+    /// ring for those).
+    pub fn has_loopback(&self) -> bool {
+        !self.loopback.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_travels_with_its_message() {
+        let mut eps = Noc::build::<u32>(0, 2, 4);
+        let mut b = eps.pop().unwrap();
+        let mut a = eps.pop().unwrap();
+        a.send(b.id(), 1).unwrap();
+        a.send_bulk(b.id(), 2, vec![7; 100]).unwrap();
+        a.send(b.id(), 3).unwrap();
+        let got: Vec<_> = std::iter::from_fn(|| b.try_recv()).map(|m| (m.msg, m.bulk)).collect();
+        assert_eq!(got, vec![(1, None), (2, Some(vec![7; 100])), (3, None)]);
+    }
+
+    #[test]
+    fn full_ring_backlogs_in_order() {
+        let mut eps = Noc::build::<u32>(0, 2, 2);
+        let mut b = eps.pop().unwrap();
+        let mut a = eps.pop().unwrap();
+        for i in 0..10 {
+            a.send(b.id(), i).unwrap();
+        }
+        let mut got = vec![];
+        while got.len() < 10 {
+            a.flush();
+            while let Some(m) = b.try_recv() {
+                got.push(m.msg);
+            }
+        }
+        assert_eq!(got, (0..10).collect::<Vec<_>>());
+        assert!(!a.flush());
+    }
+
+    #[test]
+    fn unknown_kernel_hands_message_back() {
+        let mut eps = Noc::build::<u32>(0, 2, 2);
+        let err = eps[0].send(KernelId::new(0, 5), 9).unwrap_err();
+        assert!(matches!(err, SendError::UnknownKernel { msg: 9, .. }));
+        let err = eps[0].send(KernelId::new(1, 0), 9).unwrap_err();
+        assert!(err.to_string().contains("1.0"));
+    }
+
+    #[test]
+    fn loopback_and_fair_scan() {
+        let mut eps = Noc::build::<u32>(0, 3, 8);
+        let mut c = eps.pop().unwrap();
+        let (a, b) = eps.split_at_mut(1);
+        let (a, b) = (&mut a[0], &mut b[0]);
+        for i in 0..3 {
+            a.send(c.id(), 10 + i).unwrap();
+            b.send(c.id(), 20 + i).unwrap();
+        }
+        c.send(c.id(), 99).unwrap();
+        let got: Vec<_> = std::iter::from_fn(|| c.try_recv()).map(|m| m.msg).collect();
+        assert_eq!(got, vec![99, 10, 20, 11, 21, 12, 22]);
+    }
+}

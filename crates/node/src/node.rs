@@ -1,0 +1,246 @@
+//! Starting, using and stopping a node.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use atoll_abi::{Errno, KernelId, Pid};
+use atoll_kernel::{Control, KernelParams, KernelReport, MoveReport, ProcessSpec};
+use atoll_noc::{Doorbell, Noc};
+use atoll_process::{ConsoleId, Preopen, ProcessImage, Runtime, RuntimeConfig};
+
+use crate::console::{self, ChannelConsole, JobSink, Sinks};
+
+/// How a node is set up.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's number in a cluster (0 for a single machine).
+    pub node: u16,
+    /// Kernels to start; they are pinned round robin to the machine's cores.
+    pub kernels: u16,
+    /// Longest a process runs before it yields at its next safepoint.
+    pub quantum: Duration,
+    pub pin: bool,
+    pub runtime: RuntimeConfig,
+}
+
+impl NodeConfig {
+    /// One kernel per core, a 10 ms quantum, the on-disk cache at `cache_dir`.
+    pub fn new(cache_dir: Option<PathBuf>) -> Self {
+        NodeConfig {
+            node: 0,
+            kernels: std::thread::available_parallelism().map_or(1, |n| n.get() as u16),
+            quantum: Duration::from_millis(10),
+            pin: true,
+            runtime: RuntimeConfig { cache_dir, ..RuntimeConfig::default() },
+        }
+    }
+}
+
+/// What to run as a job: a program, its arguments and what it may see.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct JobSpec {
+    pub program: PathBuf,
+    /// argv, argv[0] included.
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    pub preopens: Vec<Preopen>,
+    /// Kernel index to start on; `None` lets the node choose.
+    pub kernel: Option<u16>,
+    /// Prepare the module (safepoints, Asyncify) before running it.
+    pub prepare: bool,
+}
+
+/// A running node.
+pub struct Node {
+    id: u16,
+    runtime: Arc<Runtime>,
+    controls: Vec<Sender<Control>>,
+    doorbells: Arc<[Doorbell]>,
+    kernels: Vec<JoinHandle<()>>,
+    console: Option<JoinHandle<()>>,
+    sinks: Sinks,
+    next_console: AtomicU64,
+    next_kernel: AtomicU64,
+}
+
+impl Node {
+    /// Starts the kernels and the console service.
+    pub fn start(config: NodeConfig) -> anyhow::Result<Node> {
+        if config.kernels == 0 {
+            bail!("a node needs at least one kernel");
+        }
+        let runtime = Runtime::new(config.runtime).context("starting the WebAssembly runtime")?;
+        let doorbells: Arc<[Doorbell]> = (0..config.kernels).map(|_| Doorbell::default()).collect();
+        let endpoints = Noc::build_with_doorbells(config.node, 256, doorbells.clone());
+        let (events_tx, events_rx) = mpsc::channel();
+        let sinks = Sinks::default();
+        let console_sinks = sinks.clone();
+        let console = std::thread::Builder::new()
+            .name("atoll-console".into())
+            .spawn(move || console::serve(events_rx, console_sinks))?;
+        let console_impl = Arc::new(ChannelConsole { tx: events_tx.clone() });
+        let mut controls = Vec::new();
+        let mut kernels = Vec::new();
+        for endpoint in endpoints {
+            let (tx, rx) = mpsc::channel();
+            controls.push(tx);
+            kernels.push(atoll_kernel::start(KernelParams {
+                endpoint,
+                doorbells: doorbells.clone(),
+                control: rx,
+                events: events_tx.clone(),
+                runtime: runtime.clone(),
+                console: console_impl.clone(),
+                quantum: config.quantum,
+                pin: config.pin,
+            })?);
+        }
+        tracing::info!(node = config.node, kernels = config.kernels, "node started");
+        Ok(Node {
+            id: config.node,
+            runtime,
+            controls,
+            doorbells,
+            kernels,
+            console: Some(console),
+            sinks,
+            next_console: AtomicU64::new(1),
+            next_kernel: AtomicU64::new(0),
+        })
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    pub fn kernel_count(&self) -> u16 {
+        self.controls.len() as u16
+    }
+
+    fn kernel(&self, k: KernelId) -> anyhow::Result<usize> {
+        if k.node != self.id || k.index as usize >= self.controls.len() {
+            bail!("kernel {k} does not exist (this node has kernels {}.0 to {}.{})", self.id, self.id, self.controls.len() - 1);
+        }
+        Ok(k.index as usize)
+    }
+
+    /// Sends a request to kernel `k` and waits for its answer.
+    fn ask<T>(&self, k: KernelId, make: impl FnOnce(Sender<T>) -> Control) -> anyhow::Result<T> {
+        let i = self.kernel(k)?;
+        let (tx, rx) = mpsc::channel();
+        self.controls[i].send(make(tx)).map_err(|_| anyhow!("kernel {k} has stopped"))?;
+        self.doorbells[i].ring();
+        rx.recv().map_err(|_| anyhow!("kernel {k} did not answer"))
+    }
+
+    /// Loads the program and starts the job's first process; its output and
+    /// end go to `sink`.
+    ///
+    /// # Errors
+    /// When the program cannot be loaded or the kernel does not exist.
+    pub fn run_job(&self, job: &JobSpec, sink: Box<dyn JobSink>) -> anyhow::Result<Pid> {
+        let program = self
+            .runtime
+            .load_file(&job.program, job.prepare)
+            .with_context(|| format!("cannot run {}", job.program.display()))?;
+        for p in &job.preopens {
+            if !p.host.is_dir() {
+                bail!("--dir {}: not a directory", p.host.display());
+            }
+        }
+        let kernel = match job.kernel {
+            Some(k) => KernelId::new(self.id, k),
+            None => {
+                let n = self.next_kernel.fetch_add(1, Ordering::Relaxed) % self.controls.len() as u64;
+                KernelId::new(self.id, n as u16)
+            }
+        };
+        self.kernel(kernel)?;
+        let console = ConsoleId(self.next_console.fetch_add(1, Ordering::Relaxed));
+        self.sinks.lock().expect("sinks").insert(console, sink);
+        let spec = ProcessSpec {
+            module: program.hash(),
+            args: job.args.clone(),
+            env: job.env.clone(),
+            console,
+            preopens: job.preopens.clone(),
+        };
+        let started = self.ask(kernel, |reply| Control::Start { spec, reply }).and_then(|r| r.map_err(|e| anyhow!(e)));
+        if started.is_err() {
+            self.sinks.lock().expect("sinks").remove(&console);
+        }
+        started
+    }
+
+    /// Every kernel's processes.
+    pub fn ps(&self) -> anyhow::Result<Vec<KernelReport>> {
+        (0..self.kernel_count())
+            .map(|i| self.ask(KernelId::new(self.id, i), |reply| Control::Ps { reply }))
+            .collect()
+    }
+
+    /// Where `pid` runs, asked of its home kernel.
+    pub fn locate(&self, pid: Pid) -> anyhow::Result<KernelId> {
+        if pid.home.node != self.id {
+            bail!("process {pid} is not on this node");
+        }
+        self.ask(pid.home, |reply| Control::Locate { pid, reply })?
+            .ok_or_else(|| anyhow!("no process {pid}"))
+    }
+
+    /// Ends `pid` with `signal`, wherever it runs.
+    pub fn kill(&self, pid: Pid, signal: i32) -> anyhow::Result<()> {
+        let home = pid.home;
+        self.kernel(home).map_err(|_| anyhow!("no process {pid}"))?;
+        self.ask(home, |reply| Control::Kill { pid, signal, reply })?.map_err(|e: Errno| anyhow!("cannot kill {pid}: {e}"))
+    }
+
+    /// Stops `pid` at its next safepoint and takes it out of its kernel.
+    pub fn capture(&self, pid: Pid) -> anyhow::Result<ProcessImage> {
+        let at = self.locate(pid)?;
+        self.ask(at, |reply| Control::Capture { pid, reply })?.map_err(|e| anyhow!(e))
+    }
+
+    /// Restores a captured process on kernel `on`.
+    pub fn restore(&self, image: ProcessImage, on: KernelId) -> anyhow::Result<Pid> {
+        self.ask(on, |reply| Control::Restore { image: Box::new(image), reply })?.map_err(|e| anyhow!(e))
+    }
+
+    /// Moves `pid` to kernel `to` through the NoC (stop, copy, restore).
+    pub fn move_process(&self, pid: Pid, to: KernelId) -> anyhow::Result<MoveReport> {
+        self.kernel(to)?;
+        let at = self.locate(pid)?;
+        self.ask(at, |reply| Control::Move { pid, to, reply })?.map_err(|e| anyhow!(e))
+    }
+
+    /// Stops every kernel; processes still running are dropped.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        for (c, d) in self.controls.iter().zip(self.doorbells.iter()) {
+            let _ = c.send(Control::Shutdown);
+            d.ring();
+        }
+        for k in self.kernels.drain(..) {
+            let _ = k.join();
+        }
+        self.controls.clear();
+        // The kernels held the last senders of the console channel.
+        if let Some(c) = self.console.take() {
+            let _ = c.join();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

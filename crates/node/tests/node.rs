@@ -1,0 +1,263 @@
+//! Whole nodes running real C programs compiled to wasm32-wasi.
+
+#[path = "../../../tests/support.rs"]
+mod support;
+
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use atoll_abi::{status, KernelId, Pid};
+use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
+use atoll_process::{Preopen, ProcessImage, Stream};
+
+/// Long enough for anything these tests run; only guards against hangs.
+const HANG: Duration = Duration::from_secs(120);
+
+fn node(kernels: u16) -> Node {
+    let mut config = NodeConfig::new(Some(support::cache_dir()));
+    config.kernels = kernels;
+    Node::start(config).expect("node starts")
+}
+
+fn job(name: &str, args: &[&str]) -> JobSpec {
+    let mut argv = vec![name.to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    JobSpec { program: support::guest(name), args: argv, env: vec![], preopens: vec![], kernel: None, prepare: true }
+}
+
+/// A job's output so far, shared with the test, and its end.
+#[derive(Clone, Default)]
+struct Output {
+    stdout: Arc<Mutex<Vec<u8>>>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Output {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().unwrap()).into_owned()
+    }
+
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+}
+
+struct Sink {
+    out: Output,
+    done: mpsc::Sender<i32>,
+}
+
+impl JobSink for Sink {
+    fn output(&mut self, stream: Stream, bytes: &[u8]) {
+        let buf = match stream {
+            Stream::Stdout => &self.out.stdout,
+            Stream::Stderr => &self.out.stderr,
+        };
+        buf.lock().unwrap().extend_from_slice(bytes);
+    }
+
+    fn exited(&mut self, _pid: Pid, status: i32) {
+        let _ = self.done.send(status);
+    }
+}
+
+fn start(node: &Node, spec: &JobSpec) -> (Pid, Output, Receiver<i32>) {
+    let out = Output::default();
+    let (tx, rx) = mpsc::channel();
+    let pid = node.run_job(spec, Box::new(Sink { out: out.clone(), done: tx })).expect("job starts");
+    (pid, out, rx)
+}
+
+fn run(node: &Node, spec: &JobSpec) -> (i32, Output) {
+    let (_, out, rx) = start(node, spec);
+    let status = rx.recv_timeout(HANG).expect("job ends");
+    (status, out)
+}
+
+#[test]
+fn hello_reports_its_identity_on_the_chosen_kernel() {
+    let node = node(4);
+    let mut spec = job("hello", &["one", "two"]);
+    spec.kernel = Some(2);
+    let (status, out) = run(&node, &spec);
+    assert_eq!(status, 0);
+    let text = out.stdout();
+    assert!(text.starts_with("hello from pid 0.2:0:0 on kernel 2 of 4 (node 0)\n"), "{text}");
+    assert!(text.contains("argv[1] = one\nargv[2] = two\n"), "{text}");
+}
+
+#[test]
+fn children_spread_over_sixteen_kernels_on_two_cores() {
+    let node = node(16);
+    let (status, out) = run(&node, &job("spawn", &["16"]));
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    let text = out.stdout();
+    for i in 0..16 {
+        assert!(text.contains(&format!("child {i} exited with status {}\n", i + 10)), "{text}");
+        assert!(text.contains(&format!("on kernel {i}:")), "child {i} not on kernel {i}: {text}");
+    }
+    assert!(text.contains("spawn: all 16 children exited as expected"), "{text}");
+}
+
+/// Runs `progress` to completion for the reference output.
+fn reference_progress(node: &Node, spec: &JobSpec) -> String {
+    let (status, out) = run(node, spec);
+    assert_eq!(status, 0);
+    out.stdout()
+}
+
+/// Waits until the job has printed at least `lines` lines.
+fn wait_for_lines(out: &Output, lines: usize) {
+    let t = std::time::Instant::now();
+    while out.stdout().lines().count() < lines {
+        assert!(t.elapsed() < HANG, "no progress: {}", out.stdout());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_process_stopped_mid_run_and_restored_on_another_kernel_prints_the_same() {
+    let node = node(2);
+    let mut spec = job("progress", &["40", "400000"]);
+    spec.kernel = Some(0);
+    let expected = reference_progress(&node, &spec);
+    assert_eq!(expected.lines().count(), 41);
+
+    let (pid, out, done) = start(&node, &spec);
+    wait_for_lines(&out, 5);
+    let image = node.capture(pid).expect("capture");
+    let printed = out.stdout();
+    assert!(!printed.contains("done"), "captured too late to prove anything: {printed}");
+    assert!(expected.starts_with(&printed));
+    assert!(image.uarea.started);
+    // The whole state as bytes, and back: what a move or a checkpoint carries.
+    let bytes = image.encode();
+    let image = ProcessImage::decode(&bytes).expect("decode");
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(out.stdout(), printed, "the captured process must not run on");
+    assert_eq!(node.restore(image, KernelId::new(0, 1)).expect("restore"), pid);
+    assert_eq!(node.locate(pid).unwrap(), KernelId::new(0, 1));
+    assert_eq!(done.recv_timeout(HANG).unwrap(), 0);
+    assert_eq!(out.stdout(), expected);
+}
+
+#[test]
+fn a_process_moved_through_the_noc_many_times_prints_the_same() {
+    let node = node(3);
+    let mut spec = job("progress", &["30", "300000"]);
+    spec.kernel = Some(0);
+    let expected = reference_progress(&node, &spec);
+    let (pid, out, done) = start(&node, &spec);
+    let mut moves = 0;
+    for i in 0.. {
+        if done.try_recv().map(|s| assert_eq!(s, 0)).is_ok() {
+            break;
+        }
+        let to = KernelId::new(0, (i % 3) as u16);
+        match node.move_process(pid, to) {
+            Ok(report) => moves += usize::from(report.bytes > 0),
+            // It may end between the locate and the move.
+            Err(e) => assert!(e.to_string().contains("no process"), "{e:#}"),
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(moves >= 3, "only {moves} moves happened");
+    assert_eq!(out.stdout(), expected);
+}
+
+#[test]
+fn a_spinning_process_does_not_starve_its_neighbour() {
+    let node = node(1);
+    let (spinner, _, spin_done) = start(&node, &job("spin", &[]));
+    let (status, out) = run(&node, &job("hello", &[]));
+    assert_eq!(status, 0);
+    assert!(out.stdout().starts_with("hello from"));
+    let spin = node.ps().unwrap().remove(0).processes.into_iter().find(|p| p.pid == spinner).expect("spinner still runs");
+    assert!(spin.cpu_ns > 0);
+    node.kill(spinner, status::SIGKILL).unwrap();
+    assert_eq!(spin_done.recv_timeout(HANG).unwrap(), status::killed(9));
+}
+
+#[test]
+fn a_trap_is_reported_and_contained() {
+    let node = node(1);
+    let (spinner, _, spin_done) = start(&node, &job("spin", &[]));
+    for kind in ["div0", "unreachable", "oob", "stack"] {
+        let (status, out) = run(&node, &job("trap", &[kind]));
+        assert_eq!(status, status::TRAPPED, "{kind}");
+        let err = out.stderr();
+        assert!(err.contains("(trap) trapped: wasm trap:"), "{kind}: {err}");
+        assert!(out.stdout().contains(&format!("about to trap: {kind}")), "{kind}");
+    }
+    let (status, out) = run(&node, &job("trap", &["div0"]));
+    assert_eq!(status, status::TRAPPED);
+    assert!(out.stderr().contains("integer divide by zero"), "{}", out.stderr());
+    // The kernel and its other process carry on.
+    assert!(node.ps().unwrap()[0].processes.iter().any(|p| p.pid == spinner));
+    node.kill(spinner, 15).unwrap();
+    assert_eq!(spin_done.recv_timeout(HANG).unwrap(), status::killed(15));
+}
+
+#[test]
+fn bad_pointers_in_system_calls_get_efault() {
+    let node = node(2);
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = job("efault", &[]);
+    spec.preopens = vec![Preopen { host: dir.path().into(), guest: "/tmp".into() }];
+    let (status, out) = run(&node, &spec);
+    assert_eq!(status, 0, "{}", out.stdout());
+    assert!(out.stdout().contains("efault: 0 failures"), "{}", out.stdout());
+    assert!(!out.stdout().contains("FAIL"));
+}
+
+#[test]
+fn a_sleeping_process_holds_no_thread_and_can_be_killed() {
+    let node = node(1);
+    let (sleeper, _, done) = start(&node, &job("sleep", &["60000"]));
+    // While it sleeps, the kernel runs others.
+    let (status, _) = run(&node, &job("hello", &[]));
+    assert_eq!(status, 0);
+    let ps = node.ps().unwrap().remove(0);
+    let p = ps.processes.iter().find(|p| p.pid == sleeper).unwrap();
+    assert_eq!(p.state, "sleeping");
+    node.kill(sleeper, 9).unwrap();
+    assert_eq!(done.recv_timeout(HANG).unwrap(), 137);
+    assert!(node.kill(sleeper, 9).unwrap_err().to_string().contains("no such process"));
+}
+
+#[test]
+fn sleeping_takes_as_long_as_asked() {
+    let node = node(2);
+    let (status, out) = run(&node, &job("sleep", &["30"]));
+    assert_eq!(status, 0);
+    assert_eq!(out.stdout(), "slept at least 30ms: yes\n");
+}
+
+#[test]
+fn files_under_a_preopened_directory() {
+    let node = node(2);
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = job("files", &["/data"]);
+    spec.preopens = vec![Preopen { host: dir.path().into(), guest: "/data".into() }];
+    let (status, out) = run(&node, &spec);
+    assert_eq!(status, 0, "{}\n{}", out.stdout(), out.stderr());
+}
+
+#[test]
+fn args_and_environment_reach_the_program() {
+    let node = node(1);
+    let mut spec = job("env", &["a b", "c"]);
+    spec.env = vec!["B=2".into(), "A=1".into()];
+    let (status, out) = run(&node, &spec);
+    assert_eq!(status, 0);
+    let text = out.stdout();
+    assert!(text.contains("a b") && text.contains("A=1") && text.contains("B=2"), "{text}");
+}
+
+#[test]
+fn exit_status_is_the_programs() {
+    let node = node(1);
+    assert_eq!(run(&node, &job("exit", &["42"])).0, 42);
+    assert_eq!(run(&node, &job("true", &[])).0, 0);
+}

@@ -1,0 +1,136 @@
+//! The names and layouts a prepared module shares with the atoll runtime.
+//!
+//! These constants are a contract: `atoll prepare` writes them into every
+//! module and the runtime (`atoll-process`) looks them up by name. Changing one
+//! of them breaks every module prepared before the change, so bump
+//! [`PREPARED_VERSION`] if you ever must.
+//!
+//! # The safepoint protocol
+//!
+//! Every defined function and every loop body begins with
+//!
+//! ```wat
+//! global.get $atoll_yield
+//! if
+//!   call $atoll.safepoint
+//! end
+//! ```
+//!
+//! The host sets the exported global [`YIELD_GLOBAL`] to 1 when the process
+//! must stop (its quantum expired, it is being migrated, it was killed). The
+//! next safepoint calls the import [`SAFEPOINT_MODULE`]`.`[`SAFEPOINT_NAME`],
+//! whose host side starts an Asyncify unwind. Every other import is a
+//! safepoint too, because Asyncify is applied with its default import list:
+//! any system call may block and unwind.
+//!
+//! # Unwinding and rewinding (binaryen Asyncify)
+//!
+//! The Asyncify data structure lives in the module's linear memory, in the
+//! top [`ASYNCIFY_RESERVED_PAGES`] pages, which preparation hides from the
+//! program (its `memory.size` and `memory.grow` see a memory that much
+//! smaller). At each stop the runtime uses [`asyncify_data_addr`] of the
+//! current memory size as `data` and writes the header:
+//!
+//! ```text
+//! data + 0: i32 current   // next free byte of the buffer: data + 8
+//! data + 4: i32 end       // one past the last byte: the end of memory
+//! data + 8: ...           // the buffer: saved locals and call indices
+//! ```
+//!
+//! The memory cannot change size between an unwind and its rewind, so the
+//! address is the same at both ends, on any machine. A stack too deep for the
+//! region makes the unwind trap (out of bounds) rather than corrupt memory.
+//!
+//! To stop: inside an import, call [`ASYNCIFY_START_UNWIND`]`(data)` and return;
+//! the wasm stack unwinds into the buffer and the outermost export returns
+//! (its results are meaningless). Then call [`ASYNCIFY_STOP_UNWIND`]. The
+//! process state is now entirely in linear memory and in the exported mutable
+//! globals ([`GLOBAL_EXPORT_PREFIX`]`<N>`): no host stack is held.
+//!
+//! To resume, possibly in a fresh instance on another machine: write the
+//! memory (grown to the same size) and the globals back, call
+//! [`ASYNCIFY_START_REWIND`]`(data)`, then call the *same* export with the *same*
+//! arguments. The code rewinds to the import call that unwound; that import
+//! sees [`ASYNCIFY_STATE_REWINDING`] from [`ASYNCIFY_GET_STATE`], calls
+//! [`ASYNCIFY_STOP_REWIND`] and returns normally (with the result it means to
+//! give the program, e.g. a system call's return value).
+
+/// Exported mutable `i32` global, initialised to 0. The host sets it to 1 to
+/// make the next safepoint call [`SAFEPOINT_NAME`]; the host clears it.
+pub const YIELD_GLOBAL: &str = "atoll_yield";
+
+/// Module name of the safepoint import.
+pub const SAFEPOINT_MODULE: &str = "atoll";
+
+/// Field name of the safepoint import, of type `[] -> []`.
+pub const SAFEPOINT_NAME: &str = "safepoint";
+
+/// Every mutable global of the input (imported or defined, including
+/// `__stack_pointer`) is exported as `atoll_global_<N>`, where `N` is its
+/// index in the *input* module's global index space (imports first). The
+/// names stay valid whatever binaryen does to the order of globals.
+/// [`YIELD_GLOBAL`] and Asyncify's own globals are not exported this way.
+pub const GLOBAL_EXPORT_PREFIX: &str = "atoll_global_";
+
+/// Custom section appended to every prepared module. Its payload is the UTF-8
+/// text `"v1 <hex sha256 of the input module>"`.
+pub const PREPARED_SECTION: &str = "atoll.prepared";
+
+/// Version tag at the start of the [`PREPARED_SECTION`] payload.
+pub const PREPARED_VERSION: &str = "v1";
+
+/// The exported function the runtime starts a process with (WASI command).
+pub const START_EXPORT: &str = "_start";
+
+/// The exported linear memory the runtime saves, copies and restores.
+pub const MEMORY_EXPORT: &str = "memory";
+
+/// `asyncify_start_unwind(data: i32)`: begin unwinding into `data`.
+pub const ASYNCIFY_START_UNWIND: &str = "asyncify_start_unwind";
+
+/// `asyncify_stop_unwind()`: call after the unwound export has returned.
+pub const ASYNCIFY_STOP_UNWIND: &str = "asyncify_stop_unwind";
+
+/// `asyncify_start_rewind(data: i32)`: call before re-entering the export.
+pub const ASYNCIFY_START_REWIND: &str = "asyncify_start_rewind";
+
+/// `asyncify_stop_rewind()`: call from the import that unwound, when it is
+/// reached again during the rewind.
+pub const ASYNCIFY_STOP_REWIND: &str = "asyncify_stop_rewind";
+
+/// `asyncify_get_state() -> i32`: one of the `ASYNCIFY_STATE_*` values.
+pub const ASYNCIFY_GET_STATE: &str = "asyncify_get_state";
+
+/// [`ASYNCIFY_GET_STATE`] value: running normally.
+pub const ASYNCIFY_STATE_NORMAL: i32 = 0;
+
+/// [`ASYNCIFY_GET_STATE`] value: unwinding towards the export.
+pub const ASYNCIFY_STATE_UNWINDING: i32 = 1;
+
+/// [`ASYNCIFY_GET_STATE`] value: rewinding towards the import that unwound.
+pub const ASYNCIFY_STATE_REWINDING: i32 = 2;
+
+/// Size of the Asyncify data header (`current`, `end`) before the buffer.
+pub const ASYNCIFY_DATA_HEADER: u32 = 8;
+
+/// Pages at the top of linear memory reserved for the Asyncify data. The
+/// declared memory is this much larger than the input's; the program never
+/// sees these pages.
+pub const ASYNCIFY_RESERVED_PAGES: u32 = 16;
+
+/// Size of a wasm page.
+pub const WASM_PAGE_SIZE: u32 = 65536;
+
+/// Where the Asyncify data structure goes in a memory of `memory_bytes`
+/// bytes (the real size, as the host sees it): the start of the reserved
+/// pages. Its `end` is `memory_bytes`. `None` if the memory is too small or
+/// too large to be a prepared wasm32 memory.
+pub fn asyncify_data_addr(memory_bytes: u64) -> Option<u32> {
+    let reserved = u64::from(ASYNCIFY_RESERVED_PAGES * WASM_PAGE_SIZE);
+    u32::try_from(memory_bytes.checked_sub(reserved)?).ok()
+}
+
+/// The export name for the mutable global at `index` in the input module.
+pub fn global_export_name(index: u32) -> String {
+    format!("{GLOBAL_EXPORT_PREFIX}{index}")
+}

@@ -1,0 +1,55 @@
+//! Step 5 of preparation: binaryen's Asyncify (and optimisation), run as the
+//! `wasm-opt` program over temporary files.
+
+use std::io::ErrorKind;
+use std::process::Command;
+
+use crate::{Options, PrepareError};
+
+/// Features enabled on top of those the module's `target_features` section
+/// declares (binaryen reads that section itself). clang and rustc emit the
+/// section, but hand-written or re-encoded modules may lack it, and binaryen
+/// 108 defaults to the MVP, so it would reject e.g. `i32.extend8_s`. These are
+/// features wasmtime has enabled by default for years: binaryen may now also
+/// use them in its output, which is fine for every engine atoll runs on.
+const BASELINE_FEATURES: &[&str] = &[
+    "--enable-mutable-globals",
+    "--enable-sign-ext",
+    "--enable-nontrapping-float-to-int",
+    "--enable-bulk-memory",
+];
+
+/// Runs `wasm-opt --asyncify [-O2]` over `wasm` and returns its output.
+pub(crate) fn asyncify(wasm: &[u8], options: &Options) -> Result<Vec<u8>, PrepareError> {
+    let dir = tempfile::Builder::new().prefix("atoll-prepare").tempdir()?;
+    let input = dir.path().join("in.wasm");
+    let output = dir.path().join("out.wasm");
+    std::fs::write(&input, wasm)?;
+
+    let mut command = Command::new(&options.wasm_opt);
+    command.arg(&input).args(BASELINE_FEATURES);
+    // Asyncify with its default import list: every import may unwind, so
+    // every system call (and atoll.safepoint) is a place the process can stop.
+    command.arg("--asyncify");
+    if options.optimize {
+        // After Asyncify, so the optimiser cleans up what it adds. It also
+        // makes Asyncify itself optimise the code it generates.
+        command.arg("-O2");
+    }
+    // Keep the name section: traps in a process should name their functions.
+    command.arg("--debuginfo");
+    command.arg("-o").arg(&output);
+    tracing::debug!(?command, "running binaryen");
+
+    let result = command.output().map_err(|e| match e.kind() {
+        ErrorKind::NotFound => PrepareError::WasmOptMissing { path: options.wasm_opt.clone() },
+        _ => PrepareError::Io(e),
+    })?;
+    if !result.status.success() {
+        return Err(PrepareError::WasmOptFailed {
+            status: result.status,
+            stderr: String::from_utf8_lossy(&result.stderr).into_owned(),
+        });
+    }
+    Ok(std::fs::read(&output)?)
+}

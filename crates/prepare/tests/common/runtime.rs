@@ -1,0 +1,155 @@
+//! A miniature of what the atoll runtime does with a prepared module: the
+//! host side of `atoll.safepoint`, and a driver that, every time the process
+//! stops, carries its memory and `atoll_global_*` to a brand-new store and
+//! instance and rewinds it there.
+
+use atoll_prepare::conventions::*;
+use wasmtime::{Caller, Engine, Instance, Linker, Module, Store, Val};
+
+/// What survives a migration: the memory and the exported mutable globals.
+pub struct Snapshot {
+    /// The memory's size in bytes.
+    pub memory_size: usize,
+    /// Its bytes up to the end of the saved stack: the rest of the reserved
+    /// pages is meaningless once the unwind has stopped.
+    pub memory: Vec<u8>,
+    pub globals: Vec<(String, Val)>,
+    /// Bytes of Asyncify buffer used.
+    pub saved: u32,
+}
+
+fn call<T>(caller: &mut Caller<'_, T>, name: &str, args: &[Val]) -> wasmtime::Result<i32> {
+    let func = caller.get_export(name).and_then(|e| e.into_func()).expect(name);
+    let mut results = [Val::I32(0)];
+    let results = &mut results[..func.ty(&*caller).results().len()];
+    func.call(&mut *caller, args, results)?;
+    Ok(results.first().and_then(Val::i32).unwrap_or(0))
+}
+
+/// Defines `atoll.safepoint` as the runtime would: when rewinding, stop the
+/// rewind and carry on; otherwise lower `atoll_yield` and start unwinding.
+pub fn add_safepoint<T: 'static>(linker: &mut Linker<T>) {
+    linker
+        .func_wrap(SAFEPOINT_MODULE, SAFEPOINT_NAME, |mut caller: Caller<'_, T>| {
+            if call(&mut caller, ASYNCIFY_GET_STATE, &[])? == ASYNCIFY_STATE_REWINDING {
+                call(&mut caller, ASYNCIFY_STOP_REWIND, &[])?;
+                return Ok(());
+            }
+            let flag = caller.get_export(YIELD_GLOBAL).unwrap().into_global().unwrap();
+            assert_eq!(flag.get(&mut caller).i32(), Some(1), "safepoint called without a yield");
+            flag.set(&mut caller, Val::I32(0))?;
+            let memory = caller.get_export(MEMORY_EXPORT).unwrap().into_memory().unwrap();
+            let end = memory.data_size(&caller) as u64;
+            let addr = asyncify_data_addr(end).expect("a prepared memory");
+            let start = addr + ASYNCIFY_DATA_HEADER;
+            let header = [start.to_le_bytes(), (end as u32).to_le_bytes()].concat();
+            memory.write(&mut caller, addr as usize, &header)?;
+            call(&mut caller, ASYNCIFY_START_UNWIND, &[Val::I32(addr as i32)])?;
+            Ok(())
+        })
+        .unwrap();
+}
+
+pub fn take_snapshot<T: 'static>(store: &mut Store<T>, instance: &Instance) -> Snapshot {
+    let memory = instance.get_memory(&mut *store, MEMORY_EXPORT).unwrap();
+    let names: Vec<String> = instance
+        .exports(&mut *store)
+        .map(|e| e.name().to_owned())
+        .filter(|n| n.starts_with(GLOBAL_EXPORT_PREFIX))
+        .collect();
+    let globals = names
+        .into_iter()
+        .map(|n| {
+            let value = instance.get_global(&mut *store, &n).unwrap().get(&mut *store);
+            (n, value)
+        })
+        .collect();
+    let data = memory.data(&*store);
+    let addr = asyncify_data_addr(data.len() as u64).unwrap() as usize;
+    let current = u32::from_le_bytes(data[addr..addr + 4].try_into().unwrap()) as usize;
+    let saved = (current - addr) as u32 - ASYNCIFY_DATA_HEADER;
+    Snapshot { memory_size: data.len(), memory: data[..current].to_vec(), globals, saved }
+}
+
+pub fn restore<T: 'static>(store: &mut Store<T>, instance: &Instance, snapshot: &Snapshot) {
+    let memory = instance.get_memory(&mut *store, MEMORY_EXPORT).unwrap();
+    let missing = snapshot.memory_size - memory.data_size(&*store);
+    memory.grow(&mut *store, (missing / 65536) as u64).unwrap();
+    memory.write(&mut *store, 0, &snapshot.memory).unwrap();
+    for (name, value) in &snapshot.globals {
+        instance.get_global(&mut *store, name).unwrap().set(&mut *store, *value).unwrap();
+    }
+}
+
+fn asyncify_state<T: 'static>(store: &mut Store<T>, instance: &Instance) -> i32 {
+    let f = instance.get_typed_func::<(), i32>(&mut *store, ASYNCIFY_GET_STATE).unwrap();
+    f.call(&mut *store, ()).unwrap()
+}
+
+/// How to run one process under [`run_migrating`].
+pub struct Process<'a, T: 'static, R> {
+    pub engine: &'a Engine,
+    pub module: &'a Module,
+    pub linker: &'a Linker<T>,
+    /// Host state for a new store, given the previous store's (`None` the
+    /// first time).
+    pub state: &'a mut dyn FnMut(Option<T>) -> T,
+    /// Prepares each new store and instance (e.g. installs an epoch callback).
+    pub setup: &'a mut dyn FnMut(&mut Store<T>, &Instance),
+    /// Calls the export; must pass the same arguments every time.
+    pub call: &'a mut dyn FnMut(&mut Store<T>, &Instance) -> wasmtime::Result<R>,
+}
+
+/// How a [`run_migrating`] ended.
+pub struct Outcome<T, R> {
+    /// What the last call returned.
+    pub result: wasmtime::Result<R>,
+    /// The host state of the last store.
+    pub state: T,
+    /// How many times the process stopped and moved to a new instance.
+    pub migrations: u32,
+    /// The most bytes of Asyncify buffer one stop used.
+    pub max_saved: u32,
+}
+
+/// Runs `process`, migrating it to a fresh store and instance every time it
+/// stops at a safepoint.
+pub fn run_migrating<T: 'static, R>(process: Process<'_, T, R>) -> Outcome<T, R> {
+    let mut carried: Option<(Snapshot, T)> = None;
+    let mut max_saved = 0;
+    for migrations in 0..1_000_000 {
+        let (snapshot, previous) = match carried.take() {
+            Some((snapshot, state)) => (Some(snapshot), Some(state)),
+            None => (None, None),
+        };
+        let mut store = Store::new(process.engine, (process.state)(previous));
+        let instance = process.linker.instantiate(&mut store, process.module).unwrap();
+        (process.setup)(&mut store, &instance);
+        if let Some(snapshot) = &snapshot {
+            restore(&mut store, &instance, snapshot);
+            let memory = instance.get_memory(&mut store, MEMORY_EXPORT).unwrap();
+            let addr = asyncify_data_addr(memory.data_size(&store) as u64).unwrap();
+            instance
+                .get_typed_func::<i32, ()>(&mut store, ASYNCIFY_START_REWIND)
+                .unwrap()
+                .call(&mut store, addr as i32)
+                .unwrap();
+        }
+        let result = (process.call)(&mut store, &instance);
+        match asyncify_state(&mut store, &instance) {
+            ASYNCIFY_STATE_NORMAL => {
+                return Outcome { result, state: store.into_data(), migrations, max_saved }
+            }
+            ASYNCIFY_STATE_UNWINDING => {
+                assert!(result.is_ok(), "unwinding ended in {:?}", result.err());
+                let stop = instance.get_typed_func::<(), ()>(&mut store, ASYNCIFY_STOP_UNWIND);
+                stop.unwrap().call(&mut store, ()).unwrap();
+                let snapshot = take_snapshot(&mut store, &instance);
+                max_saved = max_saved.max(snapshot.saved);
+                carried = Some((snapshot, store.into_data()));
+            }
+            other => panic!("returned in asyncify state {other}"),
+        }
+    }
+    panic!("no progress after a million migrations");
+}

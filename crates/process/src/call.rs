@@ -1,0 +1,85 @@
+//! System calls the kernel must serve, and how their answers come back.
+//!
+//! Most system calls are answered inside the host function: they touch only
+//! the UArea and the process's memory. Calls that involve the kernel — that
+//! block, or need another process or another kernel — are *kernel calls*:
+//! the host function validates the arguments, records the [`KernelCall`] and
+//! unwinds the guest's stack (Asyncify). The kernel serves the call, perhaps
+//! much later, and stores a [`Reply`]; when the process runs again its stack
+//! is rewound into the same host function, which returns the reply to the
+//! guest. Meanwhile the process holds no OS thread and no native stack, and
+//! can be serialized and moved.
+
+use atoll_abi::{Errno, Pid};
+use serde::{Deserialize, Serialize};
+
+/// Where the process stands with respect to the kernel.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub enum CallState {
+    /// Runnable: not inside a kernel call.
+    #[default]
+    Running,
+    /// Waiting for the kernel to serve this call.
+    Blocked(KernelCall),
+    /// The call was served; the reply is returned when the process resumes.
+    Replied(Reply),
+}
+
+/// A system call the kernel serves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum KernelCall {
+    /// Give up the CPU (a safepoint that found its yield flag set, or
+    /// `sched_yield`).
+    Yield,
+    /// Sleep until the node's monotonic clock reads `until_ns`.
+    Sleep { until_ns: u64 },
+    /// Start a process.
+    Spawn(SpawnRequest),
+    /// Wait for a child (`None` = any child) to end.
+    Wait { pid: Option<Pid> },
+    /// End another process.
+    Kill { pid: Pid, signal: i32 },
+}
+
+impl KernelCall {
+    /// A short description for `atoll ps`.
+    pub fn describe(&self) -> String {
+        match self {
+            KernelCall::Yield => "ready".into(),
+            KernelCall::Sleep { .. } => "sleeping".into(),
+            KernelCall::Spawn(_) => "spawning".into(),
+            KernelCall::Wait { pid: None } => "waiting for any child".into(),
+            KernelCall::Wait { pid: Some(p) } => format!("waiting for {p}"),
+            KernelCall::Kill { pid, .. } => format!("killing {pid}"),
+        }
+    }
+}
+
+/// What to run in a new process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpawnRequest {
+    pub module: SpawnModule,
+    pub args: Vec<String>,
+    /// Kernel index on the caller's node; `None` lets the kernel choose.
+    pub kernel: Option<u16>,
+}
+
+/// The code of a new process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SpawnModule {
+    /// The caller's own module.
+    Same,
+    /// A module file, already resolved to a host path beneath one of the
+    /// caller's preopened directories.
+    File(std::path::PathBuf),
+}
+
+/// The kernel's answer to a [`KernelCall`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Yield and sleep: nothing to return.
+    Done,
+    Spawned(Result<Pid, Errno>),
+    Waited(Result<(Pid, i32), Errno>),
+    Killed(Result<(), Errno>),
+}

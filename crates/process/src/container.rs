@@ -1,0 +1,294 @@
+//! A container: one process's wasmtime store and instance, run slice by slice.
+//!
+//! The kernel owns containers and drives them with [`Container::run`]: the
+//! guest runs until it exits, traps, or enters the kernel (a blocking system
+//! call, or a safepoint after its quantum ran out). Between slices the
+//! guest's stack is unwound into its linear memory, so a container that is
+//! not running can be captured as a [`ProcessImage`] and restored — on this
+//! kernel or any other — with [`Container::restore`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::{Store, StoreLimitsBuilder, UpdateDeadline, Val};
+
+use crate::call::{CallState, KernelCall, Reply};
+use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
+use crate::image::{GlobalValue, MemoryImage, ProcessImage, PAGE_SIZE};
+use crate::runtime::{Program, Runtime};
+use crate::syscall::ProcExit;
+use crate::uarea::UArea;
+
+/// How a slice ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Slice {
+    /// The process ended with this status.
+    Exited(i32),
+    /// The guest trapped; the message names the trap and where it happened.
+    Trapped(String),
+    /// The process entered the kernel with this call and is unwound.
+    Call(KernelCall),
+}
+
+/// Why a container could not be created, restored or captured.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerError {
+    #[error("cannot instantiate: {0:#}")]
+    Instantiate(wasmtime::Error),
+    #[error("module {0} is not loaded on this node")]
+    UnknownModule(String),
+    #[error("process is not stopped at a safepoint")]
+    NotStopped,
+    #[error("module was run without preparation: its stack and globals cannot be captured")]
+    NotPrepared,
+    #[error("process image does not fit this module: {0}")]
+    BadImage(String),
+}
+
+/// One process: store, instance handles and the program it runs.
+pub struct Container {
+    store: Store<ProcCtx>,
+    program: Arc<Program>,
+    runtime: Arc<Runtime>,
+}
+
+impl Container {
+    /// Instantiates `program` for a process that has not run yet.
+    ///
+    /// # Errors
+    /// [`ContainerError::Instantiate`] when the instance cannot be created
+    /// (its memory exceeds the limit, its start function traps).
+    pub fn new(runtime: &Arc<Runtime>, program: Arc<Program>, uarea: UArea, host: Host) -> Result<Self, ContainerError> {
+        Container::instantiate(runtime, program, uarea, host)
+    }
+
+    /// Rebuilds a stopped process from its image, on whatever kernel `host` names.
+    ///
+    /// # Errors
+    /// [`ContainerError::UnknownModule`] if the image's code is not loaded
+    /// here; [`ContainerError::BadImage`] if the image does not match it.
+    pub fn restore(runtime: &Arc<Runtime>, image: ProcessImage, host: Host) -> Result<Self, ContainerError> {
+        let program = runtime
+            .program(&image.uarea.module)
+            .ok_or_else(|| ContainerError::UnknownModule(image.uarea.module.to_string()))?;
+        let ProcessImage { uarea, globals, memory } = image;
+        let mut c = Container::instantiate(runtime, program, uarea, host)?;
+        let asyncify = c.store.data().exports().asyncify.clone().ok_or(ContainerError::NotPrepared)?;
+        c.write_memory(&memory)?;
+        for (name, value) in globals {
+            let global = asyncify
+                .globals
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, g)| *g)
+                .ok_or_else(|| ContainerError::BadImage(format!("no global `{name}`")))?;
+            let value = match value {
+                GlobalValue::I32(v) => Val::I32(v),
+                GlobalValue::I64(v) => Val::I64(v),
+                GlobalValue::F32(v) => Val::F32(v),
+                GlobalValue::F64(v) => Val::F64(v),
+            };
+            global
+                .set(&mut c.store, value)
+                .map_err(|e| ContainerError::BadImage(format!("global `{name}`: {e}")))?;
+        }
+        Ok(c)
+    }
+
+    fn instantiate(runtime: &Arc<Runtime>, program: Arc<Program>, uarea: UArea, host: Host) -> Result<Self, ContainerError> {
+        let limits = StoreLimitsBuilder::new().memory_size(runtime.max_memory()).build();
+        let mut store = Store::new(runtime.engine(), ProcCtx::new(uarea, host, limits));
+        store.limiter(|ctx| &mut ctx.limits);
+        store.epoch_deadline_callback(|mut cx| {
+            let ctx = cx.data();
+            if Instant::now() >= ctx.deadline || (ctx.host.wake)() {
+                if let Some(a) = ctx.exports.as_ref().and_then(|e| e.asyncify.clone()) {
+                    a.yield_flag.set(&mut cx, Val::I32(1))?;
+                }
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
+        let instance = program.pre().instantiate(&mut store).map_err(ContainerError::Instantiate)?;
+        let exports = bind_exports(&mut store, &instance, program.prepared()).map_err(ContainerError::Instantiate)?;
+        store.data_mut().exports = Some(exports);
+        Ok(Container { store, program, runtime: runtime.clone() })
+    }
+
+    /// Runs the process for at most about `quantum` (the next safepoint after
+    /// it), or until it exits or enters the kernel.
+    pub fn run(&mut self, quantum: Duration) -> Slice {
+        let exports = self.store.data().exports().clone();
+        let now = Instant::now();
+        let ctx = self.store.data_mut();
+        ctx.slice_start = now;
+        ctx.deadline = now + quantum;
+        ctx.uarea.accounting.slices += 1;
+        ctx.uarea.accounting.last_kernel = Some(ctx.host.kernel);
+        if ctx.uarea.started {
+            let (Some(asyncify), Some(area), CallState::Replied(_)) =
+                (exports.asyncify.as_ref(), ctx.uarea.stack_area, &ctx.uarea.call)
+            else {
+                return Slice::Trapped("internal error: resumed a process that is not stopped with a reply".into());
+            };
+            ctx.rewinding = true;
+            if let Err(e) = asyncify.start_rewind.call(&mut self.store, area.addr as i32) {
+                return Slice::Trapped(format!("cannot rewind the saved stack: {e:#}"));
+            }
+        } else {
+            ctx.uarea.started = true;
+        }
+        self.store.set_epoch_deadline(1);
+        self.runtime.ticker().enter();
+        let result = exports.start.call(&mut self.store, &[], &mut []);
+        self.runtime.ticker().leave();
+        let ctx = self.store.data_mut();
+        ctx.uarea.accounting.cpu_ns += now.elapsed().as_nanos() as u64;
+        match result {
+            Ok(()) => match &ctx.uarea.call {
+                CallState::Blocked(call) => {
+                    let call = call.clone();
+                    let asyncify = exports.asyncify.expect("only prepared modules unwind");
+                    match asyncify.stop_unwind.call(&mut self.store, ()) {
+                        Ok(()) => Slice::Call(call),
+                        Err(e) => Slice::Trapped(format!("cannot finish unwinding: {e:#}")),
+                    }
+                }
+                _ => Slice::Exited(0),
+            },
+            Err(e) => match e.downcast_ref::<ProcExit>() {
+                Some(ProcExit(code)) => Slice::Exited(*code),
+                None => Slice::Trapped(describe_trap(&e)),
+            },
+        }
+    }
+
+    /// Answers the kernel call the process is blocked in; it returns the
+    /// reply when it next runs.
+    pub fn reply(&mut self, reply: Reply) {
+        let call = &mut self.store.data_mut().uarea.call;
+        debug_assert!(matches!(call, CallState::Blocked(_)), "reply to a process not in a call");
+        *call = CallState::Replied(reply);
+    }
+
+    /// Captures the whole process. It must be stopped: not yet started, or
+    /// unwound in a kernel call.
+    ///
+    /// # Errors
+    /// [`ContainerError::NotPrepared`] for modules run without preparation;
+    /// [`ContainerError::NotStopped`] if the process is not at a safepoint.
+    pub fn capture(&mut self) -> Result<ProcessImage, ContainerError> {
+        let exports = self.store.data().exports().clone();
+        let asyncify = exports.asyncify.ok_or(ContainerError::NotPrepared)?;
+        let uarea = &self.store.data().uarea;
+        if uarea.started && uarea.call == CallState::Running {
+            return Err(ContainerError::NotStopped);
+        }
+        let globals = asyncify
+            .globals
+            .iter()
+            .map(|(name, g)| {
+                let v = match g.get(&mut self.store) {
+                    Val::I32(v) => GlobalValue::I32(v),
+                    Val::I64(v) => GlobalValue::I64(v),
+                    Val::F32(v) => GlobalValue::F32(v),
+                    Val::F64(v) => GlobalValue::F64(v),
+                    other => return Err(ContainerError::BadImage(format!("global `{name}` holds {other:?}"))),
+                };
+                Ok((name.clone(), v))
+            })
+            .collect::<Result<_, _>>()?;
+        let memory = MemoryImage::capture(exports.memory.data(&self.store));
+        Ok(ProcessImage { uarea: self.store.data().uarea.clone(), globals, memory })
+    }
+
+    fn write_memory(&mut self, image: &MemoryImage) -> Result<(), ContainerError> {
+        let memory = self.store.data().exports().memory;
+        let have = memory.size(&self.store);
+        if (image.pages as u64) < have {
+            return Err(ContainerError::BadImage(format!(
+                "image has {} pages, the module starts with {have}",
+                image.pages
+            )));
+        }
+        memory
+            .grow(&mut self.store, image.pages as u64 - have)
+            .map_err(|e| ContainerError::BadImage(format!("cannot grow memory: {e}")))?;
+        let bytes = memory.data_mut(&mut self.store);
+        // Pages the image leaves out are zero; only the module's initial
+        // pages can hold anything else.
+        bytes[..have as usize * PAGE_SIZE].fill(0);
+        for (index, page) in &image.data {
+            let at = *index as usize * PAGE_SIZE;
+            let dst = bytes
+                .get_mut(at..at + page.len())
+                .ok_or_else(|| ContainerError::BadImage(format!("page {index} is out of range")))?;
+            dst.copy_from_slice(page);
+        }
+        Ok(())
+    }
+
+    /// Points the process at the kernel it now runs on (after a move).
+    pub fn set_host(&mut self, host: Host) {
+        self.store.data_mut().host = host;
+    }
+
+    pub fn uarea(&self) -> &UArea {
+        &self.store.data().uarea
+    }
+
+    pub fn uarea_mut(&mut self) -> &mut UArea {
+        &mut self.store.data_mut().uarea
+    }
+
+    pub fn program(&self) -> &Arc<Program> {
+        &self.program
+    }
+
+    /// Bytes of linear memory.
+    pub fn memory_bytes(&self) -> usize {
+        self.store.data().exports().memory.data_size(&self.store)
+    }
+}
+
+fn bind_exports(store: &mut Store<ProcCtx>, instance: &wasmtime::Instance, prepared: bool) -> wasmtime::Result<Exports> {
+    use atoll_prepare::conventions as c;
+    let memory = instance
+        .get_memory(&mut *store, "memory")
+        .ok_or_else(|| wasmtime::format_err!("module does not export `memory`"))?;
+    let start = instance
+        .get_func(&mut *store, "_start")
+        .ok_or_else(|| wasmtime::format_err!("module does not export `_start` (not a WASI command)"))?;
+    let asyncify = if prepared {
+        let yield_flag = instance
+            .get_global(&mut *store, c::YIELD_GLOBAL)
+            .ok_or_else(|| wasmtime::format_err!("prepared module lacks `{}`", c::YIELD_GLOBAL))?;
+        let globals = instance
+            .exports(&mut *store)
+            .filter(|e| e.name().starts_with(c::GLOBAL_EXPORT_PREFIX))
+            .filter_map(|e| Some((e.name().to_owned(), e.into_global()?)))
+            .collect::<Vec<_>>();
+        Some(Asyncify {
+            yield_flag,
+            start_unwind: instance.get_typed_func(&mut *store, c::ASYNCIFY_START_UNWIND)?,
+            stop_unwind: instance.get_typed_func(&mut *store, c::ASYNCIFY_STOP_UNWIND)?,
+            start_rewind: instance.get_typed_func(&mut *store, c::ASYNCIFY_START_REWIND)?,
+            stop_rewind: instance.get_typed_func(&mut *store, c::ASYNCIFY_STOP_REWIND)?,
+            globals,
+        })
+    } else {
+        None
+    };
+    Ok(Exports { memory, start, asyncify })
+}
+
+/// The trap's reason, then the guest frames where it happened.
+fn describe_trap(e: &wasmtime::Error) -> String {
+    let reason = match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{:#}", e.root_cause()),
+    };
+    match e.downcast_ref::<wasmtime::WasmBacktrace>() {
+        Some(bt) if !bt.frames().is_empty() => format!("{reason}\n{bt}"),
+        _ => reason,
+    }
+}

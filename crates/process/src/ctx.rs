@@ -1,0 +1,97 @@
+//! What a running process's wasmtime store carries besides the guest.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use atoll_abi::KernelId;
+use wasmtime::{Func, Global, Memory, StoreLimits, TypedFunc};
+
+use crate::uarea::{ConsoleId, UArea};
+
+/// Which output stream of a console.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Where processes' output goes. The node implements it; a process only
+/// knows its [`ConsoleId`], so its output reaches the same terminal from any
+/// kernel.
+pub trait Console: Send + Sync {
+    fn write(&self, console: ConsoleId, stream: Stream, bytes: &[u8]);
+}
+
+/// The kernel a process currently runs on, as its system calls see it.
+#[derive(Clone)]
+pub struct Host {
+    pub kernel: KernelId,
+    pub kernel_count: u16,
+    pub console: Arc<dyn Console>,
+    /// Returns true when the kernel has work waiting (NoC messages), so a
+    /// running guest should yield at its next safepoint.
+    pub wake: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
+/// The store data of one process: its UArea plus host-side handles that are
+/// rebuilt wherever the process runs.
+pub struct ProcCtx {
+    pub uarea: UArea,
+    pub host: Host,
+    /// Open host files behind the UArea's descriptors; a cache, reopened on
+    /// demand from the descriptor's host path (so it never needs to move).
+    pub(crate) files: HashMap<u32, std::fs::File>,
+    pub(crate) exports: Option<Exports>,
+    /// When the current slice began and when its quantum ends.
+    pub(crate) slice_start: Instant,
+    pub(crate) deadline: Instant,
+    /// Set while the stack is being rewound into a blocked host function.
+    pub(crate) rewinding: bool,
+    pub(crate) limits: StoreLimits,
+}
+
+impl ProcCtx {
+    pub(crate) fn new(uarea: UArea, host: Host, limits: StoreLimits) -> Self {
+        ProcCtx {
+            uarea,
+            host,
+            files: HashMap::new(),
+            exports: None,
+            slice_start: Instant::now(),
+            deadline: Instant::now(),
+            rewinding: false,
+            limits,
+        }
+    }
+
+    /// CPU time of the process so far, the running slice included.
+    pub(crate) fn cpu_time_ns(&self) -> u64 {
+        self.uarea.accounting.cpu_ns + self.slice_start.elapsed().as_nanos() as u64
+    }
+
+    pub(crate) fn exports(&self) -> &Exports {
+        self.exports.as_ref().expect("exports are bound at instantiation")
+    }
+}
+
+/// Handles into the instance that the host uses.
+#[derive(Clone)]
+pub(crate) struct Exports {
+    pub memory: Memory,
+    pub start: Func,
+    /// Present in prepared modules only.
+    pub asyncify: Option<Asyncify>,
+}
+
+/// A prepared module's hooks for saving and restoring its stack.
+#[derive(Clone)]
+pub(crate) struct Asyncify {
+    pub yield_flag: Global,
+    pub start_unwind: TypedFunc<i32, ()>,
+    pub stop_unwind: TypedFunc<(), ()>,
+    pub start_rewind: TypedFunc<i32, ()>,
+    pub stop_rewind: TypedFunc<(), ()>,
+    /// `atoll_global_N` exports: every mutable global of the original module.
+    pub globals: Vec<(String, Global)>,
+}

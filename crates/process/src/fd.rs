@@ -1,0 +1,153 @@
+//! File descriptors: the part of an open file that belongs to the process.
+//!
+//! As in ALMOS-MK, a file is split in two. The local part — descriptor
+//! number, offset, access mode, flags — lives here in the UArea and moves
+//! with the process. The host file itself stays where it is; on any kernel a
+//! descriptor is reopened from its host path on first use.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use atoll_abi::Errno;
+use serde::{Deserialize, Serialize};
+
+/// A host directory made visible to the guest under a guest path
+/// (`--dir HOST::GUEST`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preopen {
+    pub host: PathBuf,
+    pub guest: String,
+}
+
+impl std::str::FromStr for Preopen {
+    type Err = String;
+
+    /// Parses `HOST::GUEST`, or `DIR` (same path on both sides).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (host, guest) = s.split_once("::").unwrap_or((s, s));
+        if host.is_empty() || guest.is_empty() {
+            return Err(format!("`{s}`: expected HOST::GUEST or DIR"));
+        }
+        Ok(Preopen { host: host.into(), guest: guest.into() })
+    }
+}
+
+/// One open descriptor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Fd {
+    Stdin,
+    Stdout,
+    Stderr,
+    Dir(DirFd),
+    File(FileFd),
+}
+
+/// An open directory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DirFd {
+    /// The directory on the host.
+    pub host: PathBuf,
+    /// The preopened directory it lies beneath; nothing opened through this
+    /// descriptor may resolve outside it.
+    pub root: PathBuf,
+    /// The guest path, for preopened directories (reported by `fd_prestat_*`).
+    pub preopen: Option<String>,
+}
+
+/// An open regular file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileFd {
+    pub host: PathBuf,
+    pub offset: u64,
+    pub read: bool,
+    pub write: bool,
+    pub append: bool,
+}
+
+/// The descriptor table of a process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FdTable {
+    entries: BTreeMap<u32, Fd>,
+}
+
+/// Descriptors a process may hold at once.
+pub const MAX_FDS: u32 = 1024;
+
+impl FdTable {
+    /// stdin, stdout, stderr, then the preopened directories from fd 3 on.
+    pub fn new(preopens: &[Preopen]) -> Self {
+        let mut entries = BTreeMap::from([(0, Fd::Stdin), (1, Fd::Stdout), (2, Fd::Stderr)]);
+        for (i, p) in preopens.iter().enumerate() {
+            entries.insert(
+                3 + i as u32,
+                Fd::Dir(DirFd { host: p.host.clone(), root: p.host.clone(), preopen: Some(p.guest.clone()) }),
+            );
+        }
+        FdTable { entries }
+    }
+
+    pub fn get(&self, fd: u32) -> Result<&Fd, Errno> {
+        self.entries.get(&fd).ok_or(Errno::Badf)
+    }
+
+    pub fn get_mut(&mut self, fd: u32) -> Result<&mut Fd, Errno> {
+        self.entries.get_mut(&fd).ok_or(Errno::Badf)
+    }
+
+    /// Installs `entry` at the lowest free descriptor.
+    pub fn insert(&mut self, entry: Fd) -> Result<u32, Errno> {
+        let fd = (0..MAX_FDS).find(|n| !self.entries.contains_key(n)).ok_or(Errno::Mfile)?;
+        self.entries.insert(fd, entry);
+        Ok(fd)
+    }
+
+    pub fn remove(&mut self, fd: u32) -> Result<Fd, Errno> {
+        self.entries.remove(&fd).ok_or(Errno::Badf)
+    }
+
+    /// Moves `from` onto `to`, closing what `to` held (`fd_renumber`).
+    pub fn renumber(&mut self, from: u32, to: u32) -> Result<(), Errno> {
+        if !self.entries.contains_key(&to) {
+            return Err(Errno::Badf);
+        }
+        let entry = self.remove(from)?;
+        self.entries.insert(to, entry);
+        Ok(())
+    }
+
+    /// The preopened directories, with their descriptors.
+    pub fn preopens(&self) -> impl Iterator<Item = (u32, &DirFd)> {
+        self.entries.iter().filter_map(|(&n, e)| match e {
+            Fd::Dir(d) if d.preopen.is_some() => Some((n, d)),
+            _ => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowest_free_and_renumber() {
+        let mut t = FdTable::new(&["/tmp::/data".parse().unwrap()]);
+        assert!(matches!(t.get(3), Ok(Fd::Dir(d)) if d.preopen.as_deref() == Some("/data")));
+        let f = || Fd::File(FileFd { host: "/x".into(), offset: 0, read: true, write: false, append: false });
+        assert_eq!(t.insert(f()).unwrap(), 4);
+        t.remove(1).unwrap();
+        assert_eq!(t.insert(f()).unwrap(), 1);
+        assert_eq!(t.renumber(4, 9), Err(Errno::Badf));
+        t.renumber(4, 1).unwrap();
+        assert_eq!(t.get(4), Err(Errno::Badf));
+        assert_eq!(t.preopens().count(), 1);
+    }
+
+    #[test]
+    fn preopen_syntax() {
+        let p: Preopen = "a/b::/data".parse().unwrap();
+        assert_eq!((p.host.to_str().unwrap(), p.guest.as_str()), ("a/b", "/data"));
+        let p: Preopen = "/srv".parse().unwrap();
+        assert_eq!(p.guest, "/srv");
+        assert!("::/x".parse::<Preopen>().is_err());
+    }
+}

@@ -1,0 +1,140 @@
+//! Files under preopened directories: the host side of WASI's `fd_*` and
+//! `path_*` calls (registered by `syscall::wasi_fs`).
+//!
+//! **Local part, remote part.** As in ALMOS-MK, an open file is split. The
+//! local part — descriptor number, host path, offset, access mode, append
+//! flag — is a [`FileFd`] in the UArea and moves with the process. The host
+//! `File` is only a cache in [`ProcCtx::files`], keyed by descriptor: on any
+//! kernel, the first call that needs it reopens it from the host path with the
+//! same access mode, never creating or truncating, so a process that moved
+//! between two calls sees the same file at the same offset. That is also why
+//! all I/O is positional (`read_at`/`write_at` at the UArea's offset): the
+//! host descriptor's own offset means nothing.
+//!
+//! **Sandbox.** A directory descriptor carries the preopened directory it
+//! lies beneath (`DirFd::root`); [`resolve`] maps a guest path to a host path
+//! beneath that root or fails with `ENOTCAPABLE`: absolute paths, `..` above
+//! the root and symbolic links that lead out of it are refused. Files are
+//! opened with `O_NOFOLLOW` on the resolved path, and only regular files and
+//! directories can be opened (`O_NONBLOCK`, so a FIFO cannot block a kernel).
+//!
+//! **Limits.** stdin reads return end of file: atoll does not forward a
+//! terminal's input yet. One call moves at most [`MAX_IO`] bytes (a short
+//! read or write, which wasi-libc retries), so that a guest cannot make a
+//! kernel copy gigabytes in one system call. A file that is unlinked while
+//! open, or renamed, cannot be reopened after the process moves (`ENOENT`):
+//! the remote part that would keep it alive is not served over the NoC yet.
+//! `fd_fdstat_set_flags`'s sync flags are accepted and ignored.
+
+mod descriptor;
+mod dir;
+mod path;
+mod resolve;
+mod stat;
+
+use std::collections::hash_map::{Entry, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+
+use atoll_abi::Errno;
+
+use crate::fd::FileFd;
+
+pub(crate) use descriptor::*;
+pub(crate) use dir::*;
+pub(crate) use path::*;
+pub(crate) use resolve::{resolve, resolve_entry, Follow};
+
+/// Bytes one `fd_read`/`fd_write` (and their positional twins) moves at most.
+pub(crate) const MAX_IO: usize = 16 << 20;
+
+/// iovecs one call may pass at most (POSIX `IOV_MAX`).
+pub(crate) const MAX_IOVS: u32 = 1024;
+
+/// WASI rights (`rights` in preview1), the bits atoll looks at.
+pub(crate) mod rights {
+    pub const FD_READ: u64 = 1 << 1;
+    pub const FD_SEEK: u64 = 1 << 2;
+    pub const FD_TELL: u64 = 1 << 5;
+    pub const FD_WRITE: u64 = 1 << 6;
+    /// Every right preview1 defines (bits 0 to 29).
+    pub const ALL: u64 = (1 << 30) - 1;
+}
+
+/// WASI `fdflags`.
+pub(crate) mod fdflags {
+    pub const APPEND: u16 = 1 << 0;
+    pub const DSYNC: u16 = 1 << 1;
+    pub const NONBLOCK: u16 = 1 << 2;
+    pub const RSYNC: u16 = 1 << 3;
+    pub const SYNC: u16 = 1 << 4;
+    pub const ALL: u16 = APPEND | DSYNC | NONBLOCK | RSYNC | SYNC;
+}
+
+/// Maps a host error to the errno the guest sees, by its OS error number
+/// first (several of these have no stable `io::ErrorKind`).
+pub(crate) fn host_errno(e: &io::Error) -> Errno {
+    match e.raw_os_error() {
+        Some(libc::ELOOP) => Errno::Loop,
+        Some(libc::ENAMETOOLONG) => Errno::NameTooLong,
+        Some(libc::ENOTDIR) => Errno::NotDir,
+        Some(libc::EISDIR) => Errno::IsDir,
+        Some(libc::ENOTEMPTY) => Errno::NotEmpty,
+        Some(libc::EEXIST) => Errno::Exist,
+        Some(libc::ENOENT) => Errno::NoEnt,
+        Some(libc::EACCES) => Errno::Acces,
+        Some(libc::EPERM) => Errno::Perm,
+        Some(libc::EXDEV) => Errno::Xdev,
+        Some(libc::EMLINK) => Errno::Mlink,
+        Some(libc::EBUSY) => Errno::Busy,
+        Some(libc::EINVAL) => Errno::Inval,
+        Some(libc::ENXIO) => Errno::Nxio,
+        Some(libc::ENOSPC) => Errno::NoSpc,
+        Some(libc::EFBIG) => Errno::Fbig,
+        Some(libc::EROFS) => Errno::Rofs,
+        Some(libc::ETXTBSY) => Errno::TxtBsy,
+        Some(libc::EMFILE | libc::ENFILE) => Errno::Nfile,
+        Some(libc::EAGAIN) => Errno::Again,
+        _ => Errno::from_io(e),
+    }
+}
+
+/// Opens a host file for a descriptor: `O_NOFOLLOW` (the path is already
+/// resolved, so a symlink found here was put there behind our back) and
+/// `O_NONBLOCK` (a FIFO must not block the kernel); only regular files pass.
+pub(crate) fn open_host(options: &mut OpenOptions, host: &std::path::Path) -> Result<File, Errno> {
+    let file = options
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(host)
+        .map_err(|e| host_errno(&e))?;
+    let kind = file.metadata().map_err(|e| host_errno(&e))?.file_type();
+    if kind.is_dir() {
+        Err(Errno::IsDir)
+    } else if !kind.is_file() {
+        Err(Errno::NotSup)
+    } else {
+        Ok(file)
+    }
+}
+
+/// Reopens the host file of `f` with its access mode, never creating or
+/// truncating: what a process that moved needs to carry on.
+pub(crate) fn reopen(f: &FileFd) -> Result<File, Errno> {
+    open_host(
+        OpenOptions::new().read(f.read || !f.write).write(f.write),
+        &f.host,
+    )
+}
+
+/// The host file behind descriptor `fd`, from the cache or reopened.
+pub(crate) fn host_file<'a>(
+    files: &'a mut HashMap<u32, File>,
+    fd: u32,
+    f: &FileFd,
+) -> Result<&'a File, Errno> {
+    match files.entry(fd) {
+        Entry::Occupied(e) => Ok(e.into_mut()),
+        Entry::Vacant(v) => Ok(v.insert(reopen(f)?)),
+    }
+}

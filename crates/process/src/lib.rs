@@ -1,0 +1,36 @@
+//! The atoll process, or *container*: code + data + UArea.
+//!
+//! - **Code** is a WebAssembly module, prepared by `atoll-prepare` so that
+//!   it has safepoints and can unwind its stack, compiled once per node and
+//!   named by content hash ([`Runtime`], [`Program`]).
+//! - **Data** is the instance's linear memory and globals.
+//! - The **[`UArea`]** is every piece of kernel-side state of the process, as
+//!   one serializable struct.
+//!
+//! A kernel drives a [`Container`] slice by slice. The guest's system calls
+//! are implemented here ([WASI preview1] and atoll's own). Those that need
+//! the kernel return a [`KernelCall`] and leave the guest unwound: a blocked
+//! process holds no OS thread and no native stack, and can be captured as a
+//! [`ProcessImage`] and restored on any kernel.
+//!
+//! [WASI preview1]: https://github.com/WebAssembly/WASI/blob/main/legacy/preview1/docs.md
+
+mod call;
+pub mod clock;
+mod container;
+mod ctx;
+mod fd;
+mod fs;
+mod image;
+mod memory;
+mod runtime;
+mod syscall;
+mod uarea;
+
+pub use call::{CallState, KernelCall, Reply, SpawnModule, SpawnRequest};
+pub use container::{Container, ContainerError, Slice};
+pub use ctx::{Console, Host, Stream};
+pub use fd::{DirFd, Fd, FdTable, FileFd, Preopen};
+pub use image::{GlobalValue, ImageError, MemoryImage, ProcessImage, PAGE_SIZE};
+pub use runtime::{LoadError, Program, Runtime, RuntimeConfig};
+pub use uarea::{Accounting, Children, ConsoleId, StackArea, UArea};

@@ -1,0 +1,335 @@
+//! The runtime shared by all kernels of a node: one wasmtime engine, one
+//! linker with every system call, and the cache of loaded programs.
+//!
+//! These are the node's read-only things (DESIGN.md, "node"): a program is
+//! prepared and compiled once, then instantiated by any kernel. Programs are
+//! named by the content hash of their prepared module, which is also what a
+//! process's UArea records. Prepared modules and compiled code are kept on
+//! disk under the cache directory, keyed by content hash, so a node that
+//! restarts does not prepare or compile again.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use atoll_prepare::{content_hash, ContentHash, PrepareError};
+use wasmtime::{Config, Engine, InstancePre, Linker, Module};
+
+use crate::ctx::ProcCtx;
+
+/// How the runtime is set up.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Where prepared modules and compiled code are kept; `None` keeps them
+    /// in memory only.
+    pub cache_dir: Option<PathBuf>,
+    /// How to run binaryen.
+    pub prepare: atoll_prepare::Options,
+    /// Largest linear memory a process may have, in bytes.
+    pub max_memory: usize,
+    /// How often running guests are checked for the end of their quantum.
+    pub tick: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            cache_dir: None,
+            prepare: atoll_prepare::Options::default(),
+            max_memory: 4 << 30,
+            tick: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Why a program could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("not a WebAssembly module: {0}")]
+    Malformed(String),
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+    #[error("cannot compile: {0:#}")]
+    Compile(wasmtime::Error),
+    #[error("{0}")]
+    Link(String),
+}
+
+/// A program ready to be instantiated by any kernel.
+pub struct Program {
+    hash: ContentHash,
+    prepared: bool,
+    pre: InstancePre<ProcCtx>,
+}
+
+impl Program {
+    /// Content hash of the module that runs (the prepared one, if prepared).
+    pub fn hash(&self) -> ContentHash {
+        self.hash
+    }
+
+    /// Whether the module was prepared (has safepoints and can be captured).
+    pub fn prepared(&self) -> bool {
+        self.prepared
+    }
+
+    pub(crate) fn pre(&self) -> &InstancePre<ProcCtx> {
+        &self.pre
+    }
+}
+
+/// The node's engine, linker and programs.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<ProcCtx>,
+    /// `(module, name)` of every host function, to name a missing import.
+    provided: HashSet<(String, String)>,
+    config: RuntimeConfig,
+    /// Programs by the hash of what runs.
+    programs: RwLock<HashMap<ContentHash, Arc<Program>>>,
+    /// (hash of the input file, prepare?) → hash of what runs.
+    inputs: RwLock<HashMap<(ContentHash, bool), ContentHash>>,
+    ticker: Ticker,
+}
+
+impl Runtime {
+    /// Creates the engine and linker and starts the quantum ticker.
+    pub fn new(config: RuntimeConfig) -> anyhow::Result<Arc<Self>> {
+        let mut wasm = Config::new();
+        wasm.epoch_interruption(true);
+                let engine = Engine::new(&wasm)?;
+        let mut linker = Linker::new(&engine);
+        crate::syscall::register(&mut linker)?;
+        let provided = provided_imports(&engine, &linker);
+        let ticker = Ticker::start(engine.clone(), config.tick);
+        Ok(Arc::new(Runtime {
+            engine,
+            linker,
+            provided,
+            config,
+            programs: RwLock::default(),
+            inputs: RwLock::default(),
+            ticker,
+        }))
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub(crate) fn max_memory(&self) -> usize {
+        self.config.max_memory
+    }
+
+    pub(crate) fn ticker(&self) -> &Ticker {
+        &self.ticker
+    }
+
+    /// A loaded program, by the hash a UArea records.
+    pub fn program(&self, hash: &ContentHash) -> Option<Arc<Program>> {
+        self.programs.read().expect("program table").get(hash).cloned()
+    }
+
+    /// Loads a module file (binary or text), preparing it unless `prepare`
+    /// is false.
+    ///
+    /// # Errors
+    /// [`LoadError`] says whether the file is unreadable, not WebAssembly,
+    /// cannot be prepared or compiled, or imports what atoll does not provide.
+    pub fn load_file(&self, path: &Path, prepare: bool) -> Result<Arc<Program>, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: path.into(), source })?;
+        self.load(&bytes, prepare)
+    }
+
+    /// Loads a module from bytes (binary or text).
+    pub fn load(&self, bytes: &[u8], prepare: bool) -> Result<Arc<Program>, LoadError> {
+        let input = content_hash(bytes);
+        if let Some(hash) = self.inputs.read().expect("input table").get(&(input, prepare)) {
+            if let Some(p) = self.program(hash) {
+                return Ok(p);
+            }
+        }
+        let binary = to_binary(bytes)?;
+        let prepared = prepare || atoll_prepare::is_prepared(&binary);
+        let module = if prepare && !atoll_prepare::is_prepared(&binary) {
+            self.prepared_module(input, &binary)?
+        } else {
+            binary
+        };
+        let hash = content_hash(&module);
+        let program = match self.program(&hash) {
+            Some(p) => p,
+            None => {
+                let compiled = self.compile(hash, &module)?;
+                let pre = self.link(&compiled)?;
+                let p = Arc::new(Program { hash, prepared, pre });
+                self.programs.write().expect("program table").entry(hash).or_insert(p).clone()
+            }
+        };
+        self.inputs.write().expect("input table").insert((input, prepare), hash);
+        Ok(program)
+    }
+
+    fn prepared_module(&self, input: ContentHash, binary: &[u8]) -> Result<Vec<u8>, LoadError> {
+        let cached = self.cache_path("prepared", &input, "wasm");
+        if let Some(bytes) = cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
+            if atoll_prepare::is_prepared(&bytes) {
+                return Ok(bytes);
+            }
+        }
+        let out = atoll_prepare::prepare(binary, &self.config.prepare)?;
+        if let Some(path) = cached {
+            store_atomically(&path, &out);
+        }
+        Ok(out)
+    }
+
+    fn compile(&self, hash: ContentHash, module: &[u8]) -> Result<Module, LoadError> {
+        let cached = self.cache_path("compiled", &hash, "cwasm");
+        if let Some(path) = &cached {
+            if path.exists() {
+                // SAFETY: the file was written by `Module::serialize` of this
+                // runtime into our own cache directory, and wasmtime checks
+                // that it matches this engine's version and configuration.
+                match unsafe { Module::deserialize_file(&self.engine, path) } {
+                    Ok(m) => return Ok(m),
+                    Err(e) => tracing::debug!(?path, "stale compiled module, recompiling: {e:#}"),
+                }
+            }
+        }
+        let compiled = Module::new(&self.engine, module).map_err(LoadError::Compile)?;
+        if let (Some(path), Ok(bytes)) = (cached, compiled.serialize()) {
+            store_atomically(&path, &bytes);
+        }
+        Ok(compiled)
+    }
+
+    fn link(&self, module: &Module) -> Result<InstancePre<ProcCtx>, LoadError> {
+        for import in module.imports() {
+            if !self.provided.contains(&(import.module().to_owned(), import.name().to_owned())) {
+                return Err(LoadError::Link(format!(
+                    "module imports `{}.{}`, which atoll does not provide",
+                    import.module(),
+                    import.name()
+                )));
+            }
+        }
+        let pre = self.linker.instantiate_pre(module).map_err(|e| LoadError::Link(format!("{e:#}")))?;
+        if module.get_export("_start").is_none() {
+            return Err(LoadError::Link("module does not export `_start` (not a WASI command)".into()));
+        }
+        if module.get_export("memory").is_none() {
+            return Err(LoadError::Link("module does not export `memory`".into()));
+        }
+        Ok(pre)
+    }
+
+    fn cache_path(&self, kind: &str, hash: &ContentHash, ext: &str) -> Option<PathBuf> {
+        let dir = self.config.cache_dir.as_ref()?.join(kind);
+        std::fs::create_dir_all(&dir).ok()?;
+        Some(dir.join(format!("{hash}.{ext}")))
+    }
+}
+
+/// The names the linker defines. `Linker` lists them only through a store,
+/// so a throwaway one is made here, once.
+fn provided_imports(engine: &Engine, linker: &Linker<ProcCtx>) -> HashSet<(String, String)> {
+    struct Nowhere;
+    impl crate::ctx::Console for Nowhere {
+        fn write(&self, _: crate::uarea::ConsoleId, _: crate::ctx::Stream, _: &[u8]) {}
+    }
+    let pid = atoll_abi::Pid::new(atoll_abi::KernelId::new(0, 0), 0, 0);
+    let uarea = crate::uarea::UArea::new(
+        pid,
+        None,
+        content_hash(b""),
+        vec![],
+        vec![],
+        crate::uarea::ConsoleId(0),
+        crate::fd::FdTable::default(),
+    );
+    let host = crate::ctx::Host { kernel: pid.home, kernel_count: 1, console: Arc::new(Nowhere), wake: Arc::new(|| false) };
+    let mut store = wasmtime::Store::new(engine, ProcCtx::new(uarea, host, Default::default()));
+    linker.iter(&mut store).map(|(m, n, _)| (m.to_owned(), n.to_owned())).collect()
+}
+
+/// Accepts the binary format, or the text format (converted).
+fn to_binary(bytes: &[u8]) -> Result<Vec<u8>, LoadError> {
+    if bytes.starts_with(b"\0asm") {
+        return Ok(bytes.to_vec());
+    }
+    wat::parse_bytes(bytes).map(|b| b.into_owned()).map_err(|e| {
+        LoadError::Malformed(if std::str::from_utf8(bytes).is_ok() {
+            format!("{e}")
+        } else {
+            "missing the \\0asm header".into()
+        })
+    })
+}
+
+/// Writes a cache entry so that readers never see half of it; a failure
+/// only costs a later recompilation.
+fn store_atomically(path: &Path, bytes: &[u8]) {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
+    if std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::warn!(?path, "could not write cache entry");
+    }
+}
+
+/// Advances the engine's epoch while any guest runs, so that running guests
+/// check their quantum; sleeps when no guest runs, so an idle node uses no CPU.
+pub(crate) struct Ticker {
+    shared: Arc<TickerShared>,
+    thread: std::thread::Thread,
+}
+
+struct TickerShared {
+    running: AtomicUsize,
+    stop: AtomicBool,
+}
+
+impl Ticker {
+    fn start(engine: Engine, tick: Duration) -> Ticker {
+        let shared = Arc::new(TickerShared { running: AtomicUsize::new(0), stop: AtomicBool::new(false) });
+        let s = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("atoll-ticker".into())
+            .spawn(move || {
+                while !s.stop.load(Ordering::Relaxed) {
+                    if s.running.load(Ordering::Acquire) == 0 {
+                        std::thread::park();
+                        continue;
+                    }
+                    std::thread::sleep(tick);
+                    engine.increment_epoch();
+                }
+            })
+            .expect("spawn ticker thread");
+        Ticker { thread: handle.thread().clone(), shared }
+    }
+
+    /// A guest starts running; wakes the ticker if it was idle.
+    pub(crate) fn enter(&self) {
+        if self.shared.running.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.thread.unpark();
+        }
+    }
+
+    pub(crate) fn leave(&self) {
+        self.shared.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.thread.unpark();
+    }
+}

@@ -1,0 +1,232 @@
+//! atoll's own system calls (import module `atoll`): identity, processes,
+//! and the safepoint that prepared modules call when asked to stop.
+//!
+//! The guest-side declarations are in `sdk/include/atoll.h`.
+
+use std::path::{Component, Path, PathBuf};
+
+use atoll_abi::{status, Errno, Pid};
+use wasmtime::{Caller, Linker};
+
+use super::{clear_yield_flag, enter_kernel, take_reply, with_memory, ProcExit};
+use crate::call::{KernelCall, Reply, SpawnModule, SpawnRequest};
+use crate::ctx::ProcCtx;
+use crate::fd::FdTable;
+use crate::memory::GuestMemory;
+
+const M: &str = "atoll";
+
+/// Most arguments a spawned process may be given, in bytes.
+const MAX_ARGV_BYTES: u32 = 1 << 20;
+
+pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
+    linker.func_wrap(M, "getpid", |c: Caller<'_, ProcCtx>| c.data().uarea.pid.to_abi())?;
+    linker.func_wrap(M, "kernel", |c: Caller<'_, ProcCtx>| c.data().host.kernel.to_abi())?;
+    linker.func_wrap(M, "kernel_count", |c: Caller<'_, ProcCtx>| {
+        c.data().host.kernel_count as i32
+    })?;
+    linker.func_wrap(M, "safepoint", safepoint)?;
+    linker.func_wrap(M, "spawn", spawn)?;
+    linker.func_wrap(M, "wait", wait)?;
+    linker.func_wrap(M, "kill", kill)?;
+    Ok(())
+}
+
+/// Called by a prepared module at a loop header or function entry when its
+/// yield flag is set: the slice is over.
+fn safepoint(mut c: Caller<'_, ProcCtx>) -> wasmtime::Result<()> {
+    if take_reply(&mut c)?.is_some() {
+        return Ok(());
+    }
+    clear_yield_flag(&mut c)?;
+    // Only prepared modules call this, and they can always unwind.
+    enter_kernel(&mut c, KernelCall::Yield).map_err(|e| wasmtime::format_err!("safepoint: {e}"))?;
+    Ok(())
+}
+
+fn spawn(
+    mut c: Caller<'_, ProcCtx>,
+    module_ptr: u32,
+    module_len: u32,
+    argv_ptr: u32,
+    argv_len: u32,
+    kernel: i32,
+    pid_out: u32,
+) -> wasmtime::Result<i32> {
+    if let Some(reply) = take_reply(&mut c)? {
+        return Ok(with_memory(&mut c, |mem, _| match reply {
+            Reply::Spawned(Ok(pid)) => mem.write_u64(pid_out, pid.to_abi() as u64),
+            Reply::Spawned(Err(e)) => Err(e),
+            other => unreachable_reply("spawn", &other),
+        }));
+    }
+    let mut request = None;
+    let rc = with_memory(&mut c, |mem, ctx| {
+        mem.slice_mut(pid_out, 8)?;
+        let module = match module_len {
+            0 => SpawnModule::Same,
+            _ => SpawnModule::File(resolve_module(&ctx.uarea.fds, mem.str(module_ptr, module_len)?)?),
+        };
+        if argv_len > MAX_ARGV_BYTES {
+            return Err(Errno::TooBig);
+        }
+        let args = decode_argv(mem, argv_ptr, argv_len)?;
+        let kernel = match kernel {
+            -1 => None,
+            k if (0..ctx.host.kernel_count as i32).contains(&k) => Some(k as u16),
+            _ => return Err(Errno::Inval),
+        };
+        request = Some(SpawnRequest { module, args, kernel });
+        Ok(())
+    });
+    match request {
+        Some(r) => Ok(enter_kernel(&mut c, KernelCall::Spawn(r)).map_or_else(|e| e.raw() as i32, |()| 0)),
+        None => Ok(rc),
+    }
+}
+
+fn wait(mut c: Caller<'_, ProcCtx>, pid: i64, status_out: u32, pid_out: u32) -> wasmtime::Result<i32> {
+    let write = |mem: &mut GuestMemory<'_>, (child, st): (Pid, i32)| {
+        mem.write_u32(status_out, st as u32)?;
+        mem.write_u64(pid_out, child.to_abi() as u64)
+    };
+    if let Some(reply) = take_reply(&mut c)? {
+        return Ok(with_memory(&mut c, |mem, _| match reply {
+            Reply::Waited(r) => write(mem, r?),
+            other => unreachable_reply("wait", &other),
+        }));
+    }
+    let mut block_on = None;
+    let rc = with_memory(&mut c, |mem, ctx| {
+        mem.slice_mut(status_out, 4)?;
+        mem.slice_mut(pid_out, 8)?;
+        let which = decode_pid_or_any(pid)?;
+        // A child that already ended is reaped without entering the kernel.
+        match ctx.uarea.children.reap(which)? {
+            Some(done) => write(mem, done),
+            None => {
+                block_on = Some(which);
+                Ok(())
+            }
+        }
+    });
+    match block_on {
+        Some(pid) => Ok(enter_kernel(&mut c, KernelCall::Wait { pid }).map_or_else(|e| e.raw() as i32, |()| 0)),
+        None => Ok(rc),
+    }
+}
+
+fn kill(mut c: Caller<'_, ProcCtx>, pid: i64, signal: i32) -> wasmtime::Result<i32> {
+    if let Some(reply) = take_reply(&mut c)? {
+        return Ok(match reply {
+            Reply::Killed(Ok(())) => 0,
+            Reply::Killed(Err(e)) => e.raw() as i32,
+            other => unreachable_reply("kill", &other).map_or_else(|e| e.raw() as i32, |()| 0),
+        });
+    }
+    c.data_mut().uarea.accounting.syscalls += 1;
+    let Some(target) = Pid::from_abi(pid) else { return Ok(Errno::Srch.raw() as i32) };
+    if !(1..=64).contains(&signal) {
+        return Ok(Errno::Inval.raw() as i32);
+    }
+    if target == c.data().uarea.pid {
+        return Err(ProcExit(status::killed(signal)).into());
+    }
+    Ok(enter_kernel(&mut c, KernelCall::Kill { pid: target, signal }).map_or_else(|e| e.raw() as i32, |()| 0))
+}
+
+fn unreachable_reply(call: &str, reply: &Reply) -> Result<(), Errno> {
+    tracing::error!(call, ?reply, "kernel answered with the wrong kind of reply");
+    Err(Errno::Io)
+}
+
+fn decode_pid_or_any(v: i64) -> Result<Option<Pid>, Errno> {
+    match v {
+        Pid::ANY_ABI => Ok(None),
+        v => Pid::from_abi(v).map(Some).ok_or(Errno::Inval),
+    }
+}
+
+/// argv as the guest passes it: NUL-terminated strings back to back.
+fn decode_argv(mem: &GuestMemory<'_>, ptr: u32, len: u32) -> Result<Vec<String>, Errno> {
+    let bytes = mem.slice(ptr, len)?;
+    let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    bytes
+        .split(|&b| b == 0)
+        .map(|s| std::str::from_utf8(s).map(str::to_owned).map_err(|_| Errno::Ilseq))
+        .collect()
+}
+
+/// Resolves a guest path to a module file through the preopened directories,
+/// as `open` would: the longest preopen that is a prefix of the path, and
+/// nothing that climbs out of it.
+fn resolve_module(fds: &FdTable, guest: &str) -> Result<PathBuf, Errno> {
+    let guest = Path::new(guest);
+    let (dir, rest) = fds
+        .preopens()
+        .filter_map(|(_, d)| {
+            let prefix = Path::new(d.preopen.as_deref()?);
+            let rest = if prefix == Path::new(".") && guest.is_relative() {
+                guest
+            } else {
+                guest.strip_prefix(prefix).ok()?
+            };
+            Some((d, rest, prefix.components().count()))
+        })
+        .max_by_key(|&(_, _, depth)| depth)
+        .map(|(d, rest, _)| (d, rest))
+        .ok_or(Errno::NotCapable)?;
+    let mut host = dir.root.clone();
+    for part in rest.components() {
+        match part {
+            Component::Normal(p) => host.push(p),
+            Component::CurDir => {}
+            _ => return Err(Errno::NotCapable),
+        }
+    }
+    let real = host.canonicalize().map_err(|e| Errno::from_io(&e))?;
+    let root = dir.root.canonicalize().map_err(|e| Errno::from_io(&e))?;
+    if !real.starts_with(&root) {
+        return Err(Errno::NotCapable);
+    }
+    if !real.is_file() {
+        return Err(Errno::NoExec);
+    }
+    Ok(real)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fd::Preopen;
+
+    #[test]
+    fn argv_decoding() {
+        let mut buf = b"prog\0-x\0\xff\0".to_vec();
+        let mem = GuestMemory::new(&mut buf);
+        assert_eq!(decode_argv(&mem, 0, 8).unwrap(), vec!["prog", "-x"]);
+        assert_eq!(decode_argv(&mem, 0, 10), Err(Errno::Ilseq));
+        assert_eq!(decode_argv(&mem, 0, 0).unwrap(), Vec::<String>::new());
+        assert_eq!(decode_argv(&mem, 8, 100), Err(Errno::Fault));
+    }
+
+    #[test]
+    fn module_paths_stay_inside_preopens() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
+        std::fs::write(dir.path().join("bin/a.wasm"), b"").unwrap();
+        std::fs::write(dir.path().join("secret.wasm"), b"").unwrap();
+        let bin = dir.path().join("bin");
+        std::os::unix::fs::symlink(dir.path().join("secret.wasm"), bin.join("link.wasm")).unwrap();
+        let fds = FdTable::new(&[Preopen { host: bin.clone(), guest: "/bin".into() }]);
+        assert_eq!(resolve_module(&fds, "/bin/a.wasm").unwrap(), bin.canonicalize().unwrap().join("a.wasm"));
+        assert_eq!(resolve_module(&fds, "/bin/../secret.wasm"), Err(Errno::NotCapable));
+        assert_eq!(resolve_module(&fds, "/bin/link.wasm"), Err(Errno::NotCapable));
+        assert_eq!(resolve_module(&fds, "/etc/passwd"), Err(Errno::NotCapable));
+        assert_eq!(resolve_module(&fds, "/bin/none.wasm"), Err(Errno::NoEnt));
+        assert_eq!(resolve_module(&fds, "/bin"), Err(Errno::NoExec));
+    }
+}

@@ -1,0 +1,109 @@
+//! The system calls: WASI preview1 (`wasi_snapshot_preview1`) and atoll's
+//! own (`atoll`), registered into one linker shared by every kernel.
+//!
+//! Each host function first *decodes*: it checks every pointer and value it
+//! was given and returns a precise errno (`EFAULT` for a pointer outside
+//! linear memory) before touching anything. Only then does it act.
+//!
+//! Calls answered locally (clocks, args, files, output) return at once.
+//! Calls the kernel must serve go through [`enter_kernel`]: the call is
+//! recorded in the UArea and the guest's stack is unwound; when the kernel
+//! has replied and the process runs again, the stack is rewound into the same
+//! host function, which picks up the reply with [`take_reply`] and returns it
+//! to the guest.
+
+mod atoll;
+mod wasi;
+mod wasi_fs;
+
+use atoll_abi::Errno;
+use wasmtime::{Caller, Linker, Val};
+
+use crate::call::{CallState, KernelCall, Reply};
+use crate::ctx::ProcCtx;
+use crate::image::PAGE_SIZE;
+use crate::memory::GuestMemory;
+use crate::uarea::StackArea;
+
+/// Registers every host function into `linker`.
+pub(crate) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
+    wasi::register(linker)?;
+    wasi_fs::register(linker)?;
+    atoll::register(linker)?;
+    Ok(())
+}
+
+/// The error a host function returns to end the process (`proc_exit`).
+#[derive(Debug, thiserror::Error)]
+#[error("process exited with status {0}")]
+pub struct ProcExit(pub i32);
+
+/// Runs `f` with the guest's memory and the process context, and turns its
+/// result into the errno the guest sees (0 for success).
+pub(crate) fn with_memory(
+    caller: &mut Caller<'_, ProcCtx>,
+    f: impl FnOnce(&mut GuestMemory<'_>, &mut ProcCtx) -> Result<(), Errno>,
+) -> i32 {
+    let memory = caller.data().exports().memory;
+    let (bytes, ctx) = memory.data_and_store_mut(caller);
+    ctx.uarea.accounting.syscalls += 1;
+    match f(&mut GuestMemory::new(bytes), ctx) {
+        Ok(()) => 0,
+        Err(e) => e.raw() as i32,
+    }
+}
+
+/// Enters the kernel with `call`: records it and starts unwinding the
+/// guest's stack into its stack area. The host function must then return at
+/// once (its return value is ignored); the process's slice ends.
+///
+/// # Errors
+/// `ENOTSUP` for a module run without preparation, which cannot unwind.
+pub(crate) fn enter_kernel(caller: &mut Caller<'_, ProcCtx>, call: KernelCall) -> Result<(), Errno> {
+    let ctx = caller.data();
+    let Some(asyncify) = ctx.exports().asyncify.clone() else {
+        return Err(Errno::NotSup);
+    };
+    // The saved stack goes to the top pages of memory, which `atoll prepare`
+    // hides from the program (wasi-libc's malloc would take any other page).
+    let memory = ctx.exports().memory;
+    let reserved = atoll_prepare::conventions::ASYNCIFY_RESERVED_PAGES as usize * PAGE_SIZE;
+    let area = StackArea { addr: (memory.data_size(&*caller) - reserved) as u32, len: reserved as u32 };
+    caller.data_mut().uarea.stack_area = Some(area);
+    // Asyncify's data header: {current, end}; unwinding fills from current.
+    let mut header = [0u8; 8];
+    header[..4].copy_from_slice(&(area.addr + 8).to_le_bytes());
+    header[4..].copy_from_slice(&(area.addr + area.len).to_le_bytes());
+    memory.write(&mut *caller, area.addr as usize, &header).map_err(|_| Errno::Fault)?;
+    asyncify
+        .start_unwind
+        .call(&mut *caller, area.addr as i32)
+        .map_err(|_| Errno::Fault)?;
+    caller.data_mut().uarea.call = CallState::Blocked(call);
+    Ok(())
+}
+
+/// If the guest's stack is being rewound into this host function, finishes
+/// the rewind and returns the kernel's reply; `None` on a fresh call.
+pub(crate) fn take_reply(caller: &mut Caller<'_, ProcCtx>) -> wasmtime::Result<Option<Reply>> {
+    if !caller.data().rewinding {
+        return Ok(None);
+    }
+    let ctx = caller.data_mut();
+    ctx.rewinding = false;
+    let reply = match std::mem::take(&mut ctx.uarea.call) {
+        CallState::Replied(r) => r,
+        other => wasmtime::bail!("rewound into a system call without a reply ({other:?})"),
+    };
+    let asyncify = ctx.exports().asyncify.clone().expect("rewinding implies asyncify");
+    asyncify.stop_rewind.call(&mut *caller, ())?;
+    Ok(Some(reply))
+}
+
+/// Clears the safepoint flag of a prepared module.
+pub(crate) fn clear_yield_flag(caller: &mut Caller<'_, ProcCtx>) -> wasmtime::Result<()> {
+    if let Some(a) = caller.data().exports().asyncify.clone() {
+        a.yield_flag.set(&mut *caller, Val::I32(0))?;
+    }
+    Ok(())
+}

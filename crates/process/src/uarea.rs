@@ -1,0 +1,176 @@
+//! The UArea: every piece of kernel-side state of one process.
+//!
+//! DESIGN.md, invariant 2: a process can be serialized at any safepoint from
+//! its UArea, its linear memory, its globals and its saved stack — nothing
+//! else. So anything a system call remembers between calls lives here, as
+//! plain data: no host handles, no pointers, no thread ids. Host resources
+//! that mirror it (open `std::fs::File`s) are caches that can be rebuilt
+//! from the UArea on any kernel.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use atoll_abi::{KernelId, Pid};
+use atoll_prepare::ContentHash;
+use serde::{Deserialize, Serialize};
+
+use crate::call::CallState;
+use crate::fd::FdTable;
+
+/// Identifies the console (job output stream) a process writes to. It stays
+/// the same wherever the process runs, so its output keeps going to the
+/// terminal of the job that started it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub struct ConsoleId(pub u64);
+
+/// Kernel-side state of one process.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UArea {
+    pub pid: Pid,
+    /// Who receives the exit status; `None` for a job's first process, whose
+    /// status goes to the job's console.
+    pub parent: Option<Pid>,
+    /// Content hash of the (prepared) module: the code is the same on every
+    /// kernel, so only its name travels.
+    pub module: ContentHash,
+    /// argv, argv[0] included.
+    pub args: Vec<String>,
+    /// `KEY=VALUE` strings.
+    pub env: Vec<String>,
+    pub console: ConsoleId,
+    pub fds: FdTable,
+    pub children: Children,
+    /// What the process is doing with respect to the kernel: running,
+    /// blocked in a call, or about to return from one.
+    pub call: CallState,
+    /// Whether `_start` has been entered; a process restored before its first
+    /// slice starts from the beginning.
+    pub started: bool,
+    /// Where in linear memory the stack was saved at the last unwind: the
+    /// top pages, hidden from the program by `atoll prepare`.
+    pub stack_area: Option<StackArea>,
+    pub accounting: Accounting,
+}
+
+impl UArea {
+    /// The UArea of a process that has not run yet.
+    pub fn new(
+        pid: Pid,
+        parent: Option<Pid>,
+        module: ContentHash,
+        args: Vec<String>,
+        env: Vec<String>,
+        console: ConsoleId,
+        fds: FdTable,
+    ) -> Self {
+        UArea {
+            pid,
+            parent,
+            module,
+            args,
+            env,
+            console,
+            fds,
+            children: Children::default(),
+            call: CallState::Running,
+            started: false,
+            stack_area: None,
+            accounting: Accounting::default(),
+        }
+    }
+
+    /// The program's name for listings: the file name of argv[0].
+    pub fn name(&self) -> &str {
+        let arg0 = self.args.first().map(String::as_str).unwrap_or("?");
+        arg0.rsplit('/').next().unwrap_or(arg0)
+    }
+}
+
+/// A process's children: those still running, and the statuses of those that
+/// ended and have not been waited for yet.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Children {
+    pub live: BTreeSet<Pid>,
+    pub exited: VecDeque<(Pid, i32)>,
+}
+
+impl Children {
+    /// Records that `child` ended; `false` if it was not a child.
+    pub fn exited(&mut self, child: Pid, status: i32) -> bool {
+        if !self.live.remove(&child) {
+            return false;
+        }
+        self.exited.push_back((child, status));
+        true
+    }
+
+    /// Reaps a child that ended: `which` or any. `Err(Child)` when there is
+    /// nothing to wait for at all; `Ok(None)` when the child still runs.
+    pub fn reap(&mut self, which: Option<Pid>) -> Result<Option<(Pid, i32)>, atoll_abi::Errno> {
+        let pos = match which {
+            Some(pid) => self.exited.iter().position(|&(p, _)| p == pid),
+            None => (!self.exited.is_empty()).then_some(0),
+        };
+        if let Some(i) = pos {
+            return Ok(self.exited.remove(i));
+        }
+        let waiting_makes_sense = match which {
+            Some(pid) => self.live.contains(&pid),
+            None => !self.live.is_empty(),
+        };
+        if waiting_makes_sense {
+            Ok(None)
+        } else {
+            Err(atoll_abi::Errno::Child)
+        }
+    }
+}
+
+/// The region of linear memory holding Asyncify's saved stack: an 8-byte
+/// header `{current, end}` followed by the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackArea {
+    pub addr: u32,
+    pub len: u32,
+}
+
+/// What a process has consumed, for `atoll ps` and scheduling decisions.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Accounting {
+    /// Nanoseconds spent running guest code.
+    pub cpu_ns: u64,
+    /// Times the process was given the CPU.
+    pub slices: u64,
+    /// System calls made (each one is a safepoint).
+    pub syscalls: u64,
+    /// Times the process was moved to another kernel.
+    pub moves: u32,
+    /// The kernel the process last ran on.
+    pub last_kernel: Option<KernelId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_abi::{Errno, KernelId};
+
+    fn pid(slot: u16) -> Pid {
+        Pid::new(KernelId::new(0, 0), slot, 0)
+    }
+
+    #[test]
+    fn reap_rules() {
+        let mut c = Children::default();
+        assert_eq!(c.reap(None), Err(Errno::Child));
+        c.live.insert(pid(1));
+        c.live.insert(pid(2));
+        assert_eq!(c.reap(None), Ok(None));
+        assert!(c.exited(pid(2), 7));
+        assert!(!c.exited(pid(9), 7), "not a child");
+        assert_eq!(c.reap(Some(pid(1))), Ok(None));
+        assert_eq!(c.reap(Some(pid(3))), Err(Errno::Child));
+        assert_eq!(c.reap(None), Ok(Some((pid(2), 7))));
+        assert!(c.exited(pid(1), 0));
+        assert_eq!(c.reap(Some(pid(1))), Ok(Some((pid(1), 0))));
+        assert_eq!(c.reap(None), Err(Errno::Child));
+    }
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# atoll's main job, end to end: installs what is missing, builds atoll and the
+# example programs, then runs real workloads on several kernels of a node,
+# including a process moved live from one kernel to another.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+make -s all
+cargo build --release --locked -p atoll-cli
+atoll=target/release/atoll
+export ATOLL_CACHE="$PWD/target/atoll-cache"
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "hello, on kernel 3 of a 4-kernel node"
+$atoll run --kernels 4 --on 3 build/wasm/hello.wasm from the demo
+
+step "8 children spread over 4 kernels, each waited for by its parent"
+$atoll run --kernels 4 build/wasm/spawn.wasm 8
+
+step "mergesort of 1M integers: native, then prepared (migratable) wasm"
+time build/native/mergesort 1000000 1 2
+time $atoll run build/wasm/mergesort.wasm 1000000 1 2
+
+step "a node daemon with 4 kernels; a long computation moved between kernels while it runs"
+export ATOLL_SOCKET="$PWD/target/demo-node.sock"
+$atoll node --kernels 4 2>/dev/null &
+node=$!
+trap 'kill $node 2>/dev/null' EXIT
+until $atoll ps >/dev/null 2>&1; do sleep 0.1; done
+$atoll run --on 0 build/wasm/progress.wasm 12 30000000 &
+job=$!
+sleep 0.5
+$atoll ps 2>/dev/null
+pid=$($atoll ps 2>/dev/null | awk '/progress/ {print $1}')
+for k in 1 2 3; do
+    sleep 0.3
+    $atoll migrate "$pid" --to "$k"
+done
+$atoll ps 2>/dev/null
+wait $job
+echo "the moved computation printed every step once, in order, and exited 0"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds everything and runs every test:
+# unit tests, and integration tests that start real nodes and kernels and
+# run real C programs compiled to WebAssembly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+make -s all
+cargo build --release --workspace --locked
+cargo test --release --workspace --locked

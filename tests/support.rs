@@ -1,0 +1,40 @@
+//! Shared by the integration tests of several crates (included with
+//! `#[path]`): the guest programs, built once with `make`, and a module
+//! cache shared by all tests so each program is prepared and compiled once.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Once;
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
+}
+
+/// The path of a built guest (`build/wasm/NAME.wasm`) or native program
+/// (`build/native/NAME`), running `make all` the first time.
+pub fn built(rel: &str) -> PathBuf {
+    static MAKE: Once = Once::new();
+    MAKE.call_once(|| {
+        let status = Command::new("make")
+            .args(["-s", "all"])
+            .current_dir(repo())
+            .status()
+            .expect("running make (is it installed? see scripts/setup.sh)");
+        assert!(status.success(), "`make all` failed: the C toolchain is missing (scripts/setup.sh installs it)");
+    });
+    let p = repo().join("build").join(rel);
+    assert!(p.exists(), "{} was not built", p.display());
+    p
+}
+
+pub fn guest(name: &str) -> PathBuf {
+    built(&format!("wasm/{name}.wasm"))
+}
+
+/// A cache directory shared by the tests of one build.
+pub fn cache_dir() -> PathBuf {
+    repo().join("target/test-cache")
+}
