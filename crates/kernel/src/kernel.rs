@@ -30,6 +30,9 @@ pub struct KernelParams {
     pub runtime: Arc<Runtime>,
     pub console: Arc<dyn Console>,
     pub quantum: Duration,
+    /// How long an idle kernel polls for messages before it sleeps (zero
+    /// when kernels outnumber cores).
+    pub spin: Duration,
     /// Pin the thread to core `index % cores`.
     pub pin: bool,
 }
@@ -77,6 +80,8 @@ pub(crate) struct Kernel {
     pub runtime: Arc<Runtime>,
     host: Host,
     quantum: Duration,
+    /// How long an idle kernel polls before it sleeps.
+    spin: Duration,
     pub procs: HashMap<Pid, Process>,
     pub run_queue: VecDeque<Pid>,
     /// Sleeping processes by wake-up time.
@@ -111,6 +116,7 @@ impl Kernel {
             runtime: p.runtime,
             host,
             quantum: p.quantum,
+            spin: p.spin,
             procs: HashMap::new(),
             run_queue: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -159,6 +165,9 @@ impl Kernel {
             if self.noc.has_loopback() {
                 continue;
             }
+            if self.spin_before_sleep() {
+                continue;
+            }
             let next_timer = self.timers.peek().map(|Reverse((t, _))| {
                 Duration::from_nanos(t.saturating_sub(monotonic_ns()))
             });
@@ -166,6 +175,24 @@ impl Kernel {
             let timeout = if backlog { Some(Duration::from_micros(50)) } else { next_timer };
             self.noc.doorbell().sleep(timeout);
         }
+    }
+
+    /// Polls the doorbell for a short while before sleeping: an answer from
+    /// another kernel often arrives within microseconds, and waking from a
+    /// futex costs more than that. Only when every kernel has a core of its
+    /// own; otherwise spinning steals the core from another kernel.
+    fn spin_before_sleep(&self) -> bool {
+        if self.spin.is_zero() {
+            return false;
+        }
+        let t = Instant::now();
+        while t.elapsed() < self.spin {
+            if self.noc.doorbell().is_pending() || self.timers.peek().is_some_and(|Reverse((t, _))| *t <= monotonic_ns()) {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        false
     }
 
     fn fire_timers(&mut self) {

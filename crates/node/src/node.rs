@@ -33,7 +33,7 @@ impl NodeConfig {
     pub fn new(cache_dir: Option<PathBuf>) -> Self {
         NodeConfig {
             node: 0,
-            kernels: std::thread::available_parallelism().map_or(1, |n| n.get() as u16),
+            kernels: cores() as u16,
             quantum: Duration::from_millis(10),
             pin: true,
             runtime: RuntimeConfig { cache_dir, ..RuntimeConfig::default() },
@@ -53,6 +53,10 @@ pub struct JobSpec {
     pub kernel: Option<u16>,
     /// Prepare the module (safepoints, Asyncify) before running it.
     pub prepare: bool,
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// A running node.
@@ -97,6 +101,7 @@ impl Node {
                 runtime: runtime.clone(),
                 console: console_impl.clone(),
                 quantum: config.quantum,
+                spin: if config.kernels as usize <= cores() { Duration::from_micros(50) } else { Duration::ZERO },
                 pin: config.pin,
             })?);
         }

@@ -6,8 +6,9 @@
 //!     crates/prepare/tests/fixtures/mergesort.wasm 1000000 5
 //! ```
 //!
-//! The program gets only a few stub WASI calls (args, stdout, exit): enough
-//! for small C benchmarks.
+//! With `--run FILE.wasm [ARGS...]` it only times a run of the module as it
+//! is; `--prepare IN OUT` only prepares. The program gets only a few stub WASI calls (args, stdout, exit):
+//! enough for small C benchmarks.
 
 #[path = "../tests/common/runtime.rs"]
 mod runtime;
@@ -28,16 +29,46 @@ use wasi::Wasi;
 const RUNS: usize = 5;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut argv = std::env::args().skip(1);
-    let path = argv.next().ok_or("usage: overhead FILE.wasm [ARGS...]")?;
+    let mut argv = std::env::args().skip(1).peekable();
+    if argv.next_if_eq("--prepare").is_some() {
+        // Prepare only, like `atoll prepare IN OUT`.
+        let (from, to) = argv
+            .next()
+            .zip(argv.next())
+            .ok_or("usage: overhead --prepare IN OUT")?;
+        std::fs::write(to, prepare(&std::fs::read(from)?, &Options::default())?)?;
+        return Ok(());
+    }
+    let run_only = argv.next_if_eq("--run").is_some();
+    let path = argv
+        .next()
+        .ok_or("usage: overhead [--run] FILE.wasm [ARGS...]")?;
     let args: Vec<String> = std::iter::once(path.clone()).chain(argv).collect();
     let input = std::fs::read(&path)?;
+    if run_only {
+        // Just time the module as it is (e.g. a variant made by hand).
+        let engine = Engine::default();
+        let module = Module::new(&engine, &input)?;
+        println!("run: {:?}", median(|| run(&engine, &module, &args)));
+        return Ok(());
+    }
 
     let options = Options::default();
     let (prepared, prepare_time) = best_of(3, || prepare(&input, &options).unwrap());
-    let unoptimised = prepare(&input, &Options { optimize: false, ..options.clone() })?;
-    println!("size: input {} B, prepared {} B ({:+.1}%), prepared without -O2 {} B",
-        input.len(), prepared.len(), percent(prepared.len(), input.len()), unoptimised.len());
+    let unoptimised = prepare(
+        &input,
+        &Options {
+            optimize: false,
+            ..options.clone()
+        },
+    )?;
+    println!(
+        "size: input {} B, prepared {} B ({:+.1}%), prepared without -O2 {} B",
+        input.len(),
+        prepared.len(),
+        percent(prepared.len(), input.len()),
+        unoptimised.len()
+    );
     println!("prepare: {prepare_time:?}");
 
     let engine = Engine::default();
@@ -47,8 +78,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let plain_run = median(|| run(&engine, &plain, &args));
     let prepared_run = median(|| run(&engine, &migratable, &args));
-    println!("run: plain {plain_run:?}, prepared {prepared_run:?} ({:+.1}%)",
-        percent(prepared_run.as_nanos() as usize, plain_run.as_nanos() as usize));
+    println!(
+        "run: plain {plain_run:?}, prepared {prepared_run:?} ({:+.1}%)",
+        percent(
+            prepared_run.as_nanos() as usize,
+            plain_run.as_nanos() as usize
+        )
+    );
 
     // The timer raises atoll_yield through wasmtime's epoch callback, which
     // needs an engine compiled with epoch checks.
@@ -59,12 +95,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let epoch_run = median(|| run(&engine, &migratable, &args));
     println!("run, prepared, with epoch checks but never stopped: {epoch_run:?}");
     for quantum in [Duration::from_millis(10), Duration::from_millis(1)] {
-        let (time, stops, saved) = run_preempted(&engine, &migratable, &args, quantum);
-        let prepared_run = epoch_run;
-        let per_stop = time.saturating_sub(prepared_run) / stops.max(1);
-        println!("preempted every {quantum:?} and migrated to a fresh instance each time: \
-                  {time:?}, {stops} stops, ~{per_stop:?} per stop, <= {saved} B of saved stack");
+        let (time, stops) = run_stopped_in_place(&engine, &migratable, &args, quantum);
+        let per_stop = time.saturating_sub(epoch_run) / stops.max(1);
+        println!(
+            "stopped every {quantum:?} (unwind, rewind in the same instance): \
+                  {time:?}, {stops} stops, ~{per_stop:?} per stop"
+        );
     }
+    // A migration copies the whole memory twice here, so it takes longer
+    // than a short quantum: migrate less often, or the process only migrates.
+    let quantum = Duration::from_millis(50);
+    let (time, stops, saved) = run_preempted(&engine, &migratable, &args, quantum);
+    let per_stop = time.saturating_sub(epoch_run) / stops.max(1);
+    println!(
+        "stopped every {quantum:?} and migrated to a fresh instance each time: \
+              {time:?}, {stops} stops, ~{per_stop:?} per stop, <= {saved} B of saved stack"
+    );
     Ok(())
 }
 
@@ -102,55 +148,143 @@ fn linker(engine: &Engine) -> Linker<Wasi> {
 fn run(engine: &Engine, module: &Module, args: &[String]) -> Duration {
     let linker = linker(engine);
     let start = Instant::now();
-    let mut store = Store::new(engine, Wasi { args: args.to_vec(), ..Wasi::default() });
+    let mut store = Store::new(
+        engine,
+        Wasi {
+            args: args.to_vec(),
+            ..Wasi::default()
+        },
+    );
     store.set_epoch_deadline(u64::MAX / 2);
     let instance = linker.instantiate(&mut store, module).unwrap();
-    let main = instance.get_typed_func::<(), ()>(&mut store, START_EXPORT).unwrap();
+    let main = instance
+        .get_typed_func::<(), ()>(&mut store, START_EXPORT)
+        .unwrap();
     let code = wasi::exit_code(main.call(&mut store, ())).unwrap();
     let elapsed = start.elapsed();
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&store.data().output));
     elapsed
 }
 
-/// Runs with a timer raising `atoll_yield` every `quantum`, moving the
-/// process to a new instance at every stop: (time, stops, max saved bytes).
-fn run_preempted(engine: &Engine, module: &Module, args: &[String], quantum: Duration) -> (Duration, u32, u32) {
-    let linker = linker(engine);
-    let done = Arc::new(AtomicBool::new(false));
-    let ticker = {
-        let (engine, done) = (engine.clone(), Arc::clone(&done));
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                std::thread::sleep(quantum);
+/// A timer thread that advances `engine`'s epoch every `period` until
+/// dropped.
+struct Ticker(Arc<AtomicBool>, Option<std::thread::JoinHandle<()>>);
+
+impl Ticker {
+    fn start(engine: &Engine, period: Duration) -> Ticker {
+        let done = Arc::new(AtomicBool::new(false));
+        let (engine, stop) = (engine.clone(), Arc::clone(&done));
+        let thread = std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(period);
                 engine.increment_epoch();
             }
-        })
-    };
+        });
+        Ticker(done, Some(thread))
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.1.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Installs the epoch callback that raises `atoll_yield`.
+fn preempt_every_epoch(store: &mut Store<Wasi>, instance: &wasmtime::Instance) {
+    store.data_mut().yield_flag = instance.get_global(&mut *store, YIELD_GLOBAL);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|ctx| {
+        wasi::raise_yield(ctx)?;
+        Ok(UpdateDeadline::Continue(1))
+    });
+}
+
+/// Runs with a timer raising `atoll_yield` every `quantum`; at each stop,
+/// rewinds at once in the same instance (a scheduler with nothing else to
+/// run): (time, stops).
+fn run_stopped_in_place(
+    engine: &Engine,
+    module: &Module,
+    args: &[String],
+    quantum: Duration,
+) -> (Duration, u32) {
+    use atoll_prepare::conventions::*;
+    let linker = linker(engine);
+    let _ticker = Ticker::start(engine, quantum);
+    let start = Instant::now();
+    let mut store = Store::new(
+        engine,
+        Wasi {
+            args: args.to_vec(),
+            ..Wasi::default()
+        },
+    );
+    let instance = linker.instantiate(&mut store, module).unwrap();
+    preempt_every_epoch(&mut store, &instance);
+    let main = instance
+        .get_typed_func::<(), ()>(&mut store, START_EXPORT)
+        .unwrap();
+    let state = instance
+        .get_typed_func::<(), i32>(&mut store, ASYNCIFY_GET_STATE)
+        .unwrap();
+    let stop = instance
+        .get_typed_func::<(), ()>(&mut store, ASYNCIFY_STOP_UNWIND)
+        .unwrap();
+    let rewind = instance
+        .get_typed_func::<i32, ()>(&mut store, ASYNCIFY_START_REWIND)
+        .unwrap();
+    let memory = instance.get_memory(&mut store, MEMORY_EXPORT).unwrap();
+    let mut stops = 0;
+    loop {
+        let result = main.call(&mut store, ());
+        if state.call(&mut store, ()).unwrap() != ASYNCIFY_STATE_UNWINDING {
+            assert_eq!(wasi::exit_code(result).unwrap(), 0);
+            return (start.elapsed(), stops);
+        }
+        stop.call(&mut store, ()).unwrap();
+        stops += 1;
+        let data = asyncify_data_addr(memory.data_size(&store) as u64).unwrap();
+        rewind.call(&mut store, data as i32).unwrap();
+    }
+}
+
+/// Runs with a timer raising `atoll_yield` every `quantum`, moving the
+/// process to a new instance at every stop: (time, stops, max saved bytes).
+fn run_preempted(
+    engine: &Engine,
+    module: &Module,
+    args: &[String],
+    quantum: Duration,
+) -> (Duration, u32, u32) {
+    let linker = linker(engine);
+    let ticker = Ticker::start(engine, quantum);
     let start = Instant::now();
     let outcome = run_migrating(Process {
         engine,
         module,
         linker: &linker,
         state: &mut |previous: Option<Wasi>| match previous {
-            Some(p) => Wasi { yield_flag: None, ..p },
-            None => Wasi { args: args.to_vec(), ..Wasi::default() },
+            Some(p) => Wasi {
+                yield_flag: None,
+                ..p
+            },
+            None => Wasi {
+                args: args.to_vec(),
+                ..Wasi::default()
+            },
         },
-        setup: &mut |store, instance| {
-            store.data_mut().yield_flag = instance.get_global(&mut *store, YIELD_GLOBAL);
-            store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(|ctx| {
-                wasi::raise_yield(ctx)?;
-                Ok(UpdateDeadline::Continue(1))
-            });
-        },
+        setup: &mut preempt_every_epoch,
         call: &mut |store, instance| {
             let main = instance.get_typed_func::<(), ()>(&mut *store, START_EXPORT)?;
             wasi::exit_code(main.call(&mut *store, ()))
         },
     });
     let elapsed = start.elapsed();
-    done.store(true, Ordering::Relaxed);
-    ticker.join().unwrap();
+    drop(ticker);
     assert_eq!(outcome.result.unwrap(), 0);
     (elapsed, outcome.migrations, outcome.max_saved)
 }

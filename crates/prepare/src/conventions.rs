@@ -45,7 +45,11 @@
 //! the wasm stack unwinds into the buffer and the outermost export returns
 //! (its results are meaningless). Then call [`ASYNCIFY_STOP_UNWIND`]. The
 //! process state is now entirely in linear memory and in the exported mutable
-//! globals ([`GLOBAL_EXPORT_PREFIX`]`<N>`): no host stack is held.
+//! globals ([`GLOBAL_EXPORT_PREFIX`]`<N>`): no host stack is held. Of the
+//! reserved pages only `data .. current` (read `current` back from `data`)
+//! means anything now; a copy may skip the rest, but must recreate a memory
+//! of the same total size. Preparation leaves `atoll_yield` alone: clear it
+//! (it is not among the saved globals, so a fresh instance starts at 0).
 //!
 //! To resume, possibly in a fresh instance on another machine: write the
 //! memory (grown to the same size) and the globals back, call
@@ -54,6 +58,10 @@
 //! sees [`ASYNCIFY_STATE_REWINDING`] from [`ASYNCIFY_GET_STATE`], calls
 //! [`ASYNCIFY_STOP_REWIND`] and returns normally (with the result it means to
 //! give the program, e.g. a system call's return value).
+//!
+//! An import that stops the process for another reason than a yield (a
+//! blocking system call) does the same; when rewound, it does its work
+//! instead of unwinding again.
 
 /// Exported mutable `i32` global, initialised to 0. The host sets it to 1 to
 /// make the next safepoint call [`SAFEPOINT_NAME`]; the host clears it.

@@ -10,7 +10,9 @@ use sha2::{Digest, Sha256};
 /// Displays and parses as 64 lowercase hex digits (parsing also accepts
 /// uppercase), so it can be used in file names and in the
 /// [`PREPARED_SECTION`](crate::conventions::PREPARED_SECTION) payload.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ContentHash(pub [u8; 32]);
 
 /// Hashes `bytes` with SHA-256.

@@ -28,7 +28,8 @@ pub(crate) fn instrument(wasm: &[u8]) -> Result<Vec<u8>, PrepareError> {
     check_reserved_names(&module)?;
     let program: Vec<FunctionId> = module.funcs.iter_local().map(|(id, _)| id).collect();
 
-    // Export the globals first, so that the new yield flag cannot be among them.
+    // `globals_in_order` holds the input's globals only: the yield flag added
+    // next is not exported under the `atoll_global_` prefix.
     export_mutable_globals(&mut module, &globals_in_order);
     let yield_flag = add_yield_flag(&mut module);
     let ty = module.types.add(&[], &[]);
@@ -54,16 +55,20 @@ fn parse(wasm: &[u8]) -> Result<(Module, Vec<GlobalId>), PrepareError> {
     let sink = Arc::clone(&order);
     config.on_parse(move |module, indices| {
         let count = u32::try_from(module.globals.iter().count())?;
-        let ids = (0..count).map(|index| indices.get_global(index)).collect::<Result<_, _>>()?;
+        let ids = (0..count)
+            .map(|index| indices.get_global(index))
+            .collect::<Result<_, _>>()?;
         *sink.lock().unwrap_or_else(PoisonError::into_inner) = ids;
         Ok(())
     });
     // walrus validates with wasmparser and returns errors, but the input is
     // untrusted: if a bug in a parser panics, report a malformed module
     // rather than taking the caller (a kernel) down.
-    let parsed = panic::catch_unwind(AssertUnwindSafe(|| Module::from_buffer_with_config(wasm, &config)))
-        .map_err(|_| PrepareError::Malformed("the wasm parser panicked on this input".into()))?
-        .map_err(|e| PrepareError::Malformed(format!("{e:#}")))?;
+    let parsed = panic::catch_unwind(AssertUnwindSafe(|| {
+        Module::from_buffer_with_config(wasm, &config)
+    }))
+    .map_err(|_| PrepareError::Malformed("the wasm parser panicked on this input".into()))?
+    .map_err(|e| PrepareError::Malformed(format!("{e:#}")))?;
     let globals = std::mem::take(&mut *order.lock().unwrap_or_else(PoisonError::into_inner));
     Ok((parsed, globals))
 }
@@ -78,7 +83,10 @@ fn check_command(module: &Module) -> Result<MemoryId, PrepareError> {
     }
     let memories: Vec<_> = module.memories.iter().collect();
     let [memory] = memories[..] else {
-        return not_a_command(&format!("{} linear memories, atoll needs exactly one", memories.len()));
+        return not_a_command(&format!(
+            "{} linear memories, atoll needs exactly one",
+            memories.len()
+        ));
     };
     if memory.memory64 {
         return not_a_command("64-bit linear memory (wasm64), atoll needs wasm32");
@@ -105,8 +113,14 @@ fn check_reserved_names(module: &Module) -> Result<(), PrepareError> {
     if let Some(export) = module.exports.iter().find(|e| reserved(&e.name)) {
         return Err(PrepareError::ReservedName(export.name.clone()));
     }
-    if module.imports.find(SAFEPOINT_MODULE, SAFEPOINT_NAME).is_some() {
-        return Err(PrepareError::ReservedName(format!("{SAFEPOINT_MODULE}.{SAFEPOINT_NAME}")));
+    if module
+        .imports
+        .find(SAFEPOINT_MODULE, SAFEPOINT_NAME)
+        .is_some()
+    {
+        return Err(PrepareError::ReservedName(format!(
+            "{SAFEPOINT_MODULE}.{SAFEPOINT_NAME}"
+        )));
     }
     Ok(())
 }
@@ -123,7 +137,9 @@ fn export_mutable_globals(module: &mut Module, globals_in_order: &[GlobalId]) {
 
 /// Adds the exported, mutable `i32` yield flag, initialised to 0.
 fn add_yield_flag(module: &mut Module) -> GlobalId {
-    let id = module.globals.add_local(ValType::I32, true, false, ConstExpr::Value(Value::I32(0)));
+    let id = module
+        .globals
+        .add_local(ValType::I32, true, false, ConstExpr::Value(Value::I32(0)));
     module.globals.get_mut(id).name = Some(YIELD_GLOBAL.to_owned());
     module.exports.add(YIELD_GLOBAL, id);
     id
@@ -131,7 +147,11 @@ fn add_yield_flag(module: &mut Module) -> GlobalId {
 
 /// Puts `global.get $yield_flag; if; call $safepoint; end` at the start of the
 /// function body and of every loop body in `func`; returns how many.
-fn insert_safepoint_checks(func: &mut LocalFunction, yield_flag: GlobalId, safepoint: FunctionId) -> usize {
+fn insert_safepoint_checks(
+    func: &mut LocalFunction,
+    yield_flag: GlobalId,
+    safepoint: FunctionId,
+) -> usize {
     let mut loops = LoopBodies::default();
     dfs_in_order(&mut loops, func, func.entry_block());
     let mut seqs = loops.0;
@@ -139,10 +159,18 @@ fn insert_safepoint_checks(func: &mut LocalFunction, yield_flag: GlobalId, safep
     for &seq in &seqs {
         func.builder_mut()
             .instr_seq(seq)
-            .if_else_at(0, None, |then| {
-                then.call(safepoint);
-            }, |_| {})
-            .instr_at(0, Instr::GlobalGet(walrus::ir::GlobalGet { global: yield_flag }));
+            .if_else_at(
+                0,
+                None,
+                |then| {
+                    then.call(safepoint);
+                },
+                |_| {},
+            )
+            .instr_at(
+                0,
+                Instr::GlobalGet(walrus::ir::GlobalGet { global: yield_flag }),
+            );
     }
     seqs.len()
 }
@@ -166,9 +194,8 @@ mod tests {
 
     use super::*;
 
-    /// Globals: 0 imported mutable, 1 mutable (stack pointer), 2 immutable,
-    /// 3 mutable, 4 imported immutable is impossible after defined ones, so
-    /// the order is imports first as the binary format requires.
+    /// Global index space: 0 imported mutable, 1 imported immutable, 2 `$sp`
+    /// (mutable), 3 `$k` (immutable), 4 `$acc` (mutable).
     const WAT: &str = r#"
         (module
           (import "env" "g_imported" (global $imported (mut i32)))
@@ -201,10 +228,20 @@ mod tests {
     }
 
     /// Whether `seq` starts with the safepoint check.
-    fn starts_with_check(func: &LocalFunction, seq: InstrSeqId, flag: GlobalId, sp: FunctionId) -> bool {
+    fn starts_with_check(
+        func: &LocalFunction,
+        seq: InstrSeqId,
+        flag: GlobalId,
+        sp: FunctionId,
+    ) -> bool {
         let instrs = &func.block(seq).instrs;
-        let [(Instr::GlobalGet(GlobalGet { global }), _), (Instr::IfElse(IfElse { consequent, alternative }), _), ..] =
-            &instrs[..]
+        let [(Instr::GlobalGet(GlobalGet { global }), _), (
+            Instr::IfElse(IfElse {
+                consequent,
+                alternative,
+            }),
+            _,
+        ), ..] = &instrs[..]
         else {
             return false;
         };
@@ -217,17 +254,29 @@ mod tests {
     #[test]
     fn every_function_entry_and_loop_body_is_checked() {
         let module = instrumented();
-        let flag = module.exports.iter().find(|e| e.name == YIELD_GLOBAL).unwrap();
-        let ExportItem::Global(flag) = flag.item else { panic!("atoll_yield is not a global") };
+        let flag = module
+            .exports
+            .iter()
+            .find(|e| e.name == YIELD_GLOBAL)
+            .unwrap();
+        let ExportItem::Global(flag) = flag.item else {
+            panic!("atoll_yield is not a global")
+        };
         assert!(module.globals.get(flag).mutable);
-        let sp = module.imports.get_func(SAFEPOINT_MODULE, SAFEPOINT_NAME).unwrap();
+        let sp = module
+            .imports
+            .get_func(SAFEPOINT_MODULE, SAFEPOINT_NAME)
+            .unwrap();
         let mut loops_seen = 0;
         for (id, func) in module.funcs.iter_local() {
             let name = module.funcs.get(id).name.as_deref().unwrap_or_default();
             if name.starts_with("atoll_memory_") {
                 continue; // our own helpers call nothing, so need no check
             }
-            assert!(starts_with_check(func, func.entry_block(), flag, sp), "{name}");
+            assert!(
+                starts_with_check(func, func.entry_block(), flag, sp),
+                "{name}"
+            );
             let mut loops = LoopBodies::default();
             dfs_in_order(&mut loops, func, func.entry_block());
             for &body in &loops.0 {
@@ -249,8 +298,13 @@ mod tests {
             }
         };
         let global0 = exported("atoll_global_0").expect("imported mutable global exported");
-        let GlobalKind::Import(import) = global0.kind else { panic!("global 0 is not the import") };
-        assert!(matches!(module.imports.get(import).kind, ImportKind::Global(_)));
+        let GlobalKind::Import(import) = global0.kind else {
+            panic!("global 0 is not the import")
+        };
+        assert!(matches!(
+            module.imports.get(import).kind,
+            ImportKind::Global(_)
+        ));
         assert_eq!(module.imports.get(import).name, "g_imported");
         assert!(exported("atoll_global_1").is_none(), "immutable import");
         let init = |name| match exported(name).map(|g| &g.kind) {
@@ -260,7 +314,10 @@ mod tests {
         assert!(matches!(init("atoll_global_2"), Some(Value::I32(1111))));
         assert!(exported("atoll_global_3").is_none(), "immutable");
         assert!(matches!(init("atoll_global_4"), Some(Value::I64(3333))));
-        assert!(exported("atoll_global_5").is_none(), "the yield flag is not one of them");
+        assert!(
+            exported("atoll_global_5").is_none(),
+            "the yield flag is not one of them"
+        );
         assert!(exported("sp_too").is_some(), "existing exports are kept");
     }
 
@@ -291,7 +348,10 @@ mod tests {
         ] {
             let wasm = wat::parse_str(format!("(module {extra} {command})")).unwrap();
             let err = instrument(&wasm).unwrap_err();
-            assert!(matches!(err, PrepareError::ReservedName(_)), "{extra}: {err}");
+            assert!(
+                matches!(err, PrepareError::ReservedName(_)),
+                "{extra}: {err}"
+            );
         }
     }
 }

@@ -100,7 +100,10 @@ impl Default for Options {
         let wasm_opt = std::env::var_os(WASM_OPT_ENV)
             .filter(|v| !v.is_empty())
             .map_or_else(|| PathBuf::from("wasm-opt"), PathBuf::from);
-        Options { wasm_opt, optimize: true }
+        Options {
+            wasm_opt,
+            optimize: true,
+        }
     }
 }
 
@@ -139,7 +142,8 @@ pub fn prepare(module: &[u8], options: &Options) -> Result<Vec<u8>, PrepareError
 
 /// Whether `module` carries the `atoll.prepared` custom section, i.e. came
 /// out of [`prepare`]. Only the section framing is looked at, so this is
-/// cheap and never fails: garbage is simply not prepared.
+/// cheap and never fails: garbage is simply not prepared. It is a marker, not
+/// a proof: a runtime still has to find the exports it needs.
 pub fn is_prepared(module: &[u8]) -> bool {
     sections::find_custom(module, PREPARED_SECTION).is_some()
 }

@@ -45,7 +45,11 @@ pub(crate) fn reserve_top_pages(
     mem.initial += reserved;
     mem.maximum = mem.maximum.map(|max| (max + reserved).min(MAX_PAGES));
 
-    let mut helpers = Helpers { memory, size: size_helper(module, memory), grow: grow_helper(module, memory) };
+    let mut helpers = Helpers {
+        memory,
+        size: size_helper(module, memory),
+        grow: grow_helper(module, memory),
+    };
     for &id in funcs {
         let func = module.funcs.get_mut(id).kind.unwrap_local_mut();
         walk(func, &mut helpers);
@@ -101,14 +105,27 @@ fn grow_helper(module: &mut Module, memory: MemoryId) -> FunctionId {
     f.name("atoll_memory_grow".into());
     let mut body = f.func_body();
     // old = memory.grow(n); if old == -1 { return -1 }
-    body.local_get(n).memory_grow(memory).local_tee(old).i32_const(-1).binop(BinaryOp::I32Eq);
-    body.if_else(None, |then| {
-        then.i32_const(-1).return_();
-    }, |_| {});
+    body.local_get(n)
+        .memory_grow(memory)
+        .local_tee(old)
+        .i32_const(-1)
+        .binop(BinaryOp::I32Eq);
+    body.if_else(
+        None,
+        |then| {
+            then.i32_const(-1).return_();
+        },
+        |_| {},
+    );
     // old -= RESERVED: the program's old size, where its new pages begin.
-    body.local_get(old).i32_const(reserved).binop(BinaryOp::I32Sub).local_set(old);
+    body.local_get(old)
+        .i32_const(reserved)
+        .binop(BinaryOp::I32Sub)
+        .local_set(old);
     // memory.fill(old * PAGE, 0, min_u(n, RESERVED) * PAGE)
-    body.local_get(old).i32_const(WASM_PAGE_SIZE as i32).binop(BinaryOp::I32Mul);
+    body.local_get(old)
+        .i32_const(WASM_PAGE_SIZE as i32)
+        .binop(BinaryOp::I32Mul);
     body.i32_const(0);
     body.local_get(n)
         .i32_const(reserved)
@@ -140,9 +157,15 @@ mod tests {
         let module = reserved("(module (memory 3 10))");
         let memory = module.memories.iter().next().unwrap();
         let pages = u64::from(RESERVED_PAGES);
-        assert_eq!((memory.initial, memory.maximum), (3 + pages, Some(10 + pages)));
+        assert_eq!(
+            (memory.initial, memory.maximum),
+            (3 + pages, Some(10 + pages))
+        );
         let module = reserved("(module (memory 3 65536))");
-        assert_eq!(module.memories.iter().next().unwrap().maximum, Some(MAX_PAGES));
+        assert_eq!(
+            module.memories.iter().next().unwrap().maximum,
+            Some(MAX_PAGES)
+        );
     }
 
     #[test]
@@ -152,7 +175,13 @@ mod tests {
         );
         let mut left = 0;
         for (id, func) in module.funcs.iter_local() {
-            if module.funcs.get(id).name.as_deref().is_some_and(|n| n.starts_with("atoll_memory_")) {
+            if module
+                .funcs
+                .get(id)
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("atoll_memory_"))
+            {
                 continue;
             }
             for (instr, _) in &func.block(func.entry_block()).instrs {
@@ -164,7 +193,8 @@ mod tests {
 
     #[test]
     fn too_big_to_reserve() {
-        let mut module = Module::from_buffer(&wat::parse_str("(module (memory 65530))").unwrap()).unwrap();
+        let mut module =
+            Module::from_buffer(&wat::parse_str("(module (memory 65530))").unwrap()).unwrap();
         let memory = module.memories.iter().next().unwrap().id();
         let err = reserve_top_pages(&mut module, memory, &[]).unwrap_err();
         assert!(matches!(err, PrepareError::NotACommand(_)), "{err}");

@@ -60,7 +60,11 @@ pub(crate) fn sections(module: &[u8]) -> Result<Vec<Section<'_>>, String> {
         }
         let header_len = 1 + after_id.len() - after_size.len();
         let (bytes, next) = rest.split_at(header_len + size);
-        out.push(Section { id, bytes, payload: &bytes[header_len..] });
+        out.push(Section {
+            id,
+            bytes,
+            payload: &bytes[header_len..],
+        });
         rest = next;
     }
     Ok(out)
@@ -85,7 +89,9 @@ pub(crate) fn strip_debug(module: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(module.len());
     out.extend_from_slice(&HEADER);
     for section in sections(module)? {
-        let is_dwarf = section.custom().is_some_and(|(name, _)| name.starts_with(".debug"));
+        let is_dwarf = section
+            .custom()
+            .is_some_and(|(name, _)| name.starts_with(".debug"));
         if !is_dwarf {
             out.extend_from_slice(section.bytes);
         }
@@ -174,7 +180,10 @@ mod tests {
         assert!(sections(b"").is_err());
         assert!(sections(b"\0asm").is_err());
         assert!(sections(b"\0asm\x0d\0\x01\0").is_err(), "component");
-        assert!(sections(b"\0asm\x01\0\0\0\x01\x05\0").is_err(), "short section");
+        assert!(
+            sections(b"\0asm\x01\0\0\0\x01\x05\0").is_err(),
+            "short section"
+        );
         assert!(sections(b"\0asm\x01\0\0\0\x01").is_err(), "missing size");
         assert_eq!(sections(&HEADER).unwrap().len(), 0);
     }

@@ -42,7 +42,9 @@ pub(crate) fn asyncify(wasm: &[u8], options: &Options) -> Result<Vec<u8>, Prepar
     tracing::debug!(?command, "running binaryen");
 
     let result = command.output().map_err(|e| match e.kind() {
-        ErrorKind::NotFound => PrepareError::WasmOptMissing { path: options.wasm_opt.clone() },
+        ErrorKind::NotFound => PrepareError::WasmOptMissing {
+            path: options.wasm_opt.clone(),
+        },
         _ => PrepareError::Io(e),
     })?;
     if !result.status.success() {

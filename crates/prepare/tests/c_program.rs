@@ -32,9 +32,17 @@ fn run_once(wasm: &[u8]) -> (i32, String) {
     wasi::add_to_linker(&mut linker).unwrap();
     // Never called: atoll_yield stays 0.
     add_safepoint(&mut linker);
-    let mut store = Store::new(&engine, Wasi { args: args(), ..Wasi::default() });
+    let mut store = Store::new(
+        &engine,
+        Wasi {
+            args: args(),
+            ..Wasi::default()
+        },
+    );
     let instance = linker.instantiate(&mut store, &module).unwrap();
-    let start = instance.get_typed_func::<(), ()>(&mut store, START_EXPORT).unwrap();
+    let start = instance
+        .get_typed_func::<(), ()>(&mut store, START_EXPORT)
+        .unwrap();
     let code = wasi::exit_code(start.call(&mut store, ())).unwrap();
     (code, String::from_utf8(store.into_data().output).unwrap())
 }
@@ -67,8 +75,14 @@ fn run_preempted(wasm: &[u8], period: Duration) -> (i32, String, u32) {
         module: &module,
         linker: &linker,
         state: &mut |previous: Option<Wasi>| match previous {
-            Some(p) => Wasi { yield_flag: None, ..p },
-            None => Wasi { args: args(), ..Wasi::default() },
+            Some(p) => Wasi {
+                yield_flag: None,
+                ..p
+            },
+            None => Wasi {
+                args: args(),
+                ..Wasi::default()
+            },
         },
         setup: &mut |store, instance| {
             store.data_mut().yield_flag = instance.get_global(&mut *store, YIELD_GLOBAL);
@@ -86,8 +100,15 @@ fn run_preempted(wasm: &[u8], period: Duration) -> (i32, String, u32) {
     done.store(true, Ordering::Relaxed);
     ticker.join().unwrap();
     let code = outcome.result.unwrap();
-    println!("{} migrations, at most {} bytes of saved stack", outcome.migrations, outcome.max_saved);
-    (code, String::from_utf8(outcome.state.output).unwrap(), outcome.migrations)
+    println!(
+        "{} migrations, at most {} bytes of saved stack",
+        outcome.migrations, outcome.max_saved
+    );
+    (
+        code,
+        String::from_utf8(outcome.state.output).unwrap(),
+        outcome.migrations,
+    )
 }
 
 #[test]
@@ -95,10 +116,21 @@ fn mergesort_survives_preemption_and_migration() {
     let prepared = prepare(MERGESORT, &common::options()).unwrap();
     let (code, output) = run_once(MERGESORT);
     assert_eq!(code, 0, "{output}");
-    assert!(output.starts_with("n=200000 rounds=3 checksum="), "{output}");
-    assert_eq!(run_once(&prepared), (code, output.clone()), "prepared, never stopped");
+    assert!(
+        output.starts_with("n=200000 rounds=3 checksum="),
+        "{output}"
+    );
+    assert_eq!(
+        run_once(&prepared),
+        (code, output.clone()),
+        "prepared, never stopped"
+    );
 
     let (p_code, p_output, migrations) = run_preempted(&prepared, Duration::from_millis(1));
-    assert_eq!((p_code, p_output), (code, output), "prepared, migrated {migrations} times");
+    assert_eq!(
+        (p_code, p_output),
+        (code, output),
+        "prepared, migrated {migrations} times"
+    );
     assert!(migrations > 0, "the timer never stopped the process");
 }

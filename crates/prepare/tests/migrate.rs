@@ -26,7 +26,10 @@ fn add_tick(linker: &mut Linker<Host>) {
             caller.data_mut().ticks += 1;
             let Host { ticks, yield_every } = *caller.data();
             if yield_every > 0 && ticks % yield_every == 0 {
-                if let Some(flag) = caller.get_export(YIELD_GLOBAL).and_then(|e| e.into_global()) {
+                if let Some(flag) = caller
+                    .get_export(YIELD_GLOBAL)
+                    .and_then(|e| e.into_global())
+                {
                     flag.set(&mut caller, Val::I32(1))?;
                 }
             }
@@ -54,7 +57,9 @@ fn run_prepared(wasm: &[u8], export: &str, arg: i32, yield_every: u64) -> (i64, 
         },
         setup: &mut |_, _| {},
         call: &mut |store, instance| {
-            instance.get_typed_func::<i32, i64>(&mut *store, export)?.call(&mut *store, arg)
+            instance
+                .get_typed_func::<i32, i64>(&mut *store, export)?
+                .call(&mut *store, arg)
         },
     });
     (outcome.result.unwrap(), outcome.migrations)
@@ -66,9 +71,17 @@ fn run_original(export: &str, arg: i32) -> i64 {
     let module = Module::new(&engine, wat::parse_str(LOOPY_WAT).unwrap()).unwrap();
     let mut linker = Linker::new(&engine);
     add_tick(&mut linker);
-    let mut store = Store::new(&engine, Host { ticks: 0, yield_every: 0 });
+    let mut store = Store::new(
+        &engine,
+        Host {
+            ticks: 0,
+            yield_every: 0,
+        },
+    );
     let instance = linker.instantiate(&mut store, &module).unwrap();
-    let func = instance.get_typed_func::<i32, i64>(&mut store, export).unwrap();
+    let func = instance
+        .get_typed_func::<i32, i64>(&mut store, export)
+        .unwrap();
     func.call(&mut store, arg).unwrap()
 }
 
@@ -76,7 +89,11 @@ fn run_original(export: &str, arg: i32) -> i64 {
 fn migrating_at_every_kind_of_safepoint_gives_the_same_result() {
     let prepared = prepare_wat(LOOPY_WAT);
     let expected = run_original("run", 200);
-    assert_eq!(run_prepared(&prepared, "run", 200, 0), (expected, 0), "never interrupted");
+    assert_eq!(
+        run_prepared(&prepared, "run", 200, 0),
+        (expected, 0),
+        "never interrupted"
+    );
     // Different periods stop the process in the loop, deep in the recursion
     // and right after a rewind.
     for every in [1, 2, 3, 7, 61, 997] {

@@ -20,20 +20,32 @@ fn prepared_module_has_the_contract() {
     let module = Module::new(&engine, &output).unwrap();
 
     let export = |name: &str| {
-        module.get_export(name).unwrap_or_else(|| panic!("no export `{name}`"))
+        module
+            .get_export(name)
+            .unwrap_or_else(|| panic!("no export `{name}`"))
     };
     for name in [START_EXPORT, "run", "fib"] {
         assert!(matches!(export(name), ExternType::Func(_)), "{name}");
     }
     assert!(matches!(export(MEMORY_EXPORT), ExternType::Memory(_)));
-    let ExternType::Global(flag) = export(YIELD_GLOBAL) else { panic!("atoll_yield") };
+    let ExternType::Global(flag) = export(YIELD_GLOBAL) else {
+        panic!("atoll_yield")
+    };
     assert_eq!(flag.mutability(), Mutability::Var);
     for name in ["atoll_global_0", "atoll_global_2"] {
-        let ExternType::Global(g) = export(name) else { panic!("{name}") };
+        let ExternType::Global(g) = export(name) else {
+            panic!("{name}")
+        };
         assert_eq!(g.mutability(), Mutability::Var, "{name}");
     }
-    assert!(module.get_export("atoll_global_1").is_none(), "immutable global");
-    let globals = module.exports().filter(|e| e.name().starts_with(GLOBAL_EXPORT_PREFIX)).count();
+    assert!(
+        module.get_export("atoll_global_1").is_none(),
+        "immutable global"
+    );
+    let globals = module
+        .exports()
+        .filter(|e| e.name().starts_with(GLOBAL_EXPORT_PREFIX))
+        .count();
     assert_eq!(globals, 2);
 
     for (name, params, results) in [
@@ -43,15 +55,23 @@ fn prepared_module_has_the_contract() {
         (ASYNCIFY_STOP_REWIND, 0, 0),
         (ASYNCIFY_GET_STATE, 0, 1),
     ] {
-        let ExternType::Func(f) = export(name) else { panic!("{name}") };
-        assert_eq!((f.params().len(), f.results().len()), (params, results), "{name}");
+        let ExternType::Func(f) = export(name) else {
+            panic!("{name}")
+        };
+        assert_eq!(
+            (f.params().len(), f.results().len()),
+            (params, results),
+            "{name}"
+        );
     }
 
     let safepoint = module
         .imports()
         .find(|i| i.module() == SAFEPOINT_MODULE && i.name() == SAFEPOINT_NAME)
         .expect("imports atoll.safepoint");
-    let ExternType::Func(ty) = safepoint.ty() else { panic!("safepoint is not a function") };
+    let ExternType::Func(ty) = safepoint.ty() else {
+        panic!("safepoint is not a function")
+    };
     assert_eq!((ty.params().len(), ty.results().len()), (0, 0));
 
     assert!(!is_prepared(&input));
@@ -74,17 +94,26 @@ fn reserved_pages_are_invisible_to_the_program() {
     let engine = Engine::default();
     let module = Module::new(&engine, &wasm).unwrap();
     let mut linker = wasmtime::Linker::new(&engine);
-    linker.func_wrap(SAFEPOINT_MODULE, SAFEPOINT_NAME, || {}).unwrap();
+    linker
+        .func_wrap(SAFEPOINT_MODULE, SAFEPOINT_NAME, || {})
+        .unwrap();
     let mut store = wasmtime::Store::new(&engine, ());
     let instance = linker.instantiate(&mut store, &module).unwrap();
-    let size = instance.get_typed_func::<(), i32>(&mut store, "size").unwrap();
-    let grow = instance.get_typed_func::<i32, i32>(&mut store, "grow").unwrap();
+    let size = instance
+        .get_typed_func::<(), i32>(&mut store, "size")
+        .unwrap();
+    let grow = instance
+        .get_typed_func::<i32, i32>(&mut store, "grow")
+        .unwrap();
     let memory = instance.get_memory(&mut store, MEMORY_EXPORT).unwrap();
     let page = WASM_PAGE_SIZE as usize;
     let reserved = ASYNCIFY_RESERVED_PAGES as usize;
-    let mut dirty_reserved = |store: &mut wasmtime::Store<()>| {
+    let dirty_reserved = |store: &mut wasmtime::Store<()>| {
         let real = memory.data_size(&*store);
-        assert_eq!(asyncify_data_addr(real as u64), Some((real - reserved * page) as u32));
+        assert_eq!(
+            asyncify_data_addr(real as u64),
+            Some((real - reserved * page) as u32)
+        );
         memory.data_mut(&mut *store)[real - reserved * page..].fill(0xaa);
     };
 
@@ -97,12 +126,18 @@ fn reserved_pages_are_invisible_to_the_program() {
         assert_eq!(size.call(&mut store, ()).unwrap() as usize, new);
         assert_eq!(memory.data_size(&store), (new + reserved) * page);
         let handed_over = &memory.data(&store)[old as usize * page..new * page];
-        assert!(handed_over.iter().all(|&b| b == 0), "grow({n}) handed over dirty pages");
+        assert!(
+            handed_over.iter().all(|&b| b == 0),
+            "grow({n}) handed over dirty pages"
+        );
     }
     // The program's maximum (40 pages) still holds.
     let program_pages = size.call(&mut store, ()).unwrap();
     assert_eq!(grow.call(&mut store, 40 - program_pages + 1).unwrap(), -1);
-    assert_eq!(grow.call(&mut store, 40 - program_pages).unwrap(), program_pages);
+    assert_eq!(
+        grow.call(&mut store, 40 - program_pages).unwrap(),
+        program_pages
+    );
 }
 
 #[test]
@@ -111,18 +146,29 @@ fn preparing_twice_changes_nothing() {
     let twice = prepare(&once, &options()).unwrap();
     assert_eq!(once, twice);
     // Not even binaryen is needed the second time.
-    let no_binaryen = Options { wasm_opt: PathBuf::from("/nonexistent/wasm-opt"), optimize: true };
+    let no_binaryen = Options {
+        wasm_opt: PathBuf::from("/nonexistent/wasm-opt"),
+        optimize: true,
+    };
     assert_eq!(prepare(&once, &no_binaryen).unwrap(), once);
 }
 
 #[test]
 fn without_optimisation_it_still_works_but_is_bigger() {
     let input = wat::parse_str(LOOPY_WAT).unwrap();
-    let plain = Options { optimize: false, ..options() };
+    let plain = Options {
+        optimize: false,
+        ..options()
+    };
     let unoptimised = prepare(&input, &plain).unwrap();
     let optimised = prepare(&input, &options()).unwrap();
     Module::validate(&Engine::default(), &unoptimised).unwrap();
-    assert!(unoptimised.len() > optimised.len(), "{} <= {}", unoptimised.len(), optimised.len());
+    assert!(
+        unoptimised.len() > optimised.len(),
+        "{} <= {}",
+        unoptimised.len(),
+        optimised.len()
+    );
 }
 
 #[test]
@@ -165,7 +211,10 @@ fn valid_but_not_a_command() {
 fn missing_wasm_opt_is_reported() {
     let wasm = wat::parse_str(LOOPY_WAT).unwrap();
     let path = PathBuf::from("/nonexistent/wasm-opt");
-    let options = Options { wasm_opt: path.clone(), optimize: true };
+    let options = Options {
+        wasm_opt: path.clone(),
+        optimize: true,
+    };
     match prepare(&wasm, &options) {
         Err(PrepareError::WasmOptMissing { path: p }) => assert_eq!(p, path),
         other => panic!("expected WasmOptMissing, got {other:?}"),
@@ -175,7 +224,10 @@ fn missing_wasm_opt_is_reported() {
 #[test]
 fn failing_wasm_opt_is_reported() {
     let wasm = wat::parse_str(LOOPY_WAT).unwrap();
-    let options = Options { wasm_opt: PathBuf::from("false"), optimize: true };
+    let options = Options {
+        wasm_opt: PathBuf::from("false"),
+        optimize: true,
+    };
     match prepare(&wasm, &options) {
         Err(PrepareError::WasmOptFailed { status, .. }) => assert!(!status.success()),
         other => panic!("expected WasmOptFailed, got {other:?}"),

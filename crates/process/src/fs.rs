@@ -24,7 +24,9 @@
 //! kernel copy gigabytes in one system call. A file that is unlinked while
 //! open, or renamed, cannot be reopened after the process moves (`ENOENT`):
 //! the remote part that would keep it alive is not served over the NoC yet.
-//! `fd_fdstat_set_flags`'s sync flags are accepted and ignored.
+//! The sync fdflags (`DSYNC`, `RSYNC`, `SYNC`) and `NONBLOCK` are accepted
+//! and ignored, in `path_open` and `fd_fdstat_set_flags`; inheriting rights
+//! are not tracked.
 
 mod descriptor;
 mod dir;

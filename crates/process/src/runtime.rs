@@ -15,7 +15,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use atoll_prepare::{content_hash, ContentHash, PrepareError};
-use wasmtime::{Config, Engine, InstancePre, Linker, Module};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module, PoolingAllocationConfig};
 
 use crate::ctx::ProcCtx;
 
@@ -29,6 +29,10 @@ pub struct RuntimeConfig {
     pub prepare: atoll_prepare::Options,
     /// Largest linear memory a process may have, in bytes.
     pub max_memory: usize,
+    /// Processes the node can hold at once. Their instances come from a
+    /// pool reserved up front (4 GiB of address space each, not memory), so
+    /// creating a process maps nothing: this is what makes spawning cheap.
+    pub max_processes: u32,
     /// How often running guests are checked for the end of their quantum.
     pub tick: Duration,
 }
@@ -39,6 +43,7 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             prepare: atoll_prepare::Options::default(),
             max_memory: 4 << 30,
+            max_processes: 1024,
             tick: Duration::from_millis(1),
         }
     }
@@ -99,9 +104,7 @@ pub struct Runtime {
 impl Runtime {
     /// Creates the engine and linker and starts the quantum ticker.
     pub fn new(config: RuntimeConfig) -> anyhow::Result<Arc<Self>> {
-        let mut wasm = Config::new();
-        wasm.epoch_interruption(true);
-                let engine = Engine::new(&wasm)?;
+        let engine = engine(&config)?;
         let mut linker = Linker::new(&engine);
         crate::syscall::register(&mut linker)?;
         let provided = provided_imports(&engine, &linker);
@@ -232,6 +235,38 @@ impl Runtime {
         let dir = self.config.cache_dir.as_ref()?.join(kind);
         std::fs::create_dir_all(&dir).ok()?;
         Some(dir.join(format!("{hash}.{ext}")))
+    }
+}
+
+/// The engine: epoch interruption for quanta, and a pooling allocator so
+/// that instantiating a process reuses a warm slot instead of mapping and
+/// unmapping memory (whose TLB shootdowns dominate otherwise). If the address
+/// space for the pool cannot be reserved, instances are allocated on demand.
+fn engine(config: &RuntimeConfig) -> anyhow::Result<Engine> {
+    let mut wasm = Config::new();
+    wasm.epoch_interruption(true);
+    // Copy data segments at instantiation rather than map a copy-on-write
+    // image: for the small modules atoll runs, a memcpy into a warm slot is
+    // cheaper than the mmap/munmap pair and the TLB shootdowns it causes on
+    // every other core.
+    wasm.memory_init_cow(false);
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_core_instances(config.max_processes)
+        .total_memories(config.max_processes)
+        .total_tables(config.max_processes)
+        .max_memory_size(config.max_memory)
+        .linear_memory_keep_resident(2 << 20)
+        .table_keep_resident(16 << 10)
+        .decommit_batch_size(64)
+        .pagemap_scan(Enabled::Auto);
+    wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    match Engine::new(&wasm) {
+        Ok(engine) => Ok(engine),
+        Err(e) => {
+            tracing::warn!("no instance pool ({e:#}); allocating instances on demand");
+            wasm.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+            Ok(Engine::new(&wasm)?)
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 //! stops, carries its memory and `atoll_global_*` to a brand-new store and
 //! instance and rewinds it there.
 
+#![allow(dead_code)] // shared by several test binaries and an example, each using a subset
+
 use atoll_prepare::conventions::*;
 use wasmtime::{Caller, Engine, Instance, Linker, Module, Store, Val};
 
@@ -19,7 +21,10 @@ pub struct Snapshot {
 }
 
 fn call<T>(caller: &mut Caller<'_, T>, name: &str, args: &[Val]) -> wasmtime::Result<i32> {
-    let func = caller.get_export(name).and_then(|e| e.into_func()).expect(name);
+    let func = caller
+        .get_export(name)
+        .and_then(|e| e.into_func())
+        .expect(name);
     let mut results = [Val::I32(0)];
     let results = &mut results[..func.ty(&*caller).results().len()];
     func.call(&mut *caller, args, results)?;
@@ -30,23 +35,39 @@ fn call<T>(caller: &mut Caller<'_, T>, name: &str, args: &[Val]) -> wasmtime::Re
 /// rewind and carry on; otherwise lower `atoll_yield` and start unwinding.
 pub fn add_safepoint<T: 'static>(linker: &mut Linker<T>) {
     linker
-        .func_wrap(SAFEPOINT_MODULE, SAFEPOINT_NAME, |mut caller: Caller<'_, T>| {
-            if call(&mut caller, ASYNCIFY_GET_STATE, &[])? == ASYNCIFY_STATE_REWINDING {
-                call(&mut caller, ASYNCIFY_STOP_REWIND, &[])?;
-                return Ok(());
-            }
-            let flag = caller.get_export(YIELD_GLOBAL).unwrap().into_global().unwrap();
-            assert_eq!(flag.get(&mut caller).i32(), Some(1), "safepoint called without a yield");
-            flag.set(&mut caller, Val::I32(0))?;
-            let memory = caller.get_export(MEMORY_EXPORT).unwrap().into_memory().unwrap();
-            let end = memory.data_size(&caller) as u64;
-            let addr = asyncify_data_addr(end).expect("a prepared memory");
-            let start = addr + ASYNCIFY_DATA_HEADER;
-            let header = [start.to_le_bytes(), (end as u32).to_le_bytes()].concat();
-            memory.write(&mut caller, addr as usize, &header)?;
-            call(&mut caller, ASYNCIFY_START_UNWIND, &[Val::I32(addr as i32)])?;
-            Ok(())
-        })
+        .func_wrap(
+            SAFEPOINT_MODULE,
+            SAFEPOINT_NAME,
+            |mut caller: Caller<'_, T>| {
+                if call(&mut caller, ASYNCIFY_GET_STATE, &[])? == ASYNCIFY_STATE_REWINDING {
+                    call(&mut caller, ASYNCIFY_STOP_REWIND, &[])?;
+                    return Ok(());
+                }
+                let flag = caller
+                    .get_export(YIELD_GLOBAL)
+                    .unwrap()
+                    .into_global()
+                    .unwrap();
+                assert_eq!(
+                    flag.get(&mut caller).i32(),
+                    Some(1),
+                    "safepoint called without a yield"
+                );
+                flag.set(&mut caller, Val::I32(0))?;
+                let memory = caller
+                    .get_export(MEMORY_EXPORT)
+                    .unwrap()
+                    .into_memory()
+                    .unwrap();
+                let end = memory.data_size(&caller) as u64;
+                let addr = asyncify_data_addr(end).expect("a prepared memory");
+                let start = addr + ASYNCIFY_DATA_HEADER;
+                let header = [start.to_le_bytes(), (end as u32).to_le_bytes()].concat();
+                memory.write(&mut caller, addr as usize, &header)?;
+                call(&mut caller, ASYNCIFY_START_UNWIND, &[Val::I32(addr as i32)])?;
+                Ok(())
+            },
+        )
         .unwrap();
 }
 
@@ -60,7 +81,10 @@ pub fn take_snapshot<T: 'static>(store: &mut Store<T>, instance: &Instance) -> S
     let globals = names
         .into_iter()
         .map(|n| {
-            let value = instance.get_global(&mut *store, &n).unwrap().get(&mut *store);
+            let value = instance
+                .get_global(&mut *store, &n)
+                .unwrap()
+                .get(&mut *store);
             (n, value)
         })
         .collect();
@@ -68,7 +92,12 @@ pub fn take_snapshot<T: 'static>(store: &mut Store<T>, instance: &Instance) -> S
     let addr = asyncify_data_addr(data.len() as u64).unwrap() as usize;
     let current = u32::from_le_bytes(data[addr..addr + 4].try_into().unwrap()) as usize;
     let saved = (current - addr) as u32 - ASYNCIFY_DATA_HEADER;
-    Snapshot { memory_size: data.len(), memory: data[..current].to_vec(), globals, saved }
+    Snapshot {
+        memory_size: data.len(),
+        memory: data[..current].to_vec(),
+        globals,
+        saved,
+    }
 }
 
 pub fn restore<T: 'static>(store: &mut Store<T>, instance: &Instance, snapshot: &Snapshot) {
@@ -77,12 +106,18 @@ pub fn restore<T: 'static>(store: &mut Store<T>, instance: &Instance, snapshot: 
     memory.grow(&mut *store, (missing / 65536) as u64).unwrap();
     memory.write(&mut *store, 0, &snapshot.memory).unwrap();
     for (name, value) in &snapshot.globals {
-        instance.get_global(&mut *store, name).unwrap().set(&mut *store, *value).unwrap();
+        instance
+            .get_global(&mut *store, name)
+            .unwrap()
+            .set(&mut *store, *value)
+            .unwrap();
     }
 }
 
 fn asyncify_state<T: 'static>(store: &mut Store<T>, instance: &Instance) -> i32 {
-    let f = instance.get_typed_func::<(), i32>(&mut *store, ASYNCIFY_GET_STATE).unwrap();
+    let f = instance
+        .get_typed_func::<(), i32>(&mut *store, ASYNCIFY_GET_STATE)
+        .unwrap();
     f.call(&mut *store, ()).unwrap()
 }
 
@@ -123,7 +158,10 @@ pub fn run_migrating<T: 'static, R>(process: Process<'_, T, R>) -> Outcome<T, R>
             None => (None, None),
         };
         let mut store = Store::new(process.engine, (process.state)(previous));
-        let instance = process.linker.instantiate(&mut store, process.module).unwrap();
+        let instance = process
+            .linker
+            .instantiate(&mut store, process.module)
+            .unwrap();
         (process.setup)(&mut store, &instance);
         if let Some(snapshot) = &snapshot {
             restore(&mut store, &instance, snapshot);
@@ -138,7 +176,12 @@ pub fn run_migrating<T: 'static, R>(process: Process<'_, T, R>) -> Outcome<T, R>
         let result = (process.call)(&mut store, &instance);
         match asyncify_state(&mut store, &instance) {
             ASYNCIFY_STATE_NORMAL => {
-                return Outcome { result, state: store.into_data(), migrations, max_saved }
+                return Outcome {
+                    result,
+                    state: store.into_data(),
+                    migrations,
+                    max_saved,
+                }
             }
             ASYNCIFY_STATE_UNWINDING => {
                 assert!(result.is_ok(), "unwinding ended in {:?}", result.err());

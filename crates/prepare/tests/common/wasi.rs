@@ -2,6 +2,8 @@
 //! exit), enough to run it in wasmtime without a WASI implementation. Used by
 //! the C program test and by the `overhead` example.
 
+#![allow(dead_code)] // shared by several test binaries and an example, each using a subset
+
 use wasmtime::{Caller, Extern, Global, Linker, Memory, Val};
 
 /// `wasi_snapshot_preview1`.
@@ -53,59 +55,79 @@ fn read_u32(caller: &mut Caller<'_, Wasi>, addr: u32) -> wasmtime::Result<u32> {
 
 /// Adds the stubs to `linker`.
 pub fn add_to_linker(linker: &mut Linker<Wasi>) -> wasmtime::Result<()> {
-    linker.func_wrap(WASI, "args_sizes_get", |mut c: Caller<'_, Wasi>, argc: i32, size: i32| {
-        let n = c.data().args.len() as u32;
-        let bytes = c.data().args.iter().map(|a| a.len() as u32 + 1).sum();
-        write_u32(&mut c, argc, n)?;
-        write_u32(&mut c, size, bytes)?;
-        Ok(ESUCCESS)
-    })?;
-    linker.func_wrap(WASI, "args_get", |mut c: Caller<'_, Wasi>, argv: i32, buf: i32| {
-        let args = c.data().args.clone();
-        let mut at = buf as u32;
-        for (i, arg) in args.iter().enumerate() {
-            write_u32(&mut c, argv + 4 * i as i32, at)?;
-            let mut bytes = arg.clone().into_bytes();
-            bytes.push(0);
-            memory(&mut c).write(&mut c, at as usize, &bytes)?;
-            at += bytes.len() as u32;
-        }
-        Ok(ESUCCESS)
-    })?;
-    linker.func_wrap(WASI, "fd_write", |mut c: Caller<'_, Wasi>, fd: i32, iovs: i32, n: i32, out: i32| {
-        if fd != 1 && fd != 2 {
-            return Ok(EBADF);
-        }
-        let mut total = 0;
-        for i in 0..n as u32 {
-            let base = read_u32(&mut c, iovs as u32 + 8 * i)?;
-            let len = read_u32(&mut c, iovs as u32 + 8 * i + 4)?;
-            let mut bytes = vec![0; len as usize];
-            memory(&mut c).read(&c, base as usize, &mut bytes)?;
-            c.data_mut().output.extend_from_slice(&bytes);
-            total += len;
-        }
-        write_u32(&mut c, out, total)?;
-        Ok(ESUCCESS)
-    })?;
-    linker.func_wrap(WASI, "fd_fdstat_get", |mut c: Caller<'_, Wasi>, fd: i32, stat: i32| {
-        if !(0..=2).contains(&fd) {
-            return Ok(EBADF);
-        }
-        // filetype 2 (character device), no flags, all rights.
-        let mut fdstat = [0u8; 24];
-        fdstat[0] = 2;
-        fdstat[8..].fill(0xff);
-        memory(&mut c).write(&mut c, stat as u32 as usize, &fdstat)?;
-        Ok(ESUCCESS)
-    })?;
-    linker.func_wrap(WASI, "fd_seek", |_: Caller<'_, Wasi>, _: i32, _: i64, _: i32, _: i32| {
-        Ok(ESPIPE)
-    })?;
+    linker.func_wrap(
+        WASI,
+        "args_sizes_get",
+        |mut c: Caller<'_, Wasi>, argc: i32, size: i32| {
+            let n = c.data().args.len() as u32;
+            let bytes = c.data().args.iter().map(|a| a.len() as u32 + 1).sum();
+            write_u32(&mut c, argc, n)?;
+            write_u32(&mut c, size, bytes)?;
+            Ok(ESUCCESS)
+        },
+    )?;
+    linker.func_wrap(
+        WASI,
+        "args_get",
+        |mut c: Caller<'_, Wasi>, argv: i32, buf: i32| {
+            let args = c.data().args.clone();
+            let mut at = buf as u32;
+            for (i, arg) in args.iter().enumerate() {
+                write_u32(&mut c, argv + 4 * i as i32, at)?;
+                let mut bytes = arg.clone().into_bytes();
+                bytes.push(0);
+                memory(&mut c).write(&mut c, at as usize, &bytes)?;
+                at += bytes.len() as u32;
+            }
+            Ok(ESUCCESS)
+        },
+    )?;
+    linker.func_wrap(
+        WASI,
+        "fd_write",
+        |mut c: Caller<'_, Wasi>, fd: i32, iovs: i32, n: i32, out: i32| {
+            if fd != 1 && fd != 2 {
+                return Ok(EBADF);
+            }
+            let mut total = 0;
+            for i in 0..n as u32 {
+                let base = read_u32(&mut c, iovs as u32 + 8 * i)?;
+                let len = read_u32(&mut c, iovs as u32 + 8 * i + 4)?;
+                let mut bytes = vec![0; len as usize];
+                memory(&mut c).read(&c, base as usize, &mut bytes)?;
+                c.data_mut().output.extend_from_slice(&bytes);
+                total += len;
+            }
+            write_u32(&mut c, out, total)?;
+            Ok(ESUCCESS)
+        },
+    )?;
+    linker.func_wrap(
+        WASI,
+        "fd_fdstat_get",
+        |mut c: Caller<'_, Wasi>, fd: i32, stat: i32| {
+            if !(0..=2).contains(&fd) {
+                return Ok(EBADF);
+            }
+            // filetype 2 (character device), no flags, all rights.
+            let mut fdstat = [0u8; 24];
+            fdstat[0] = 2;
+            fdstat[8..].fill(0xff);
+            memory(&mut c).write(&mut c, stat as u32 as usize, &fdstat)?;
+            Ok(ESUCCESS)
+        },
+    )?;
+    linker.func_wrap(
+        WASI,
+        "fd_seek",
+        |_: Caller<'_, Wasi>, _: i32, _: i64, _: i32, _: i32| Ok(ESPIPE),
+    )?;
     linker.func_wrap(WASI, "fd_close", |_: Caller<'_, Wasi>, _: i32| Ok(ESUCCESS))?;
-    linker.func_wrap(WASI, "proc_exit", |_: Caller<'_, Wasi>, code: i32| -> wasmtime::Result<()> {
-        Err(Exit(code).into())
-    })?;
+    linker.func_wrap(
+        WASI,
+        "proc_exit",
+        |_: Caller<'_, Wasi>, code: i32| -> wasmtime::Result<()> { Err(Exit(code).into()) },
+    )?;
     Ok(())
 }
 

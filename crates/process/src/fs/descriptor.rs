@@ -423,7 +423,7 @@ pub(crate) fn fd_filestat_get(
 }
 
 /// The writable file behind `fd`, for calls that change its size.
-fn writable<'a>(ctx: &'a mut ProcCtx, fd: u32) -> Result<&'a File, Errno> {
+fn writable(ctx: &mut ProcCtx, fd: u32) -> Result<&File, Errno> {
     match ctx.uarea.fds.get(fd)? {
         Fd::File(f) if f.write => host_file(&mut ctx.files, fd, f),
         Fd::File(_) => Err(Errno::Badf),

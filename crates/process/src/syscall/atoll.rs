@@ -3,7 +3,7 @@
 //!
 //! The guest-side declarations are in `sdk/include/atoll.h`.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use atoll_abi::{status, Errno, Pid};
 use wasmtime::{Caller, Linker};
@@ -161,41 +161,26 @@ fn decode_argv(mem: &GuestMemory<'_>, ptr: u32, len: u32) -> Result<Vec<String>,
 }
 
 /// Resolves a guest path to a module file through the preopened directories,
-/// as `open` would: the longest preopen that is a prefix of the path, and
-/// nothing that climbs out of it.
+/// as `open` would: beneath the longest preopen that is a prefix of the path,
+/// with the sandbox rules of every other path (`crate::fs`).
 fn resolve_module(fds: &FdTable, guest: &str) -> Result<PathBuf, Errno> {
     let guest = Path::new(guest);
     let (dir, rest) = fds
         .preopens()
         .filter_map(|(_, d)| {
             let prefix = Path::new(d.preopen.as_deref()?);
-            let rest = if prefix == Path::new(".") && guest.is_relative() {
-                guest
-            } else {
-                guest.strip_prefix(prefix).ok()?
-            };
+            let rest = guest.strip_prefix(prefix).ok()?;
             Some((d, rest, prefix.components().count()))
         })
         .max_by_key(|&(_, _, depth)| depth)
         .map(|(d, rest, _)| (d, rest))
         .ok_or(Errno::NotCapable)?;
-    let mut host = dir.root.clone();
-    for part in rest.components() {
-        match part {
-            Component::Normal(p) => host.push(p),
-            Component::CurDir => {}
-            _ => return Err(Errno::NotCapable),
-        }
+    let rest = rest.to_str().ok_or(Errno::Ilseq)?;
+    let host = crate::fs::resolve(&dir.root, &dir.host, rest, crate::fs::Follow::Yes)?;
+    if !host.is_file() {
+        return Err(if host.exists() { Errno::NoExec } else { Errno::NoEnt });
     }
-    let real = host.canonicalize().map_err(|e| Errno::from_io(&e))?;
-    let root = dir.root.canonicalize().map_err(|e| Errno::from_io(&e))?;
-    if !real.starts_with(&root) {
-        return Err(Errno::NotCapable);
-    }
-    if !real.is_file() {
-        return Err(Errno::NoExec);
-    }
-    Ok(real)
+    Ok(host)
 }
 
 #[cfg(test)]
@@ -227,6 +212,7 @@ mod tests {
         assert_eq!(resolve_module(&fds, "/bin/link.wasm"), Err(Errno::NotCapable));
         assert_eq!(resolve_module(&fds, "/etc/passwd"), Err(Errno::NotCapable));
         assert_eq!(resolve_module(&fds, "/bin/none.wasm"), Err(Errno::NoEnt));
-        assert_eq!(resolve_module(&fds, "/bin"), Err(Errno::NoExec));
+        std::fs::create_dir(bin.join("sub")).unwrap();
+        assert_eq!(resolve_module(&fds, "/bin/sub"), Err(Errno::NoExec));
     }
 }
