@@ -57,6 +57,8 @@ struct Outcome {
 fn runtime() -> Arc<Runtime> {
     Runtime::new(RuntimeConfig {
         cache_dir: Some(support::cache_dir()),
+        // A fine tick, so that even a short program is stopped many times.
+        tick: std::time::Duration::from_micros(20),
         ..RuntimeConfig::default()
     })
     .unwrap()
@@ -311,7 +313,8 @@ fn open_files_survive_a_move() {
         true,
         &data,
     );
-    assert!(out.moves >= 8, "only {} moves", out.moves);
+    // Each of the seven sched_yield calls moves it; timer ticks may add more.
+    assert!(out.moves >= 7, "only {} moves", out.moves);
     assert_eq!(std::fs::read(data.join("log.txt")).unwrap(), b"abcdefxyz");
     assert_eq!(std::fs::read(data.join("new.txt")).unwrap(), b"12");
     assert_eq!(std::fs::read(data.join("trunc.txt")).unwrap(), b"abcd");
