@@ -115,9 +115,16 @@ impl Container {
     }
 
     /// Runs the process for at most about `quantum` (the next safepoint after
-    /// it), or until it exits or enters the kernel.
+    /// it), or until it exits or enters the kernel. A zero quantum stops a
+    /// prepared module at its very next safepoint: each slice then advances
+    /// exactly one safepoint.
     pub fn run(&mut self, quantum: Duration) -> Slice {
         let exports = self.store.data().exports().clone();
+        if let (true, Some(a)) = (quantum.is_zero(), &exports.asyncify) {
+            if let Err(e) = a.yield_flag.set(&mut self.store, Val::I32(1)) {
+                return Slice::Trapped(format!("cannot set the yield flag: {e:#}"));
+            }
+        }
         let now = Instant::now();
         let ctx = self.store.data_mut();
         ctx.slice_start = now;

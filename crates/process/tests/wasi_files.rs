@@ -57,8 +57,6 @@ struct Outcome {
 fn runtime() -> Arc<Runtime> {
     Runtime::new(RuntimeConfig {
         cache_dir: Some(support::cache_dir()),
-        // A fine tick, so that even a short program is stopped many times.
-        tick: std::time::Duration::from_micros(20),
         ..RuntimeConfig::default()
     })
     .unwrap()
@@ -176,7 +174,7 @@ files: ok
     assert_eq!(text(&out.stdout), expected, "stderr: {}", text(&out.stderr));
     assert_eq!(out.status, 0);
     assert_eq!(text(&out.stderr), "");
-    // The quantum is zero: it was stopped and moved at every scheduler tick.
+    // The quantum is zero: it was stopped and moved at every safepoint.
     assert!(out.moves > 0, "the guest was never moved");
     // It cleaned up after itself, and nothing escaped next to the sandbox.
     assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
