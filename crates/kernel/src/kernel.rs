@@ -66,10 +66,15 @@ pub(crate) struct Process {
 /// A process sent to another kernel and kept, stopped, until it is restored
 /// there: if that fails, it runs here again.
 struct Departure {
+    pid: Pid,
     process: Process,
     reply: Sender<Result<MoveReport, String>>,
     stopped: Instant,
     bytes: usize,
+    /// Messages for the process that arrived while it was in flight; they
+    /// follow it to its destination, or are delivered here if it stays.
+    held: Vec<Packet>,
+    to: KernelId,
 }
 
 pub(crate) struct Kernel {
@@ -283,6 +288,9 @@ impl Kernel {
         if self.procs.contains_key(&pid) {
             return self.deliver(pid, packet.msg);
         }
+        if let Some(d) = self.departures.values_mut().find(|d| d.pid == pid) {
+            return d.held.push(packet);
+        }
         let next = if pid.home == self.id {
             match self.homes.locate(pid) {
                 Some(at) if at != self.id => at,
@@ -370,7 +378,7 @@ impl Kernel {
         match msg {
             NocMsg::Spawned { result, .. } => {
                 if let (Ok(child), Some(p)) = (result, self.procs.get_mut(&pid)) {
-                    p.container.uarea_mut().children.live.insert(child);
+                    p.container.uarea_mut().children.born(child);
                 }
                 self.reply_if_blocked(pid, |c| matches!(c, KernelCall::Spawn(_)), Reply::Spawned(result));
             }
@@ -387,9 +395,7 @@ impl Kernel {
     fn child_exited(&mut self, parent: Pid, child: Pid, code: i32) {
         let Some(p) = self.procs.get_mut(&parent) else { return };
         let u = p.container.uarea_mut();
-        if !u.children.exited(child, code) {
-            return;
-        }
+        u.children.exited(child, code);
         if let CallState::Blocked(KernelCall::Wait { pid: which }) = u.call {
             if let Ok(Some(done)) = u.children.reap(which) {
                 p.container.reply(Reply::Waited(Ok(done)));
@@ -476,7 +482,8 @@ impl Kernel {
             Ok((image, process)) => {
                 let req = self.next_request();
                 let bytes = image.encode();
-                self.departures.insert(req, Departure { process, reply, stopped, bytes: bytes.len() });
+                let departure = Departure { pid, process, reply, stopped, bytes: bytes.len(), held: Vec::new(), to };
+                self.departures.insert(req, departure);
                 let packet = Packet { hops: 0, msg: NocMsg::Immigrate { pid, req } };
                 if let Err(e) = self.noc.send_bulk(to, packet, bytes) {
                     self.on_immigrated(pid, req, Err(e.to_string()));
@@ -494,12 +501,20 @@ impl Kernel {
             Ok(()) => {
                 let stopped_us = d.stopped.elapsed().as_micros() as u64;
                 tracing::info!(kernel = %self.id, %pid, bytes = d.bytes, stopped_us, "process moved");
+                for packet in d.held {
+                    if let Err(e) = self.noc.send(d.to, packet) {
+                        tracing::error!(kernel = %self.id, "dropping NoC message: {e}");
+                    }
+                }
                 let _ = d.reply.send(Ok(MoveReport { bytes: d.bytes, stopped_us }));
             }
             Err(why) => {
                 tracing::warn!(kernel = %self.id, %pid, "move failed, process resumes here: {why}");
                 self.procs.insert(pid, d.process);
                 self.schedule(pid);
+                for packet in d.held {
+                    self.deliver(pid, packet.msg);
+                }
                 let _ = d.reply.send(Err(why));
             }
         }

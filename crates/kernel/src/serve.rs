@@ -55,7 +55,7 @@ impl Kernel {
             errno
         });
         if let (Ok(child), Some(p)) = (result, self.procs.get_mut(&parent)) {
-            p.container.uarea_mut().children.live.insert(child);
+            p.container.uarea_mut().children.born(child);
         }
         self.reply_now(parent, Reply::Spawned(result));
     }

@@ -266,3 +266,26 @@ fn exit_status_is_the_programs() {
     assert_eq!(run(&node, &job("exit", &["42"])).0, 42);
     assert_eq!(run(&node, &job("true", &[])).0, 0);
 }
+
+#[test]
+fn a_parent_moved_while_its_children_end_hears_from_every_child() {
+    let node = node(4);
+    let mut spec = job("spawn", &["12"]);
+    spec.kernel = Some(0);
+    let (pid, out, done) = start(&node, &spec);
+    let mut moves = 0;
+    for i in 1.. {
+        if let Ok(status) = done.try_recv() {
+            assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+            break;
+        }
+        // Exit statuses sent while the parent is in flight must follow it.
+        if let Ok(report) = node.move_process(pid, KernelId::new(0, (i % 4) as u16)) {
+            moves += usize::from(report.bytes > 0);
+        }
+        // Give it slices between moves: a process moved nonstop never runs.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(moves >= 2, "only {moves} moves happened");
+    assert!(out.stdout().contains("spawn: all 12 children exited as expected"), "{}", out.stdout());
+}

@@ -94,13 +94,20 @@ pub struct Children {
 }
 
 impl Children {
-    /// Records that `child` ended; `false` if it was not a child.
-    pub fn exited(&mut self, child: Pid, status: i32) -> bool {
-        if !self.live.remove(&child) {
-            return false;
+    /// Records that `child` was started.
+    pub fn born(&mut self, child: Pid) {
+        // Its end may have overtaken the news of its birth: the two travel
+        // by different routes when the parent moves between them.
+        if !self.exited.iter().any(|&(p, _)| p == child) {
+            self.live.insert(child);
         }
+    }
+
+    /// Records that `child` ended. Only a process's children send it their
+    /// end (PIDs are never reused), so it counts even before `born`.
+    pub fn exited(&mut self, child: Pid, status: i32) {
+        self.live.remove(&child);
         self.exited.push_back((child, status));
-        true
     }
 
     /// Reaps a child that ended: `which` or any. `Err(Child)` when there is
@@ -161,16 +168,20 @@ mod tests {
     fn reap_rules() {
         let mut c = Children::default();
         assert_eq!(c.reap(None), Err(Errno::Child));
-        c.live.insert(pid(1));
-        c.live.insert(pid(2));
+        c.born(pid(1));
+        c.born(pid(2));
         assert_eq!(c.reap(None), Ok(None));
-        assert!(c.exited(pid(2), 7));
-        assert!(!c.exited(pid(9), 7), "not a child");
+        c.exited(pid(2), 7);
         assert_eq!(c.reap(Some(pid(1))), Ok(None));
         assert_eq!(c.reap(Some(pid(3))), Err(Errno::Child));
         assert_eq!(c.reap(None), Ok(Some((pid(2), 7))));
-        assert!(c.exited(pid(1), 0));
+        c.exited(pid(1), 0);
         assert_eq!(c.reap(Some(pid(1))), Ok(Some((pid(1), 0))));
         assert_eq!(c.reap(None), Err(Errno::Child));
+        // The end of a child may arrive before the news of its birth.
+        c.exited(pid(4), 3);
+        c.born(pid(4));
+        assert!(c.live.is_empty());
+        assert_eq!(c.reap(None), Ok(Some((pid(4), 3))));
     }
 }
