@@ -25,16 +25,16 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Rust: wasmtime 48 needs a recent toolchain (rustup's stable; Debian's is too old).
+# Rust: wasmtime 48 needs Rust 1.95 (rustup's stable; Debian's is too old).
 if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
 if ! command -v cargo >/dev/null; then
-    echo "setup: cargo not found: install Rust 1.88 or newer (https://rustup.rs)" >&2
+    echo "setup: cargo not found: install Rust 1.95 or newer (https://rustup.rs)" >&2
     exit 1
 fi
 version=$(rustc --version | awk '{print $2}')
-if [ "$(printf '%s\n' 1.88.0 "$version" | sort -V | head -n1)" != 1.88.0 ]; then
-    echo "setup: rustc $version is too old: atoll needs 1.88 or newer" >&2
+if [ "$(printf '%s\n' 1.95.0 "$version" | sort -V | head -n1)" != 1.95.0 ]; then
+    echo "setup: rustc $version is too old: atoll needs 1.95 or newer" >&2
     exit 1
 fi
