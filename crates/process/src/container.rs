@@ -294,8 +294,25 @@ fn describe_trap(e: &wasmtime::Error) -> String {
         Some(trap) => trap.to_string(),
         None => format!("{:#}", e.root_cause()),
     };
-    match e.downcast_ref::<wasmtime::WasmBacktrace>() {
-        Some(bt) if !bt.frames().is_empty() => format!("{reason}\n{bt}"),
-        _ => reason,
+    let Some(bt) = e.downcast_ref::<wasmtime::WasmBacktrace>() else { return reason };
+    // Innermost first; a run of one function (deep recursion) is one line.
+    let mut lines: Vec<(String, usize)> = Vec::new();
+    for f in bt.frames() {
+        let name = f.func_name().unwrap_or("?").to_owned();
+        match lines.last_mut() {
+            Some((last, n)) if *last == name => *n += 1,
+            _ => lines.push((name, 1)),
+        }
     }
+    let mut out = reason;
+    for (name, n) in lines.iter().take(8) {
+        out += &format!("\n    in {name}");
+        if *n > 1 {
+            out += &format!(" ({n} frames)");
+        }
+    }
+    if lines.len() > 8 {
+        out += &format!("\n    ... {} more", lines.len() - 8);
+    }
+    out
 }
