@@ -66,7 +66,8 @@ pub(crate) struct Process {
 /// A process sent to another kernel and kept, stopped, until it is restored
 /// there: if that fails, it runs here again.
 struct Departure {
-    pid: Pid,
+    /// The `Immigrate` request this departure waits on.
+    req: u64,
     process: Process,
     reply: Sender<Result<MoveReport, String>>,
     stopped: Instant,
@@ -94,7 +95,8 @@ pub(crate) struct Kernel {
     homes: Homes,
     /// Node requests waiting for an answer from another kernel.
     pending_kills: HashMap<u64, Sender<Result<(), Errno>>>,
-    departures: HashMap<u64, Departure>,
+    /// Processes in flight to another kernel, at most one departure each.
+    departures: HashMap<Pid, Departure>,
     next_req: u64,
     /// Next kernel for a spawn that names none (round robin).
     pub next_target: u16,
@@ -288,7 +290,7 @@ impl Kernel {
         if self.procs.contains_key(&pid) {
             return self.deliver(pid, packet.msg);
         }
-        if let Some(d) = self.departures.values_mut().find(|d| d.pid == pid) {
+        if let Some(d) = self.departures.get_mut(&pid) {
             return d.held.push(packet);
         }
         let next = if pid.home == self.id {
@@ -482,8 +484,8 @@ impl Kernel {
             Ok((image, process)) => {
                 let req = self.next_request();
                 let bytes = image.encode();
-                let departure = Departure { pid, process, reply, stopped, bytes: bytes.len(), held: Vec::new(), to };
-                self.departures.insert(req, departure);
+                let departure = Departure { req, process, reply, stopped, bytes: bytes.len(), held: Vec::new(), to };
+                self.departures.insert(pid, departure);
                 let packet = Packet { hops: 0, msg: NocMsg::Immigrate { pid, req } };
                 if let Err(e) = self.noc.send_bulk(to, packet, bytes) {
                     self.on_immigrated(pid, req, Err(e.to_string()));
@@ -496,7 +498,10 @@ impl Kernel {
     }
 
     fn on_immigrated(&mut self, pid: Pid, req: u64, result: Result<(), String>) {
-        let Some(d) = self.departures.remove(&req) else { return };
+        if self.departures.get(&pid).is_none_or(|d| d.req != req) {
+            return;
+        }
+        let d = self.departures.remove(&pid).expect("checked above");
         match result {
             Ok(()) => {
                 let stopped_us = d.stopped.elapsed().as_micros() as u64;

@@ -144,17 +144,16 @@ fn linker(engine: &Engine) -> Linker<Wasi> {
     linker
 }
 
+/// A store for one run of the program with `args`.
+fn new_store(engine: &Engine, args: &[String]) -> Store<Wasi> {
+    Store::new(engine, Wasi { args: args.to_vec(), ..Wasi::default() })
+}
+
 /// Instantiates and runs `_start` once, never preempted; returns the time.
 fn run(engine: &Engine, module: &Module, args: &[String]) -> Duration {
     let linker = linker(engine);
     let start = Instant::now();
-    let mut store = Store::new(
-        engine,
-        Wasi {
-            args: args.to_vec(),
-            ..Wasi::default()
-        },
-    );
+    let mut store = new_store(engine, args);
     store.set_epoch_deadline(u64::MAX / 2);
     let instance = linker.instantiate(&mut store, module).unwrap();
     let main = instance
@@ -216,13 +215,7 @@ fn run_stopped_in_place(
     let linker = linker(engine);
     let _ticker = Ticker::start(engine, quantum);
     let start = Instant::now();
-    let mut store = Store::new(
-        engine,
-        Wasi {
-            args: args.to_vec(),
-            ..Wasi::default()
-        },
-    );
+    let mut store = new_store(engine, args);
     let instance = linker.instantiate(&mut store, module).unwrap();
     preempt_every_epoch(&mut store, &instance);
     let main = instance
