@@ -4,12 +4,13 @@
 #   clang-16, lld-16, wasi-libc, libclang-rt-16-dev-wasm32  C programs -> wasm32-wasi
 #   binaryen                                                 wasm-opt (Asyncify) for `atoll prepare`
 #   gcc, make, libc6-dev                                     native comparison programs, the Makefile
+#   fonts-dejavu-core                                        the font of the benchmark charts (PNG)
 #
 # Safe to run again: it installs only what is missing. Needs root (or sudo)
 # only when something is missing.
 set -euo pipefail
 
-packages=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 binaryen gcc make libc6-dev)
+packages=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 binaryen gcc make libc6-dev fonts-dejavu-core)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

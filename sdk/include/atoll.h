@@ -2,8 +2,9 @@
  * atoll.h - the guest side of atoll's own system calls.
  *
  * A C program built with atoll-cc (wasm32-wasi) includes this header to ask
- * the atoll runtime who and where it is, and to spawn, wait for and kill other
- * processes. Everything else (files, clocks, stdio, exit) is plain WASI
+ * the atoll runtime who and where it is, to spawn, wait for and kill other
+ * processes, and to exchange messages and memory with them (Minix 3 IPC,
+ * grants and domains). Everything else (files, clocks, stdio, exit) is plain WASI
  * preview1 through wasi-libc.
  *
  * Calling convention
@@ -157,6 +158,25 @@ int32_t __atoll_wait(atoll_pid_t pid, int32_t *status_out, atoll_pid_t *pid_out)
     ATOLL_IMPORT_("wait");
 int32_t __atoll_kill(atoll_pid_t pid, int32_t signal) ATOLL_IMPORT_("kill");
 
+int32_t __atoll_ipc_send(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_send");
+int32_t __atoll_ipc_sendnb(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendnb");
+int32_t __atoll_ipc_sendrec(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendrec");
+int32_t __atoll_ipc_receive(atoll_pid_t from, void *msg, int32_t *status)
+    ATOLL_IMPORT_("ipc_receive");
+int32_t __atoll_ipc_notify(atoll_pid_t to) ATOLL_IMPORT_("ipc_notify");
+int32_t __atoll_grant(atoll_pid_t grantee, const void *addr, uint32_t len,
+                      uint32_t access, uint32_t *id_out) ATOLL_IMPORT_("grant");
+int32_t __atoll_revoke(uint32_t id) ATOLL_IMPORT_("revoke");
+int32_t __atoll_vcopy(atoll_pid_t src, const void *src_addr, atoll_pid_t dst,
+                      void *dst_addr, uint32_t len) ATOLL_IMPORT_("vcopy");
+int32_t __atoll_safecopy_from(atoll_pid_t owner, uint32_t grant, uint32_t offset,
+                              void *addr, uint32_t len) ATOLL_IMPORT_("safecopy_from");
+int32_t __atoll_safecopy_to(atoll_pid_t owner, uint32_t grant, uint32_t offset,
+                            const void *addr, uint32_t len) ATOLL_IMPORT_("safecopy_to");
+int32_t __atoll_bind(const char *name, uint32_t name_len) ATOLL_IMPORT_("bind");
+int32_t __atoll_unbind(void) ATOLL_IMPORT_("unbind");
+int64_t __atoll_domain(void) ATOLL_IMPORT_("domain");
+
 #undef ATOLL_IMPORT_
 
 /* ----------------------------------------------------------- wrappers */
@@ -271,6 +291,214 @@ static inline int atoll_kill(atoll_pid_t pid, int signal)
 {
     return __atoll_kill(pid, signal);
 }
+
+/* ------------------------------------------------ IPC (Minix 3) */
+
+/*
+ * Message passing between atoll processes with Minix 3's semantics, wherever
+ * the two processes run (same kernel, another core): the code is the same.
+ *
+ *   ipc_send(to, &m)        blocks until `to` has received m (rendezvous).
+ *   ipc_receive(from, &m, &status)
+ *                           blocks until a message from `from` (a pid or
+ *                           ANY) arrives; pending notifications come first.
+ *                           status (may be NULL) receives how it was sent:
+ *                           IPC_STATUS_CALL(status) is SEND, SENDREC, NOTIFY
+ *                           or SENDNB.
+ *   ipc_sendrec(to, &m)     sends m and waits for the reply from `to`, which
+ *                           overwrites m (the server answers with ipc_send).
+ *   ipc_notify(to)          never blocks; delivered at to's next receive as a
+ *                           message of type NOTIFY_MESSAGE with m_source set.
+ *                           Several notifications from one source coalesce.
+ *   ipc_sendnb(to, &m)      fails with ENOTREADY unless `to` is waiting.
+ *
+ * m_source is always set by the runtime: a receiver knows who sent.
+ * Endpoints are pids; SELF is the caller and ANY any process (receive only).
+ * A process takes part in IPC only inside its domain: `atoll run --domain`
+ * chooses it, children inherit it, atoll_unbind()/atoll_bind() change it.
+ *
+ * Errors (returned, never in errno):
+ *   ELOCKED      the call would close a cycle of processes blocked on each
+ *                other (including sending to or receiving from oneself).
+ *   EDEADSRCDST  the peer does not exist, or ended while the caller waited.
+ *   EBADSRCDST   the endpoint is not a pid of a reachable kernel.
+ *   ENOTREADY    ipc_sendnb: the receiver is not waiting.
+ *   ECALLDENIED  the peer is in another domain, or the caller is in none.
+ *   EFAULT       a message or status pointer outside the caller's memory.
+ */
+
+#define ANY ((atoll_pid_t)-1)
+#define SELF ((atoll_pid_t)-2)
+
+#define ELOCKED 100
+#define EDEADSRCDST 101
+#define EBADSRCDST 102
+#define ENOTREADY 103
+#define ECALLDENIED 104
+
+/* How a message was sent (Minix's call numbers). */
+#define SEND 1
+#define SENDREC 3
+#define NOTIFY 4
+#define SENDNB 5
+#define IPC_STATUS_CALL(status) ((status) & 0xFF)
+
+/* m_type of a notification. */
+#define NOTIFY_MESSAGE 0x1000
+
+/* Payload bytes: 52, as the 64-bit m_source leaves of a 64-byte message. */
+#define ATOLL_PAYLOAD_SIZE 52
+
+/* A message: 64 bytes, one cache line. */
+typedef struct {
+    atoll_pid_t m_source;
+    int32_t m_type;
+    /* 4-aligned so that the payload starts at byte 12, as in the runtime. */
+    union __attribute__((packed, aligned(4))) {
+        uint8_t m_payload[ATOLL_PAYLOAD_SIZE];
+        struct __attribute__((packed)) { int32_t m1i1, m1i2, m1i3; char *m1p1, *m1p2, *m1p3; } m_m1;
+        struct __attribute__((packed)) { int64_t m2ll1; int32_t m2i1, m2i2, m2i3; uint32_t m2u1; } m_m2;
+        struct __attribute__((packed)) { int64_t m9ll1, m9ll2, m9ll3, m9ll4, m9ll5, m9ll6; int32_t m9i1; } m_m9;
+    } m_u;
+} __attribute__((aligned(8))) message;
+
+_Static_assert(sizeof(message) == 64, "a message is 64 bytes");
+
+#define m1_i1 m_u.m_m1.m1i1
+#define m1_i2 m_u.m_m1.m1i2
+#define m1_i3 m_u.m_m1.m1i3
+#define m1_p1 m_u.m_m1.m1p1
+#define m1_p2 m_u.m_m1.m1p2
+#define m1_p3 m_u.m_m1.m1p3
+#define m2_ll1 m_u.m_m2.m2ll1
+#define m2_i1 m_u.m_m2.m2i1
+#define m2_i2 m_u.m_m2.m2i2
+#define m2_i3 m_u.m_m2.m2i3
+#define m2_u1 m_u.m_m2.m2u1
+
+static inline int ipc_send(atoll_pid_t to, message *m)
+{
+    return __atoll_ipc_send(to, m);
+}
+
+static inline int ipc_sendnb(atoll_pid_t to, message *m)
+{
+    return __atoll_ipc_sendnb(to, m);
+}
+
+static inline int ipc_sendrec(atoll_pid_t to, message *m)
+{
+    return __atoll_ipc_sendrec(to, m);
+}
+
+static inline int ipc_receive(atoll_pid_t from, message *m, int *status)
+{
+    int32_t st = 0;
+    int err = __atoll_ipc_receive(from, m, &st);
+    if (err == 0 && status != NULL)
+        *status = st;
+    return err;
+}
+
+static inline int ipc_notify(atoll_pid_t to)
+{
+    return __atoll_ipc_notify(to);
+}
+
+/* ---------------------------------------------------------- grants */
+
+/*
+ * Another process's memory is reachable only through a grant its owner made
+ * (Minix 3's safecopies). A grant lets `grantee` (or any process of the
+ * owner's domain, with ANY) read and/or write len bytes at addr.
+ *
+ *   atoll_grant(grantee, addr, len, access, &id)   access: CPF_READ|CPF_WRITE
+ *   atoll_revoke(id)
+ *   atoll_safecopy_from(owner, id, offset, buf, len)  owner's grant -> buf
+ *   atoll_safecopy_to(owner, id, offset, buf, len)    buf -> owner's grant
+ *   atoll_vcopy(src, src_addr, dst, dst_addr, len)
+ *       copies between any two processes (SELF for the caller), by address;
+ *       each side that is not the caller must be covered by a grant of its
+ *       owner to the caller. A third process may copy between two others.
+ *
+ * One copy from memory to memory on one kernel; across kernels the block
+ * travels once through the NoC's portal. Any length that fits both memories.
+ * Errors: EPERM (no grant allows it), EFAULT (outside memory or grant),
+ * EDEADSRCDST, ECALLDENIED, EINVAL (unknown grant id to revoke, bad access),
+ * ENOSPC (too many grants).
+ */
+#define CPF_READ 1u
+#define CPF_WRITE 2u
+
+static inline int atoll_grant(atoll_pid_t grantee, const void *addr, size_t len,
+                              unsigned access, uint32_t *id)
+{
+    if (len > UINT32_MAX || id == NULL)
+        return EINVAL;
+    return __atoll_grant(grantee, addr, (uint32_t)len, access, id);
+}
+
+static inline int atoll_revoke(uint32_t id)
+{
+    return __atoll_revoke(id);
+}
+
+static inline int atoll_safecopy_from(atoll_pid_t owner, uint32_t grant, size_t offset,
+                                      void *buf, size_t len)
+{
+    if (len > UINT32_MAX || offset > UINT32_MAX)
+        return EINVAL;
+    return __atoll_safecopy_from(owner, grant, (uint32_t)offset, buf, (uint32_t)len);
+}
+
+static inline int atoll_safecopy_to(atoll_pid_t owner, uint32_t grant, size_t offset,
+                                    const void *buf, size_t len)
+{
+    if (len > UINT32_MAX || offset > UINT32_MAX)
+        return EINVAL;
+    return __atoll_safecopy_to(owner, grant, (uint32_t)offset, buf, (uint32_t)len);
+}
+
+static inline int atoll_vcopy(atoll_pid_t src, const void *src_addr, atoll_pid_t dst,
+                              void *dst_addr, size_t len)
+{
+    if (len > UINT32_MAX)
+        return EINVAL;
+    return __atoll_vcopy(src, src_addr, dst, dst_addr, (uint32_t)len);
+}
+
+/* --------------------------------------------------------- domains */
+
+/*
+ * atoll_bind(name) joins a domain made with `atoll domain create NAME`; a
+ * process is in at most one domain, so it must atoll_unbind() first (EBUSY
+ * otherwise; ENOENT for an unknown name). After atoll_unbind() the process
+ * takes no part in IPC (ECALLDENIED) and senders waiting for it are refused.
+ * atoll_domain() is the current domain's id, or -1.
+ */
+static inline int atoll_bind(const char *name)
+{
+    return __atoll_bind(name, (uint32_t)strlen(name));
+}
+
+static inline int atoll_unbind(void)
+{
+    return __atoll_unbind();
+}
+
+static inline int64_t atoll_domain(void)
+{
+    return __atoll_domain();
+}
+
+/* The M3-IPC names. */
+#define mnx_send ipc_send
+#define mnx_receive(from, m) ipc_receive((from), (m), NULL)
+#define mnx_sendrec ipc_sendrec
+#define mnx_notify ipc_notify
+#define mnx_vcopy atoll_vcopy
+#define mnx_bind atoll_bind
+#define mnx_unbind atoll_unbind
 
 #ifdef __cplusplus
 }

@@ -114,6 +114,11 @@ errnos! {
     TxtBsy = 74, "text file busy";
     Xdev = 75, "cross-device link";
     NotCapable = 76, "capabilities insufficient";
+    Locked = 100, "IPC would close a cycle of blocked processes (ELOCKED)";
+    DeadSrcDst = 101, "IPC peer ended (EDEADSRCDST)";
+    BadSrcDst = 102, "not a valid IPC endpoint (EBADSRCDST)";
+    NotReady = 103, "IPC peer is not waiting (ENOTREADY)";
+    CallDenied = 104, "IPC peer is in another domain, or the caller is in none (ECALLDENIED)";
 }
 
 impl fmt::Display for Errno {

@@ -75,6 +75,9 @@ impl Pid {
     /// The guest ABI value for "any process" in `wait` and `receive`.
     pub const ANY_ABI: i64 = -1;
 
+    /// The guest ABI value for "the caller itself" in IPC and copies.
+    pub const SELF_ABI: i64 = -2;
+
     pub const fn new(home: KernelId, slot: u16, generation: u16) -> Self {
         Pid { home, slot, generation }
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use atoll_abi::{status, KernelId, Pid};
+use atoll_ipc::DomainInfo;
 use atoll_node::daemon::{self, Client, Request, Response};
 use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
 use atoll_process::{Preopen, Stream};
@@ -44,6 +45,23 @@ impl Context {
     fn client(&self) -> Option<Client> {
         Client::connect(&self.socket)
     }
+
+    /// Asks the running node; its error answers become errors. `what` says
+    /// what needed the node, for the message when none runs.
+    fn ask(&self, request: &Request, what: &str) -> anyhow::Result<Response> {
+        let Some(mut client) = self.client() else {
+            bail!("{what}: no node is running at {} (start one with `atoll node`)", self.socket.display());
+        };
+        client.send(request)?;
+        match client.recv()? {
+            Response::Error(e) => bail!(e),
+            r => Ok(r),
+        }
+    }
+}
+
+fn unexpected(r: Response) -> anyhow::Error {
+    anyhow::anyhow!("unexpected answer from the node: {r:?}")
 }
 
 #[derive(Args)]
@@ -70,6 +88,9 @@ pub struct RunArgs {
     /// Start an embedded node even when a node is running
     #[arg(long)]
     embedded: bool,
+    /// Run in this domain (`atoll domain create`) [default: the default domain]
+    #[arg(long, value_name = "NAME")]
+    domain: Option<String>,
     /// The program (.wasm or .wat)
     program: PathBuf,
     /// Its arguments
@@ -98,6 +119,7 @@ impl RunArgs {
                 .collect::<anyhow::Result<_>>()?,
             kernel: self.on,
             prepare: !self.no_prepare,
+            domain: self.domain.clone(),
         })
     }
 }
@@ -179,33 +201,42 @@ pub struct PsArgs {
     json: bool,
 }
 
+fn reports(ctx: &Context, what: &str) -> anyhow::Result<(Vec<atoll_kernel::KernelReport>, Vec<DomainInfo>)> {
+    match ctx.ask(&Request::Ps, what)? {
+        Response::Ps(r, d) => Ok((r, d)),
+        other => Err(unexpected(other)),
+    }
+}
+
 pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
-    let Some(mut client) = ctx.client() else {
-        bail!("no node is running at {} (start one with `atoll node`)", ctx.socket.display());
-    };
-    client.send(&Request::Ps)?;
-    let reports = match client.recv()? {
-        Response::Ps(r) => r,
-        Response::Error(e) => bail!(e),
-        other => bail!("unexpected answer from the node: {other:?}"),
-    };
+    let (reports, domains) = reports(ctx, "ps")?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
         return Ok(());
     }
-    println!("{:<14} {:<7} {:<14} {:>9} {:>9} {:>8} {:>5}  STATE", "PID", "KERNEL", "NAME", "CPU(ms)", "MEM(KiB)", "SYSCALLS", "MOVES");
+    let domain_name = |d: Option<atoll_ipc::DomainId>| match d {
+        None => "-".to_string(),
+        Some(id) => domains.iter().find(|i| i.id == id).map_or_else(|| format!("#{id}"), |i| i.name.clone()),
+    };
+    println!(
+        "{:<14} {:<7} {:<10} {:<14} {:>9} {:>9} {:>8} {:>8} {:>8} {:>5}  STATE",
+        "PID", "KERNEL", "DOMAIN", "NAME", "CPU(ms)", "MEM(KiB)", "SYSCALLS", "SENT", "RECEIVED", "MOVES"
+    );
     for r in &reports {
         let mut procs = r.processes.clone();
         procs.sort_by_key(|p| p.pid);
         for p in procs {
             println!(
-                "{:<14} {:<7} {:<14} {:>9.1} {:>9} {:>8} {:>5}  {}",
+                "{:<14} {:<7} {:<10} {:<14} {:>9.1} {:>9} {:>8} {:>8} {:>8} {:>5}  {}",
                 p.pid.to_string(),
                 p.kernel.to_string(),
+                domain_name(p.domain),
                 p.name,
                 p.cpu_ns as f64 / 1e6,
                 p.memory_bytes / 1024,
                 p.syscalls,
+                p.ipc.sent,
+                p.ipc.received,
                 p.moves,
                 p.state
             );
@@ -235,14 +266,9 @@ pub struct KillArgs {
 }
 
 pub fn kill(ctx: &Context, a: KillArgs) -> anyhow::Result<()> {
-    let Some(mut client) = ctx.client() else {
-        bail!("no process {}: no node is running at {}", a.pid, ctx.socket.display());
-    };
-    client.send(&Request::Kill { pid: a.pid, signal: a.signal })?;
-    match client.recv()? {
+    match ctx.ask(&Request::Kill { pid: a.pid, signal: a.signal }, &format!("no process {}", a.pid))? {
         Response::Done => Ok(()),
-        Response::Error(e) => bail!(e),
-        other => bail!("unexpected answer from the node: {other:?}"),
+        other => Err(unexpected(other)),
     }
 }
 
@@ -259,18 +285,97 @@ pub struct MigrateArgs {
 /// through the NoC and restoring it on the destination (stop-and-copy; the
 /// process resumes on its source if the destination fails).
 pub fn migrate(ctx: &Context, a: MigrateArgs) -> anyhow::Result<()> {
-    let Some(mut client) = ctx.client() else {
-        bail!("no process {}: no node is running at {}", a.pid, ctx.socket.display());
-    };
-    client.send(&Request::Move { pid: a.pid, to: a.to })?;
-    match client.recv()? {
+    match ctx.ask(&Request::Move { pid: a.pid, to: a.to }, &format!("no process {}", a.pid))? {
         Response::Moved(m) => {
             println!("moved {} to kernel {}: {} KiB image, stopped for {} us", a.pid, a.to, m.bytes / 1024, m.stopped_us);
             Ok(())
         }
-        Response::Error(e) => bail!(e),
-        other => bail!("unexpected answer from the node: {other:?}"),
+        other => Err(unexpected(other)),
     }
+}
+
+#[derive(Args)]
+pub struct DomainArgs {
+    #[command(subcommand)]
+    action: DomainAction,
+}
+
+#[derive(clap::Subcommand)]
+enum DomainAction {
+    /// Create a domain; `atoll run --domain NAME` runs programs in it
+    Create { name: String },
+    /// List the domains
+    List {
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a domain and every process in it
+    End { name: String },
+}
+
+/// Domains are the node's: they need a running node.
+pub fn domain(ctx: &Context, a: DomainArgs) -> anyhow::Result<()> {
+    let (request, what) = match &a.action {
+        DomainAction::Create { name } => (Request::DomainCreate { name: name.clone() }, "domain create"),
+        DomainAction::End { name } => (Request::DomainEnd { name: name.clone() }, "domain end"),
+        DomainAction::List { .. } => (Request::Domains, "domain list"),
+    };
+    match (ctx.ask(&request, what)?, a.action) {
+        (Response::Done, _) => Ok(()),
+        (Response::Domains(list), DomainAction::List { json: true }) => {
+            println!("{}", serde_json::to_string_pretty(&list)?);
+            Ok(())
+        }
+        (Response::Domains(list), _) => {
+            let (reports, _) = reports(ctx, what)?;
+            println!("{:<6} {:<20} {:>9}", "ID", "NAME", "PROCESSES");
+            for d in list {
+                let n = reports.iter().flat_map(|r| &r.processes).filter(|p| p.domain == Some(d.id)).count();
+                println!("{:<6} {:<20} {:>9}", d.id.to_string(), d.name, n);
+            }
+            Ok(())
+        }
+        (other, _) => Err(unexpected(other)),
+    }
+}
+
+#[derive(Args)]
+pub struct IpcArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+/// Per-kernel IPC counters of the running node.
+pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
+    let (reports, _) = reports(ctx, "ipc")?;
+    if a.json {
+        let counters: Vec<_> = reports.iter().map(|r| serde_json::json!({ "kernel": r.kernel, "ipc": r.ipc })).collect();
+        println!("{}", serde_json::to_string_pretty(&counters)?);
+        return Ok(());
+    }
+    println!(
+        "{:<7} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
+        "KERNEL", "LOCAL", "REMOTE-OUT", "REMOTE-IN", "NOTIFY", "COPIES", "COPIED(KiB)", "ELOCKED", "EDEAD", "DENIED"
+    );
+    for r in &reports {
+        let c = &r.ipc;
+        println!(
+            "{:<7} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
+            r.kernel.to_string(),
+            c.local,
+            c.remote_out,
+            c.remote_in,
+            c.notifications,
+            c.copies,
+            c.copied_bytes / 1024,
+            c.locked,
+            c.dead,
+            c.denied
+        );
+    }
+    Ok(())
 }
 
 #[derive(Args)]

@@ -39,6 +39,10 @@ enum Command {
     Kill(commands::KillArgs),
     /// Move a running process of the running node to another kernel
     Migrate(commands::MigrateArgs),
+    /// Create, list and end domains (isolation compartments for IPC)
+    Domain(commands::DomainArgs),
+    /// Per-kernel IPC counters of the running node
+    Ipc(commands::IpcArgs),
     /// Make a wasm32-wasi module migratable (safepoints + Asyncify)
     Prepare(commands::PrepareArgs),
     /// Measure atoll against the Linux alternatives, side by side
@@ -66,6 +70,8 @@ fn main() {
         Command::Ps(a) => commands::ps(&ctx, a).map(|()| 0),
         Command::Kill(a) => commands::kill(&ctx, a).map(|()| 0),
         Command::Migrate(a) => commands::migrate(&ctx, a).map(|()| 0),
+        Command::Domain(a) => commands::domain(&ctx, a).map(|()| 0),
+        Command::Ipc(a) => commands::ipc(&ctx, a).map(|()| 0),
         Command::Prepare(a) => commands::prepare(a).map(|()| 0),
         Command::Bench(a) => bench::run(&ctx, a).map(|()| 0),
     };

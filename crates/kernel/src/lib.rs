@@ -12,9 +12,11 @@
 //! `homes.rs` (PIDs and where their processes are).
 
 mod homes;
+mod ipc;
 mod kernel;
 pub mod msg;
 mod serve;
 
 pub use kernel::{start, KernelParams};
-pub use msg::{Control, KernelReport, MoveReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo};
+pub use ipc::IpcMsg;
+pub use msg::{Control, IpcCounters, KernelReport, MoveReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo};

@@ -7,8 +7,10 @@
 //! leaves the machine).
 
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
 use atoll_abi::{Errno, KernelId, Pid};
+use atoll_ipc::{DomainId, DomainTable, IpcStats};
 use atoll_prepare::ContentHash;
 use atoll_process::{ConsoleId, Preopen, ProcessImage};
 use serde::{Deserialize, Serialize};
@@ -22,6 +24,8 @@ pub struct ProcessSpec {
     pub env: Vec<String>,
     pub console: ConsoleId,
     pub preopens: Vec<Preopen>,
+    /// `None`: not bound to any domain (no IPC).
+    pub domain: Option<DomainId>,
 }
 
 /// Who is waiting for the answer to a request.
@@ -33,12 +37,14 @@ pub enum ReplyTo {
     Control { kernel: KernelId, req: u64 },
 }
 
-/// A NoC message with its routing budget.
+/// A NoC message with its routing budget, and the bytes that travel with it
+/// through the portal (process images, copied memory).
 #[derive(Debug)]
 pub struct Packet {
     /// Times the message has been forwarded while looking for its process.
     pub hops: u8,
     pub msg: NocMsg,
+    pub bulk: Option<Vec<u8>>,
 }
 
 /// A message from one kernel to another.
@@ -63,6 +69,8 @@ pub enum NocMsg {
     Immigrate { pid: Pid, req: u64 },
     /// The answer to `Immigrate`, for the kernel that sent the process.
     Immigrated { pid: Pid, req: u64, result: Result<(), String> },
+    /// Minix IPC between processes on different kernels.
+    Ipc(crate::ipc::IpcMsg),
 }
 
 impl NocMsg {
@@ -73,6 +81,7 @@ impl NocMsg {
             NocMsg::Spawned { parent, .. } | NocMsg::ChildExited { parent, .. } => Some(*parent),
             NocMsg::Kill { target, .. } => Some(*target),
             NocMsg::Killed { reply_to: ReplyTo::Process(p), .. } => Some(*p),
+            NocMsg::Ipc(m) => Some(m.target()),
             _ => None,
         }
     }
@@ -85,11 +94,13 @@ pub struct ProcInfo {
     pub parent: Option<Pid>,
     pub name: String,
     pub kernel: KernelId,
+    pub domain: Option<DomainId>,
     pub state: String,
     pub cpu_ns: u64,
     pub memory_bytes: usize,
     pub syscalls: u64,
     pub moves: u32,
+    pub ipc: IpcStats,
 }
 
 /// One kernel's answer to `ps`.
@@ -100,7 +111,27 @@ pub struct KernelReport {
     pub memory_bytes: usize,
     pub slices: u64,
     pub messages: u64,
+    pub ipc: IpcCounters,
     pub processes: Vec<ProcInfo>,
+}
+
+/// One kernel's IPC activity, for `atoll ipc`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct IpcCounters {
+    /// Messages handed from a process to another on this kernel (one copy).
+    pub local: u64,
+    /// Messages sent to, and received from, processes on other kernels.
+    pub remote_out: u64,
+    pub remote_in: u64,
+    /// Notifications delivered here or left pending.
+    pub notifications: u64,
+    /// Copies finished here, and their bytes.
+    pub copies: u64,
+    pub copied_bytes: u64,
+    /// Calls refused with ELOCKED, EDEADSRCDST and ECALLDENIED.
+    pub locked: u64,
+    pub dead: u64,
+    pub denied: u64,
 }
 
 /// A request from the node.
@@ -120,6 +151,9 @@ pub enum Control {
     Move { pid: Pid, to: KernelId, reply: Sender<Result<MoveReport, String>> },
     /// Where a process homed here runs (`None`: it ended or never existed).
     Locate { pid: Pid, reply: Sender<Option<KernelId>> },
+    /// The node's domains changed: this is the new table. Processes of
+    /// domains no longer in it are ended.
+    Domains(Arc<DomainTable>),
     /// Stop the kernel thread.
     Shutdown,
 }

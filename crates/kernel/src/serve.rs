@@ -28,7 +28,33 @@ impl Kernel {
                     self.route(target, NocMsg::Kill { target, signal, reply_to });
                 }
             }
+            KernelCall::Ipc(call) => self.serve_ipc(pid, call),
+            KernelCall::Bind { domain } => {
+                let result = self.bind(pid, domain.as_deref());
+                self.reply_now(pid, Reply::Ipc(result));
+            }
         }
+    }
+
+    /// Joins the named domain (a process belongs to at most one: it must
+    /// leave its domain first), or leaves the current one; senders waiting
+    /// for a process that leaves are refused.
+    fn bind(&mut self, pid: Pid, domain: Option<&str>) -> Result<(), Errno> {
+        let id = domain.map(|name| self.domains.lookup(name).ok_or(Errno::NoEnt)).transpose()?;
+        let p = self.procs.get_mut(&pid).ok_or(Errno::Srch)?;
+        let ipc = &mut p.container.uarea_mut().ipc;
+        if id.is_some() && ipc.domain.is_some() {
+            return Err(Errno::Busy);
+        }
+        ipc.domain = id;
+        if id.is_none() {
+            ipc.notifications.clear();
+            let refused: Vec<_> = ipc.senders.drain(..).collect();
+            for w in refused {
+                self.answer(w.from, w.seq, Err(Errno::CallDenied));
+            }
+        }
+        Ok(())
     }
 
     fn reply_now(&mut self, pid: Pid, reply: Reply) {
@@ -66,7 +92,7 @@ impl Kernel {
         let p = self.procs.get(&parent).ok_or(Errno::Srch)?;
         let program = p.container.program().clone();
         let u = p.container.uarea();
-        let (env, console) = (u.env.clone(), u.console);
+        let (env, console, domain) = (u.env.clone(), u.console, u.ipc.domain);
         let preopens = u
             .fds
             .preopens()
@@ -83,7 +109,7 @@ impl Kernel {
             },
         };
         let args = if req.args.is_empty() { vec![String::new()] } else { req.args.clone() };
-        Ok(ProcessSpec { module, args, env, console, preopens })
+        Ok(ProcessSpec { module, args, env, console, preopens, domain })
     }
 
     /// Chooses a kernel for a new process: round robin over the node's

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use atoll_abi::{status, KernelId, Pid};
+use atoll_ipc::DomainInfo;
 use atoll_kernel::{KernelReport, MoveReport};
 use atoll_process::Stream;
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,9 @@ pub enum Request {
     Ps,
     Kill { pid: Pid, signal: i32 },
     Move { pid: Pid, to: KernelId },
+    DomainCreate { name: String },
+    DomainEnd { name: String },
+    Domains,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -36,7 +40,9 @@ pub enum Response {
     Started(Pid),
     Output { stream: Stream, bytes: Vec<u8> },
     Exited { status: i32 },
-    Ps(Vec<KernelReport>),
+    /// Every kernel's report, and the domains (to name them).
+    Ps(Vec<KernelReport>, Vec<DomainInfo>),
+    Domains(Vec<DomainInfo>),
     Moved(MoveReport),
     Done,
     Error(String),
@@ -112,9 +118,12 @@ fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
     let Some(request) = read_frame::<Request>(&mut reader)? else { return Ok(()) };
     let answer = match request {
         Request::Run(job) => return run(node, job, reader, writer),
-        Request::Ps => node.ps().map(Response::Ps),
+        Request::Ps => node.ps().map(|r| Response::Ps(r, node.domains())),
         Request::Kill { pid, signal } => node.kill(pid, signal).map(|()| Response::Done),
         Request::Move { pid, to } => node.move_process(pid, to).map(Response::Moved),
+        Request::DomainCreate { name } => node.domain_create(&name).map(|_| Response::Done),
+        Request::DomainEnd { name } => node.domain_end(&name).map(|_| Response::Done),
+        Request::Domains => Ok(Response::Domains(node.domains())),
     };
     write_frame(&mut writer, &answer.unwrap_or_else(|e| Response::Error(format!("{e:#}"))))?;
     Ok(())

@@ -3,12 +3,13 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use atoll_abi::{Errno, KernelId, Pid};
+use atoll_ipc::{DomainId, DomainInfo, DomainTable};
 use atoll_kernel::{Control, KernelParams, KernelReport, MoveReport, ProcessSpec};
 use atoll_noc::{Doorbell, Noc};
 use atoll_process::{ConsoleId, Preopen, ProcessImage, Runtime, RuntimeConfig};
@@ -53,6 +54,8 @@ pub struct JobSpec {
     pub kernel: Option<u16>,
     /// Prepare the module (safepoints, Asyncify) before running it.
     pub prepare: bool,
+    /// The domain to run in (`None`: the default domain).
+    pub domain: Option<String>,
 }
 
 fn cores() -> usize {
@@ -70,6 +73,8 @@ pub struct Node {
     sinks: Sinks,
     next_console: AtomicU64,
     next_kernel: AtomicU64,
+    /// The node's domains; each kernel has a copy of the latest table.
+    domains: Mutex<DomainTable>,
 }
 
 impl Node {
@@ -116,6 +121,7 @@ impl Node {
             sinks,
             next_console: AtomicU64::new(1),
             next_kernel: AtomicU64::new(0),
+            domains: Mutex::new(DomainTable::default()),
         })
     }
 
@@ -166,6 +172,15 @@ impl Node {
             }
         };
         self.kernel(kernel)?;
+        let domain = match &job.domain {
+            None => DomainId::DEFAULT,
+            Some(name) => self
+                .domains
+                .lock()
+                .expect("domains")
+                .lookup(name)
+                .ok_or_else(|| anyhow!("no domain `{name}` (create it with `atoll domain create {name}`)"))?,
+        };
         let console = ConsoleId(self.next_console.fetch_add(1, Ordering::Relaxed));
         self.sinks.lock().expect("sinks").insert(console, sink);
         let spec = ProcessSpec {
@@ -174,6 +189,7 @@ impl Node {
             env: job.env.clone(),
             console,
             preopens: job.preopens.clone(),
+            domain: Some(domain),
         };
         let started = self.ask(kernel, |reply| Control::Start { spec, reply }).and_then(|r| r.map_err(|e| anyhow!(e)));
         if started.is_err() {
@@ -224,6 +240,36 @@ impl Node {
     }
 
     /// Stops every kernel; processes still running are dropped.
+    /// Creates a domain, on every kernel.
+    pub fn domain_create(&self, name: &str) -> anyhow::Result<DomainId> {
+        let mut table = self.domains.lock().expect("domains");
+        let id = table.create(name)?;
+        self.publish_domains(&table);
+        Ok(id)
+    }
+
+    /// Ends a domain: every kernel ends the domain's processes.
+    pub fn domain_end(&self, name: &str) -> anyhow::Result<DomainId> {
+        let mut table = self.domains.lock().expect("domains");
+        let id = table.end(name)?;
+        self.publish_domains(&table);
+        Ok(id)
+    }
+
+    pub fn domains(&self) -> Vec<DomainInfo> {
+        self.domains.lock().expect("domains").list()
+    }
+
+    /// Gives every kernel the new table. Kernels take control requests in
+    /// order, so a request sent after this one sees the new table.
+    fn publish_domains(&self, table: &DomainTable) {
+        let table = Arc::new(table.clone());
+        for (c, d) in self.controls.iter().zip(self.doorbells.iter()) {
+            let _ = c.send(Control::Domains(table.clone()));
+            d.ring();
+        }
+    }
+
     pub fn shutdown(mut self) {
         self.stop();
     }

@@ -23,7 +23,7 @@ fn node(kernels: u16) -> Node {
 fn job(name: &str, args: &[&str]) -> JobSpec {
     let mut argv = vec![name.to_string()];
     argv.extend(args.iter().map(|s| s.to_string()));
-    JobSpec { program: support::guest(name), args: argv, env: vec![], preopens: vec![], kernel: None, prepare: true }
+    JobSpec { program: support::guest(name), args: argv, env: vec![], preopens: vec![], kernel: None, prepare: true, domain: None }
 }
 
 /// A job's output so far, shared with the test, and its end.

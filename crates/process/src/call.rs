@@ -11,6 +11,7 @@
 //! can be serialized and moved.
 
 use atoll_abi::{Errno, Pid};
+use atoll_ipc::IpcCall;
 use serde::{Deserialize, Serialize};
 
 /// Where the process stands with respect to the kernel.
@@ -39,6 +40,10 @@ pub enum KernelCall {
     Wait { pid: Option<Pid> },
     /// End another process.
     Kill { pid: Pid, signal: i32 },
+    /// Minix IPC: send, receive, sendrec, notify, copies.
+    Ipc(IpcCall),
+    /// Join the named domain, or leave the current one (`None`).
+    Bind { domain: Option<String> },
 }
 
 impl KernelCall {
@@ -51,6 +56,8 @@ impl KernelCall {
             KernelCall::Wait { pid: None } => "waiting for any child".into(),
             KernelCall::Wait { pid: Some(p) } => format!("waiting for {p}"),
             KernelCall::Kill { pid, .. } => format!("killing {pid}"),
+            KernelCall::Ipc(c) => c.describe(),
+            KernelCall::Bind { .. } => "binding".into(),
         }
     }
 }
@@ -82,4 +89,6 @@ pub enum Reply {
     Spawned(Result<Pid, Errno>),
     Waited(Result<(Pid, i32), Errno>),
     Killed(Result<(), Errno>),
+    /// IPC calls and bind: the message, if any, is already in the caller's memory.
+    Ipc(Result<(), Errno>),
 }

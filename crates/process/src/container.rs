@@ -110,7 +110,7 @@ impl Container {
         });
         let instance = program.pre().instantiate(&mut store).map_err(ContainerError::Instantiate)?;
         let exports = bind_exports(&mut store, &instance, program.prepared()).map_err(ContainerError::Instantiate)?;
-        store.data_mut().exports = Some(exports);
+        store.data_mut().exports = Some(Arc::new(exports));
         Ok(Container { store, program, runtime: runtime.clone() })
     }
 
@@ -146,7 +146,7 @@ impl Container {
         }
         self.store.set_epoch_deadline(1);
         self.runtime.ticker().enter();
-        let result = exports.start.call(&mut self.store, &[], &mut []);
+        let result = exports.start.call(&mut self.store, ());
         self.runtime.ticker().leave();
         let ctx = self.store.data_mut();
         ctx.uarea.accounting.cpu_ns += now.elapsed().as_nanos() as u64;
@@ -154,7 +154,7 @@ impl Container {
             Ok(()) => match &ctx.uarea.call {
                 CallState::Blocked(call) => {
                     let call = call.clone();
-                    let asyncify = exports.asyncify.expect("only prepared modules unwind");
+                    let asyncify = exports.asyncify.as_ref().expect("only prepared modules unwind");
                     match asyncify.stop_unwind.call(&mut self.store, ()) {
                         Ok(()) => Slice::Call(call),
                         Err(e) => Slice::Trapped(format!("cannot finish unwinding: {e:#}")),
@@ -185,7 +185,7 @@ impl Container {
     /// [`ContainerError::NotStopped`] if the process is not at a safepoint.
     pub fn capture(&mut self) -> Result<ProcessImage, ContainerError> {
         let exports = self.store.data().exports().clone();
-        let asyncify = exports.asyncify.ok_or(ContainerError::NotPrepared)?;
+        let asyncify = exports.asyncify.as_ref().ok_or(ContainerError::NotPrepared)?;
         let uarea = &self.store.data().uarea;
         if uarea.started && uarea.call == CallState::Running {
             return Err(ContainerError::NotStopped);
@@ -251,6 +251,17 @@ impl Container {
         &self.program
     }
 
+    /// The process's linear memory, for the kernel to copy messages and
+    /// blocks into or out of while the process is stopped.
+    pub fn memory(&self) -> &[u8] {
+        self.store.data().exports().memory.data(&self.store)
+    }
+
+    pub fn memory_mut(&mut self) -> &mut [u8] {
+        let memory = self.store.data().exports().memory;
+        memory.data_mut(&mut self.store)
+    }
+
     /// Bytes of linear memory.
     pub fn memory_bytes(&self) -> usize {
         self.store.data().exports().memory.data_size(&self.store)
@@ -264,7 +275,9 @@ fn bind_exports(store: &mut Store<ProcCtx>, instance: &wasmtime::Instance, prepa
         .ok_or_else(|| wasmtime::format_err!("module does not export `memory`"))?;
     let start = instance
         .get_func(&mut *store, "_start")
-        .ok_or_else(|| wasmtime::format_err!("module does not export `_start` (not a WASI command)"))?;
+        .ok_or_else(|| wasmtime::format_err!("module does not export `_start` (not a WASI command)"))?
+        .typed(&*store)
+        .map_err(|_| wasmtime::format_err!("`_start` must take and return nothing"))?;
     let asyncify = if prepared {
         let yield_flag = instance
             .get_global(&mut *store, c::YIELD_GLOBAL)
@@ -274,14 +287,14 @@ fn bind_exports(store: &mut Store<ProcCtx>, instance: &wasmtime::Instance, prepa
             .filter(|e| e.name().starts_with(c::GLOBAL_EXPORT_PREFIX))
             .filter_map(|e| Some((e.name().to_owned(), e.into_global()?)))
             .collect::<Vec<_>>();
-        Some(Asyncify {
+        Some(Arc::new(Asyncify {
             yield_flag,
             start_unwind: instance.get_typed_func(&mut *store, c::ASYNCIFY_START_UNWIND)?,
             stop_unwind: instance.get_typed_func(&mut *store, c::ASYNCIFY_STOP_UNWIND)?,
             start_rewind: instance.get_typed_func(&mut *store, c::ASYNCIFY_START_REWIND)?,
             stop_rewind: instance.get_typed_func(&mut *store, c::ASYNCIFY_STOP_REWIND)?,
             globals,
-        })
+        }))
     } else {
         None
     };

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use atoll_abi::KernelId;
-use wasmtime::{Func, Global, Memory, StoreLimits, TypedFunc};
+use wasmtime::{Global, Memory, StoreLimits, TypedFunc};
 
 use crate::uarea::{ConsoleId, UArea};
 
@@ -42,7 +42,9 @@ pub struct ProcCtx {
     /// Open host files behind the UArea's descriptors; a cache, reopened on
     /// demand from the descriptor's host path (so it never needs to move).
     pub(crate) files: HashMap<u32, std::fs::File>,
-    pub(crate) exports: Option<Exports>,
+    /// Shared, because every slice and kernel call needs them and cloning
+    /// wasmtime handles (typed functions) is not free.
+    pub(crate) exports: Option<Arc<Exports>>,
     /// When the current slice began and when its quantum ends.
     pub(crate) slice_start: Instant,
     pub(crate) deadline: Instant,
@@ -70,7 +72,7 @@ impl ProcCtx {
         self.uarea.accounting.cpu_ns + self.slice_start.elapsed().as_nanos() as u64
     }
 
-    pub(crate) fn exports(&self) -> &Exports {
+    pub(crate) fn exports(&self) -> &Arc<Exports> {
         self.exports.as_ref().expect("exports are bound at instantiation")
     }
 }
@@ -79,9 +81,9 @@ impl ProcCtx {
 #[derive(Clone)]
 pub(crate) struct Exports {
     pub memory: Memory,
-    pub start: Func,
+    pub start: TypedFunc<(), ()>,
     /// Present in prepared modules only.
-    pub asyncify: Option<Asyncify>,
+    pub asyncify: Option<Arc<Asyncify>>,
 }
 
 /// A prepared module's hooks for saving and restoring its stack.

@@ -136,7 +136,7 @@ mod tests {
     fn image() -> ProcessImage {
         let pid = Pid::new(KernelId::new(0, 1), 2, 3);
         let hash = atoll_prepare::content_hash(b"module");
-        let uarea = UArea::new(pid, None, hash, vec!["a".into()], vec![], ConsoleId(7), FdTable::new(&[]));
+        let uarea = UArea::new(pid, None, hash, vec!["a".into()], vec![], ConsoleId(7), FdTable::new(&[]), None);
         let mut mem = vec![0u8; 3 * PAGE_SIZE];
         mem[PAGE_SIZE + 5] = 9;
         ProcessImage {

@@ -286,6 +286,7 @@ fn provided_imports(engine: &Engine, linker: &Linker<ProcCtx>) -> HashSet<(Strin
         vec![],
         crate::uarea::ConsoleId(0),
         crate::fd::FdTable::default(),
+        None,
     );
     let host = crate::ctx::Host { kernel: pid.home, kernel_count: 1, console: Arc::new(Nowhere), wake: Arc::new(|| false) };
     let mut store = wasmtime::Store::new(engine, ProcCtx::new(uarea, host, Default::default()));
@@ -327,38 +328,62 @@ pub(crate) struct Ticker {
 
 struct TickerShared {
     running: AtomicUsize,
+    /// Set while the ticker sleeps in `park`: only then does `enter` pay
+    /// for an unpark (a futex wake and a task switch, ~1 µs). Kernels enter
+    /// and leave guests thousands of times per millisecond under IPC.
+    parked: AtomicBool,
     stop: AtomicBool,
 }
 
+/// Idle ticks before the ticker parks: no guest ran for this many ticks.
+const IDLE_TICKS: u32 = 10;
+
 impl Ticker {
     fn start(engine: Engine, tick: Duration) -> Ticker {
-        let shared = Arc::new(TickerShared { running: AtomicUsize::new(0), stop: AtomicBool::new(false) });
+        let shared = Arc::new(TickerShared {
+            running: AtomicUsize::new(0),
+            parked: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
         let s = shared.clone();
         let handle = std::thread::Builder::new()
             .name("atoll-ticker".into())
             .spawn(move || {
+                let mut idle = 0;
                 while !s.stop.load(Ordering::Relaxed) {
-                    if s.running.load(Ordering::Acquire) == 0 {
-                        std::thread::park();
+                    std::thread::sleep(tick);
+                    if s.running.load(Ordering::SeqCst) > 0 {
+                        idle = 0;
+                        engine.increment_epoch();
                         continue;
                     }
-                    std::thread::sleep(tick);
-                    engine.increment_epoch();
+                    idle += 1;
+                    if idle >= IDLE_TICKS {
+                        // Dekker with `enter`: either it sees `parked` and
+                        // unparks, or this sees its guest and stays awake.
+                        s.parked.store(true, Ordering::SeqCst);
+                        if s.running.load(Ordering::SeqCst) == 0 && !s.stop.load(Ordering::Relaxed) {
+                            std::thread::park();
+                        }
+                        s.parked.store(false, Ordering::SeqCst);
+                        idle = 0;
+                    }
                 }
             })
             .expect("spawn ticker thread");
         Ticker { thread: handle.thread().clone(), shared }
     }
 
-    /// A guest starts running; wakes the ticker if it was idle.
+    /// A guest starts running; wakes the ticker if it sleeps.
     pub(crate) fn enter(&self) {
-        if self.shared.running.fetch_add(1, Ordering::AcqRel) == 0 {
+        self.shared.running.fetch_add(1, Ordering::SeqCst);
+        if self.shared.parked.load(Ordering::SeqCst) {
             self.thread.unpark();
         }
     }
 
     pub(crate) fn leave(&self) {
-        self.shared.running.fetch_sub(1, Ordering::AcqRel);
+        self.shared.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

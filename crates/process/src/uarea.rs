@@ -10,6 +10,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use atoll_abi::{KernelId, Pid};
+use atoll_ipc::{DomainId, IpcState};
 use atoll_prepare::ContentHash;
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +40,8 @@ pub struct UArea {
     pub console: ConsoleId,
     pub fds: FdTable,
     pub children: Children,
+    /// Domain, pending notifications, blocked senders, grants.
+    pub ipc: IpcState,
     /// What the process is doing with respect to the kernel: running,
     /// blocked in a call, or about to return from one.
     pub call: CallState,
@@ -61,6 +64,7 @@ impl UArea {
         env: Vec<String>,
         console: ConsoleId,
         fds: FdTable,
+        domain: Option<DomainId>,
     ) -> Self {
         UArea {
             pid,
@@ -71,6 +75,7 @@ impl UArea {
             console,
             fds,
             children: Children::default(),
+            ipc: IpcState::new(domain),
             call: CallState::Running,
             started: false,
             stack_area: None,

@@ -103,6 +103,7 @@ fn run(
         vec![],
         CONSOLE,
         FdTable::new(&preopens),
+        None,
     );
     let mut kernel = 0;
     let mut container = Container::new(runtime, program, uarea, host(kernel, &console)).unwrap();

@@ -33,6 +33,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
         preopens: vec![],
         kernel: Some(0),
         prepare,
+        domain: None,
     };
     node.runtime().load_file(&wasm, false)?;
     node.runtime().load_file(&wasm, true)?;

@@ -43,6 +43,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
         preopens: vec![],
         kernel: Some(0),
         prepare: true,
+        domain: None,
     };
     let mut rows = Vec::new();
     let mut atoll = Vec::new();

@@ -13,6 +13,7 @@
 //! to the guest.
 
 mod atoll;
+mod ipc;
 mod wasi;
 mod wasi_fs;
 
@@ -30,6 +31,7 @@ pub(crate) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
     wasi::register(linker)?;
     wasi_fs::register(linker)?;
     atoll::register(linker)?;
+    ipc::register(linker)?;
     Ok(())
 }
 

@@ -1,0 +1,92 @@
+//! The fixed-size message and the call kinds a receiver is told about.
+
+use atoll_abi::Pid;
+use serde::{Deserialize, Serialize};
+use serde_big_array::BigArray;
+
+/// Bytes in a message: one cache line, one NoC mailbox slot's payload.
+pub const MESSAGE_SIZE: usize = 64;
+/// `m_source` (i64) and `m_type` (i32) come first; the payload follows.
+pub const PAYLOAD_OFFSET: usize = 12;
+/// Bytes of payload. Minix 3 has 56 with a 32-bit endpoint; atoll's endpoint
+/// is a 64-bit global PID, so 52 remain (M3-IPC's whole message was 36).
+pub const PAYLOAD_SIZE: usize = MESSAGE_SIZE - PAYLOAD_OFFSET;
+/// `m_type` of a message made by `notify` (Minix's `NOTIFY_MESSAGE`).
+pub const NOTIFY_MESSAGE: i32 = 0x1000;
+
+/// A message as it lies in guest memory: `{ i64 m_source; i32 m_type; u8
+/// payload[52]; }`, little-endian. The kernel fills in `m_source`, so a
+/// receiver always knows who really sent it.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message(#[serde(with = "BigArray")] [u8; MESSAGE_SIZE]);
+
+impl Message {
+    pub fn from_bytes(bytes: &[u8; MESSAGE_SIZE]) -> Self {
+        Message(*bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; MESSAGE_SIZE] {
+        &self.0
+    }
+
+    /// The message `notify` delivers: from `source`, of type
+    /// [`NOTIFY_MESSAGE`], with an empty payload.
+    pub fn notification(source: Pid) -> Self {
+        let mut m = Message([0; MESSAGE_SIZE]);
+        m.set_source(source);
+        m.0[8..12].copy_from_slice(&NOTIFY_MESSAGE.to_le_bytes());
+        m
+    }
+
+    pub fn source(&self) -> i64 {
+        i64::from_le_bytes(self.0[..8].try_into().expect("8 bytes"))
+    }
+
+    pub fn set_source(&mut self, pid: Pid) {
+        self.0[..8].copy_from_slice(&pid.to_abi().to_le_bytes());
+    }
+
+    pub fn kind(&self) -> i32 {
+        i32::from_le_bytes(self.0[8..12].try_into().expect("4 bytes"))
+    }
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Message {{ source: {}, type: {} }}", self.source(), self.kind())
+    }
+}
+
+/// How a message was sent, as the receiver's `status` reports it (Minix's
+/// call numbers, so `IPC_STATUS_CALL` reads the same).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub enum CallKind {
+    Send = 1,
+    SendRec = 3,
+    Notify = 4,
+    SendNb = 5,
+}
+
+impl CallKind {
+    /// The value written to the receiver's status word.
+    pub fn status(self) -> u32 {
+        self as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_abi::KernelId;
+
+    #[test]
+    fn layout() {
+        let pid = Pid::new(KernelId::new(1, 2), 3, 4);
+        let m = Message::notification(pid);
+        assert_eq!(m.source(), pid.to_abi());
+        assert_eq!(m.kind(), NOTIFY_MESSAGE);
+        assert!(m.as_bytes()[PAYLOAD_OFFSET..].iter().all(|&b| b == 0));
+        let bytes = postcard::to_allocvec(&m).unwrap();
+        assert_eq!(postcard::from_bytes::<Message>(&bytes).unwrap(), m);
+    }
+}

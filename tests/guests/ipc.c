@@ -1,0 +1,557 @@
+/*
+ * ipc - the Minix 3 IPC scenarios of the integration tests.
+ *
+ *   ipc SCENARIO WHERE [ARGS]
+ *
+ * WHERE is "same" (peers on the caller's kernel) or "other" (on the next
+ * kernel): every scenario must behave the same both ways. Scenarios:
+ *
+ *   pingpong N        sendrec and send/receive with sequence numbers
+ *   notify            coalescing, NOTIFY status, sendnb's ENOTREADY
+ *   locked            ELOCKED for cycles of 1, 2 and 3 processes
+ *   dead              EDEADSRCDST for ended, exiting and killed peers
+ *   errors            EBADSRCDST, EFAULT, EINVAL, bind/unbind rules
+ *   domain            ECALLDENIED across domains (needs domain "other")
+ *   grants            safecopy, vcopy (COPY1), third-party vcopy (COPY2)
+ *   stress PAIRS N    PAIRS client/server pairs, N sequenced calls each
+ *   sleeper           binds nothing, sleeps for ever (for domain end)
+ *
+ * Prints "ok SCENARIO" and exits 0; on a failed check prints the line and
+ * exits 1. Child roles are argv[1] = "child-*".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <atoll.h>
+
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "ipc:%d: check failed: %s\n", __LINE__, #cond); \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+
+#define EXPECT(call, want)                                                   \
+    do {                                                                     \
+        int got_ = (call);                                                   \
+        if (got_ != (want)) {                                                \
+            fprintf(stderr, "ipc:%d: %s = %d, want %d (%s)\n", __LINE__,     \
+                    #call, got_, (int)(want), #want);                        \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+
+static const char *where = "same";
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The kernel a peer goes to: this one, or the next. */
+static int peer_kernel(int nth)
+{
+    int here = atoll_kernel_index();
+    if (strcmp(where, "same") == 0)
+        return here;
+    return (here + 1 + nth) % atoll_kernel_count();
+}
+
+static atoll_pid_t spawn_on(int kernel, const char *role, const char *arg)
+{
+    char *argv[] = {"ipc", (char *)role, (char *)where, (char *)arg, NULL};
+    if (arg == NULL)
+        argv[3] = NULL;
+    atoll_pid_t pid = 0;
+    EXPECT(atoll_spawn(NULL, argv, kernel, &pid), 0);
+    return pid;
+}
+
+static atoll_pid_t spawn_peer(const char *role, const char *arg)
+{
+    return spawn_on(peer_kernel(0), role, arg);
+}
+
+static void reap(atoll_pid_t pid, int want)
+{
+    int status = -1;
+    EXPECT(atoll_wait(pid, &status, NULL), 0);
+    if (status != want) {
+        fprintf(stderr, "ipc: child exited with %d, want %d\n", status, want);
+        exit(1);
+    }
+}
+
+/* ------------------------------------------------------------ roles */
+
+/* Answers every message with its sequence number + 1; type 0 ends it. */
+static int child_echo(void)
+{
+    for (;;) {
+        message m;
+        int status = 0;
+        EXPECT(ipc_receive(ANY, &m, &status), 0);
+        if (m.m_type == 0)
+            return 0;
+        CHECK(IPC_STATUS_CALL(status) == SEND || IPC_STATUS_CALL(status) == SENDREC);
+        atoll_pid_t client = m.m_source;
+        m.m_type = 2;
+        m.m1_i1 += 1;
+        EXPECT(ipc_send(client, &m), 0);
+    }
+}
+
+static int child_notified(void)
+{
+    atoll_pid_t parent = 0;
+    sleep_ms(150);
+    message m;
+    int status = 0;
+    EXPECT(ipc_receive(ANY, &m, &status), 0);
+    CHECK(IPC_STATUS_CALL(status) == NOTIFY);
+    CHECK(m.m_type == NOTIFY_MESSAGE);
+    parent = m.m_source;
+    /* Three notifications coalesced into one: next is the real message. */
+    EXPECT(ipc_receive(ANY, &m, &status), 0);
+    CHECK(IPC_STATUS_CALL(status) == SEND);
+    CHECK(m.m_type == 7 && m.m_source == parent);
+    EXPECT(ipc_notify(parent), 0);
+    return 0;
+}
+
+/*
+ * One process of a cycle (argv[3]: the parent's pid, which alone it first
+ * receives from): told by the parent whom to send to (peer), whom
+ * to receive from afterwards to release its predecessor (prev, or 0), how
+ * long to wait first, and what its send must return.
+ */
+static int child_cycle(const char *parent)
+{
+    message m;
+    EXPECT(ipc_receive(strtoll(parent, NULL, 10), &m, NULL), 0);
+    atoll_pid_t peer = m.m_u.m_m9.m9ll1, prev = m.m_u.m_m9.m9ll2;
+    long delay = (long)m.m_u.m_m9.m9ll3;
+    int want = (int)m.m_u.m_m9.m9ll4;
+    sleep_ms(delay);
+    m.m_type = 5;
+    EXPECT(ipc_send(peer, &m), want);
+    if (prev != 0)
+        EXPECT(ipc_receive(prev, &m, NULL), 0);
+    return 0;
+}
+
+static int child_sleepexit(const char *ms)
+{
+    sleep_ms(strtol(ms, NULL, 10));
+    return 0;
+}
+
+/* Takes a sendrec request and ends without answering. */
+static int child_noreply(void)
+{
+    message m;
+    EXPECT(ipc_receive(ANY, &m, NULL), 0);
+    return 0;
+}
+
+/* Receives the pid of a victim, waits, kills it. */
+static int child_killer(void)
+{
+    message m;
+    EXPECT(ipc_receive(ANY, &m, NULL), 0);
+    sleep_ms(50);
+    EXPECT(atoll_kill(m.m2_ll1, ATOLL_SIGKILL), 0);
+    return 0;
+}
+
+static int child_rebind(void)
+{
+    message m;
+    EXPECT(ipc_receive(ANY, &m, NULL), 0);
+    EXPECT(atoll_unbind(), 0);
+    CHECK(atoll_domain() == -1);
+    EXPECT(atoll_bind("other"), 0);
+    CHECK(atoll_domain() > 0);
+    for (;;)
+        sleep_ms(1000);
+}
+
+#define BLOCK (16u << 20)
+
+/*
+ * Holds two page-aligned 16 MiB buffers: `out` (pattern, granted read) and
+ * `in` (granted write). Tells the parent where they are, then serves
+ * requests: type 1 = check `in` holds the pattern, type 2 = revoke `out`'s
+ * grant, type 0 = end.
+ */
+static int child_granter(void)
+{
+    uint8_t *out = aligned_alloc(65536, BLOCK), *in = aligned_alloc(65536, BLOCK);
+    CHECK(out != NULL && in != NULL);
+    for (uint32_t i = 0; i < BLOCK; i++)
+        out[i] = (uint8_t)(i * 7 + 3);
+    memset(in, 0, BLOCK);
+    message m;
+    EXPECT(ipc_receive(ANY, &m, NULL), 0);
+    atoll_pid_t parent = m.m_source;
+    uint32_t out_id = 0, in_id = 0;
+    EXPECT(atoll_grant(parent, out, BLOCK, CPF_READ, &out_id), 0);
+    EXPECT(atoll_grant(parent, in, BLOCK, CPF_WRITE, &in_id), 0);
+    memset(&m, 0, sizeof m);
+    m.m_u.m_m9.m9ll1 = (int64_t)(uintptr_t)out;
+    m.m_u.m_m9.m9ll2 = (int64_t)(uintptr_t)in;
+    m.m_u.m_m9.m9ll3 = out_id;
+    m.m_u.m_m9.m9ll4 = in_id;
+    EXPECT(ipc_send(parent, &m), 0);
+    for (;;) {
+        int status = 0;
+        EXPECT(ipc_receive(parent, &m, &status), 0);
+        if (m.m_type == 0)
+            return 0;
+        if (m.m_type == 1) {
+            uint32_t len = (uint32_t)m.m1_i1;
+            int ok = 1;
+            for (uint32_t i = 0; i < len; i++)
+                ok &= in[i] == (uint8_t)(i * 7 + 3);
+            m.m1_i1 = ok;
+        } else if (m.m_type == 2) {
+            m.m1_i1 = atoll_revoke(out_id);
+        }
+        EXPECT(ipc_send(parent, &m), 0);
+    }
+}
+
+/* A stress client: N sendrecs to the server the parent names. */
+static int child_client(const char *n_arg)
+{
+    long n = strtol(n_arg, NULL, 10);
+    message m;
+    EXPECT(ipc_receive(ANY, &m, NULL), 0);
+    atoll_pid_t server = m.m2_ll1;
+    for (long i = 0; i < n; i++) {
+        memset(&m, 0, sizeof m);
+        m.m_type = 1;
+        m.m1_i1 = (int32_t)i;
+        if (i % 2 == 0) {
+            EXPECT(ipc_sendrec(server, &m), 0);
+        } else {
+            EXPECT(ipc_send(server, &m), 0);
+            EXPECT(ipc_receive(server, &m, NULL), 0);
+        }
+        CHECK(m.m_source == server && m.m_type == 2 && m.m1_i1 == (int32_t)i + 1);
+    }
+    return 0;
+}
+
+/* A stress server: exactly N requests, from one client, in order. */
+static int child_server(const char *n_arg)
+{
+    long n = strtol(n_arg, NULL, 10);
+    atoll_pid_t client = 0;
+    for (long i = 0; i < n; i++) {
+        message m;
+        EXPECT(ipc_receive(ANY, &m, NULL), 0);
+        if (client == 0)
+            client = m.m_source;
+        CHECK(m.m_source == client && m.m1_i1 == (int32_t)i);
+        m.m_type = 2;
+        m.m1_i1 += 1;
+        EXPECT(ipc_send(client, &m), 0);
+    }
+    return 0;
+}
+
+/* -------------------------------------------------------- scenarios */
+
+static void pingpong(long n)
+{
+    atoll_pid_t echo = spawn_peer("child-echo", NULL);
+    message m;
+    for (long i = 0; i < n; i++) {
+        memset(&m, 0, sizeof m);
+        m.m_type = 1;
+        m.m1_i1 = (int32_t)i;
+        EXPECT(ipc_sendrec(echo, &m), 0);
+        CHECK(m.m_source == echo && m.m_type == 2 && m.m1_i1 == (int32_t)i + 1);
+    }
+    for (long i = 0; i < n; i++) {
+        m.m_type = 1;
+        m.m1_i1 = (int32_t)i;
+        EXPECT(ipc_send(echo, &m), 0);
+        int status = 0;
+        EXPECT(ipc_receive(echo, &m, &status), 0);
+        CHECK(IPC_STATUS_CALL(status) == SEND);
+        CHECK(m.m_source == echo && m.m1_i1 == (int32_t)i + 1);
+    }
+    m.m_type = 0;
+    EXPECT(ipc_send(echo, &m), 0);
+    reap(echo, 0);
+}
+
+static void notify(void)
+{
+    atoll_pid_t child = spawn_peer("child-notified", NULL);
+    message m;
+    memset(&m, 0, sizeof m);
+    EXPECT(ipc_sendnb(child, &m), ENOTREADY);
+    for (int i = 0; i < 3; i++)
+        EXPECT(ipc_notify(child), 0);
+    m.m_type = 7;
+    EXPECT(ipc_send(child, &m), 0);
+    int status = 0;
+    EXPECT(ipc_receive(child, &m, &status), 0);
+    CHECK(IPC_STATUS_CALL(status) == NOTIFY && m.m_type == NOTIFY_MESSAGE && m.m_source == child);
+    reap(child, 0);
+}
+
+static void tell_cycle(atoll_pid_t who, atoll_pid_t peer, atoll_pid_t prev, long delay, int want)
+{
+    message m;
+    memset(&m, 0, sizeof m);
+    m.m_u.m_m9.m9ll1 = peer;
+    m.m_u.m_m9.m9ll2 = prev;
+    m.m_u.m_m9.m9ll3 = delay;
+    m.m_u.m_m9.m9ll4 = want;
+    EXPECT(ipc_send(who, &m), 0);
+}
+
+static void locked(void)
+{
+    char me[24];
+    snprintf(me, sizeof me, "%lld", (long long)atoll_getpid());
+    message m;
+    EXPECT(ipc_send(SELF, &m), ELOCKED);
+    EXPECT(ipc_sendrec(atoll_getpid(), &m), ELOCKED);
+    EXPECT(ipc_receive(SELF, &m, NULL), ELOCKED);
+    EXPECT(ipc_sendnb(SELF, &m), ENOTREADY);
+
+    /* a -> b -> a */
+    atoll_pid_t a = spawn_on(atoll_kernel_index(), "child-cycle", me);
+    atoll_pid_t b = spawn_peer("child-cycle", me);
+    tell_cycle(a, b, 0, 0, 0);
+    tell_cycle(b, a, a, 100, ELOCKED);
+    reap(a, 0);
+    reap(b, 0);
+
+    /* a -> b -> c -> a, across as many kernels as WHERE allows */
+    a = spawn_on(atoll_kernel_index(), "child-cycle", me);
+    b = spawn_on(peer_kernel(0), "child-cycle", me);
+    atoll_pid_t c = spawn_on(peer_kernel(1), "child-cycle", me);
+    tell_cycle(a, b, 0, 0, 0);
+    tell_cycle(b, c, a, 60, 0);
+    tell_cycle(c, a, b, 150, ELOCKED);
+    reap(a, 0);
+    reap(b, 0);
+    reap(c, 0);
+}
+
+static void dead(void)
+{
+    message m;
+    memset(&m, 0, sizeof m);
+    /* Ended before the call. */
+    atoll_pid_t gone = spawn_peer("child-sleepexit", "0");
+    reap(gone, 0);
+    EXPECT(ipc_send(gone, &m), EDEADSRCDST);
+    EXPECT(ipc_sendrec(gone, &m), EDEADSRCDST);
+    EXPECT(ipc_receive(gone, &m, NULL), EDEADSRCDST);
+    EXPECT(ipc_notify(gone), EDEADSRCDST);
+
+    /* Ends while the caller is blocked sending to it. */
+    atoll_pid_t p = spawn_peer("child-sleepexit", "50");
+    EXPECT(ipc_send(p, &m), EDEADSRCDST);
+    reap(p, 0);
+    /* ... blocked receiving from it. */
+    p = spawn_peer("child-sleepexit", "50");
+    EXPECT(ipc_receive(p, &m, NULL), EDEADSRCDST);
+    reap(p, 0);
+    /* ... waiting for its reply. */
+    p = spawn_peer("child-noreply", NULL);
+    EXPECT(ipc_sendrec(p, &m), EDEADSRCDST);
+    reap(p, 0);
+    /* ... killed by another process. */
+    p = spawn_peer("child-sleepexit", "100000");
+    atoll_pid_t killer = spawn_on(atoll_kernel_index(), "child-killer", NULL);
+    m.m2_ll1 = p;
+    EXPECT(ipc_send(killer, &m), 0);
+    EXPECT(ipc_sendrec(p, &m), EDEADSRCDST);
+    reap(p, 128 + ATOLL_SIGKILL);
+    reap(killer, 0);
+}
+
+static void errors(void)
+{
+    message m;
+    int32_t status;
+    memset(&m, 0, sizeof m);
+    EXPECT(ipc_send(-5, &m), EBADSRCDST);
+    EXPECT(ipc_send(ANY, &m), EBADSRCDST);
+    EXPECT(ipc_notify(ANY), EBADSRCDST);
+    /* Kernel 99 of this node does not exist. */
+    atoll_pid_t nowhere = ((atoll_pid_t)atoll_kernel_node() << 48) | ((atoll_pid_t)99 << 32);
+    EXPECT(ipc_send(nowhere, &m), EBADSRCDST);
+    EXPECT(__atoll_ipc_send(SELF, (void *)(uintptr_t)0xFFFFFFF0u), EFAULT);
+    EXPECT(__atoll_ipc_receive(ANY, (void *)(uintptr_t)0xFFFFFFF0u, &status), EFAULT);
+    EXPECT(__atoll_ipc_receive(ANY, &m, (int32_t *)(uintptr_t)0xFFFFFFFEu), EFAULT);
+    uint32_t id;
+    EXPECT(atoll_grant(SELF, &m, sizeof m, 0, &id), EINVAL);
+    EXPECT(atoll_grant(SELF, &m, sizeof m, 4, &id), EINVAL);
+    EXPECT(__atoll_grant(SELF, (void *)(uintptr_t)0xFFFFFF00u, 4096, CPF_READ, &id), EFAULT);
+    EXPECT(atoll_revoke(12345), EINVAL);
+    EXPECT(atoll_vcopy(SELF, &m, SELF, (void *)(uintptr_t)0xFFFFFFF0u, 64), EFAULT);
+
+    EXPECT(atoll_bind("default"), EBUSY);
+    EXPECT(atoll_unbind(), 0);
+    EXPECT(ipc_send(SELF, &m), ECALLDENIED);
+    EXPECT(ipc_notify(SELF), ECALLDENIED);
+    EXPECT(ipc_receive(ANY, &m, NULL), ECALLDENIED);
+    EXPECT(atoll_bind("no-such-domain"), ENOENT);
+    EXPECT(atoll_bind("default"), 0);
+    CHECK(atoll_domain() == 0);
+    EXPECT(ipc_sendnb(SELF, &m), ENOTREADY);
+}
+
+static void domain(void)
+{
+    atoll_pid_t child = spawn_peer("child-rebind", NULL);
+    message m;
+    memset(&m, 0, sizeof m);
+    EXPECT(ipc_send(child, &m), 0);
+    /* Whether this send is queued before the child leaves (then refused
+     * as it leaves) or arrives after it joined "other": ECALLDENIED. */
+    EXPECT(ipc_send(child, &m), ECALLDENIED);
+    EXPECT(ipc_notify(child), ECALLDENIED);
+    EXPECT(ipc_sendrec(child, &m), ECALLDENIED);
+    EXPECT(atoll_vcopy(child, (void *)4096, SELF, &m, 16), ECALLDENIED);
+    EXPECT(atoll_kill(child, ATOLL_SIGKILL), 0);
+    reap(child, 128 + ATOLL_SIGKILL);
+}
+
+static void grants(void)
+{
+    uint8_t *buf = aligned_alloc(65536, BLOCK);
+    CHECK(buf != NULL);
+    atoll_pid_t g = spawn_peer("child-granter", NULL);
+    message m;
+    memset(&m, 0, sizeof m);
+    EXPECT(ipc_sendrec(g, &m), 0);
+    uint8_t *out = (uint8_t *)(uintptr_t)m.m_u.m_m9.m9ll1, *in = (uint8_t *)(uintptr_t)m.m_u.m_m9.m9ll2;
+    uint32_t out_id = (uint32_t)m.m_u.m_m9.m9ll3, in_id = (uint32_t)m.m_u.m_m9.m9ll4;
+
+    /* safecopy: 16 MiB in one call, page-aligned. */
+    memset(buf, 0, BLOCK);
+    EXPECT(atoll_safecopy_from(g, out_id, 0, buf, BLOCK), 0);
+    for (uint32_t i = 0; i < BLOCK; i += 4093)
+        CHECK(buf[i] == (uint8_t)(i * 7 + 3));
+    CHECK(buf[BLOCK - 1] == (uint8_t)((BLOCK - 1) * 7 + 3));
+    /* Unaligned offset and length. */
+    EXPECT(atoll_safecopy_from(g, out_id, 13, buf + 5, 1000), 0);
+    CHECK(buf[5] == (uint8_t)(13 * 7 + 3));
+    EXPECT(atoll_safecopy_from(g, out_id, BLOCK - 10, buf, 20), EFAULT);
+    EXPECT(atoll_safecopy_to(g, out_id, 0, buf, 16), EPERM);
+    EXPECT(atoll_safecopy_from(g, in_id, 0, buf, 16), EPERM);
+    EXPECT(atoll_safecopy_from(g, 999, 0, buf, 16), EPERM);
+
+    /* vcopy by address, covered by the grants (COPY1). */
+    for (uint32_t i = 0; i < BLOCK; i++)
+        buf[i] = (uint8_t)(i * 7 + 3);
+    EXPECT(atoll_vcopy(SELF, buf, g, in, BLOCK), 0);
+    EXPECT(atoll_vcopy(g, out + 4096, SELF, buf, 4096), 0);
+    EXPECT(atoll_vcopy(g, out + BLOCK - 100, SELF, buf, 4096), EPERM);
+    EXPECT(atoll_vcopy(SELF, buf, g, out, 64), EPERM);
+    EXPECT(atoll_vcopy(g, in, SELF, buf, 64), EPERM);
+    m.m_type = 1;
+    m.m1_i1 = BLOCK;
+    EXPECT(ipc_sendrec(g, &m), 0);
+    CHECK(m.m1_i1 == 1);
+
+    /* A third process copies between two others (COPY2). */
+    atoll_pid_t h = spawn_on(peer_kernel(1), "child-granter", NULL);
+    memset(&m, 0, sizeof m);
+    EXPECT(ipc_sendrec(h, &m), 0);
+    uint8_t *h_in = (uint8_t *)(uintptr_t)m.m_u.m_m9.m9ll2;
+    EXPECT(atoll_vcopy(g, out, h, h_in, BLOCK), 0);
+    EXPECT(atoll_vcopy(h, h_in, g, out, 64), EPERM);
+    m.m_type = 1;
+    m.m1_i1 = BLOCK;
+    EXPECT(ipc_sendrec(h, &m), 0);
+    CHECK(m.m1_i1 == 1);
+
+    /* Revoked: nothing more. */
+    m.m_type = 2;
+    EXPECT(ipc_sendrec(g, &m), 0);
+    CHECK(m.m1_i1 == 0);
+    EXPECT(atoll_safecopy_from(g, out_id, 0, buf, 16), EPERM);
+    EXPECT(atoll_vcopy(g, out, SELF, buf, 16), EPERM);
+
+    m.m_type = 0;
+    EXPECT(ipc_send(g, &m), 0);
+    EXPECT(ipc_send(h, &m), 0);
+    reap(g, 0);
+    reap(h, 0);
+    free(buf);
+}
+
+static void stress(long pairs, const char *n)
+{
+    atoll_pid_t *clients = calloc((size_t)pairs, sizeof *clients);
+    CHECK(clients != NULL);
+    for (long i = 0; i < pairs; i++) {
+        atoll_pid_t server = spawn_on(ATOLL_KERNEL_ANY, "child-server", n);
+        clients[i] = spawn_on(ATOLL_KERNEL_ANY, "child-client", n);
+        message m;
+        memset(&m, 0, sizeof m);
+        m.m2_ll1 = server;
+        EXPECT(ipc_send(clients[i], &m), 0);
+    }
+    for (long i = 0; i < 2 * pairs; i++) {
+        int status = -1;
+        EXPECT(atoll_wait(ATOLL_ANY, &status, NULL), 0);
+        CHECK(status == 0);
+    }
+    free(clients);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: ipc SCENARIO same|other [ARGS]\n");
+        return 2;
+    }
+    const char *what = argv[1];
+    where = argv[2];
+    const char *arg = argc > 3 ? argv[3] : "0";
+
+    if (strcmp(what, "child-echo") == 0) return child_echo();
+    if (strcmp(what, "child-notified") == 0) return child_notified();
+    if (strcmp(what, "child-cycle") == 0) return child_cycle(arg);
+    if (strcmp(what, "child-sleepexit") == 0) return child_sleepexit(arg);
+    if (strcmp(what, "child-noreply") == 0) return child_noreply();
+    if (strcmp(what, "child-killer") == 0) return child_killer();
+    if (strcmp(what, "child-rebind") == 0) return child_rebind();
+    if (strcmp(what, "child-granter") == 0) return child_granter();
+    if (strcmp(what, "child-client") == 0) return child_client(arg);
+    if (strcmp(what, "child-server") == 0) return child_server(arg);
+
+    if (strcmp(what, "pingpong") == 0) pingpong(strtol(arg, NULL, 10));
+    else if (strcmp(what, "notify") == 0) notify();
+    else if (strcmp(what, "locked") == 0) locked();
+    else if (strcmp(what, "dead") == 0) dead();
+    else if (strcmp(what, "errors") == 0) errors();
+    else if (strcmp(what, "domain") == 0) domain();
+    else if (strcmp(what, "grants") == 0) grants();
+    else if (strcmp(what, "stress") == 0) stress(strtol(arg, NULL, 10), argc > 4 ? argv[4] : "100");
+    else if (strcmp(what, "sleeper") == 0) {
+        for (;;)
+            sleep_ms(1000);
+    } else {
+        fprintf(stderr, "ipc: unknown scenario %s\n", what);
+        return 2;
+    }
+    printf("ok %s\n", what);
+    return 0;
+}
