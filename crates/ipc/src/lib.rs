@@ -24,4 +24,4 @@ pub use domain::{DomainError, DomainId, DomainInfo, DomainTable};
 pub use grant::{Access, Grant, GrantTable, MAX_GRANTS};
 pub use message::{CallKind, Message, MESSAGE_SIZE, NOTIFY_MESSAGE, PAYLOAD_OFFSET, PAYLOAD_SIZE};
 pub use call::{CopyAddr, CopyRequest, CopySide, IpcCall, Phase};
-pub use state::{IpcState, IpcStats, WaitingSender};
+pub use state::{IpcState, IpcStats, PidSet, WaitingSender};

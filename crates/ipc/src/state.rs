@@ -1,7 +1,7 @@
 //! The IPC part of a process's UArea. It travels with the process: pending
 //! notifications, blocked senders and grants are the same after a move.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 use atoll_abi::Pid;
 use serde::{Deserialize, Serialize};
@@ -19,16 +19,16 @@ pub struct IpcState {
     /// meant for an earlier call are recognised and dropped.
     pub seq: u64,
     /// Sources with a pending notification (coalesced: one per source).
-    pub notifications: BTreeSet<Pid>,
+    pub notifications: PidSet,
     /// Processes blocked sending to this one, in arrival order.
     pub senders: VecDeque<WaitingSender>,
     /// Clients blocked in `sendrec` whose request this process received and
     /// has not answered: a send to them completes at once (Minix's reply).
-    pub owed: BTreeSet<Pid>,
+    pub owed: PidSet,
     /// Processes blocked receiving from this one by name; told if it ends.
-    pub watchers: BTreeSet<Pid>,
+    pub watchers: PidSet,
     /// The processes whose `watchers` hold this one.
-    pub watching: BTreeSet<Pid>,
+    pub watching: PidSet,
     pub grants: GrantTable,
     pub stats: IpcStats,
 }
@@ -38,11 +38,11 @@ impl IpcState {
         IpcState {
             domain,
             seq: 0,
-            notifications: BTreeSet::new(),
+            notifications: PidSet::default(),
             senders: VecDeque::new(),
-            owed: BTreeSet::new(),
-            watchers: BTreeSet::new(),
-            watching: BTreeSet::new(),
+            owed: PidSet::default(),
+            watchers: PidSet::default(),
+            watching: PidSet::default(),
             grants: GrantTable::default(),
             stats: IpcStats::default(),
         }
@@ -61,6 +61,73 @@ impl IpcState {
             Some(p) => self.notifications.remove(&p).then_some(p),
             None => self.notifications.pop_first(),
         }
+    }
+}
+
+/// A small sorted set of PIDs. The sets above churn on every call (a
+/// `sendrec` adds its client to `owed`, the reply removes it): a vector keeps
+/// its capacity, where a `BTreeSet` allocates and frees a node each time.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PidSet(Vec<Pid>);
+
+impl PidSet {
+    /// Adds `pid`; false if it was there.
+    pub fn insert(&mut self, pid: Pid) -> bool {
+        match self.0.binary_search(&pid) {
+            Ok(_) => false,
+            Err(i) => {
+                self.0.insert(i, pid);
+                true
+            }
+        }
+    }
+
+    /// Removes `pid`; false if it was not there.
+    pub fn remove(&mut self, pid: &Pid) -> bool {
+        match self.0.binary_search(pid) {
+            Ok(i) => {
+                self.0.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub fn contains(&self, pid: &Pid) -> bool {
+        self.0.binary_search(pid).is_ok()
+    }
+
+    pub fn pop_first(&mut self) -> Option<Pid> {
+        (!self.0.is_empty()).then(|| self.0.remove(0))
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Pid> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+impl Extend<Pid> for PidSet {
+    fn extend<I: IntoIterator<Item = Pid>>(&mut self, iter: I) {
+        for p in iter {
+            self.insert(p);
+        }
+    }
+}
+
+impl IntoIterator for PidSet {
+    type Item = Pid;
+    type IntoIter = std::vec::IntoIter<Pid>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
     }
 }
 

@@ -1,15 +1,21 @@
 //! Minix 3 IPC: the rendezvous of senders and receivers, notifications,
 //! deadlock refusal, and copies between processes.
 //!
-//! A process in an IPC call is unwound and `Blocked(KernelCall::Ipc(call))`;
-//! the call names the addresses of its message (and status) buffers, checked
-//! when it was made. Everything else the rendezvous needs lives in the
-//! processes' UAreas ([`IpcState`]), so it follows a process that moves.
+//! A process makes an IPC call while it runs: its host function hands the
+//! call to the kernel through [`KernelLink`], and the kernel serves it on
+//! the spot if it can (the caller is outside the process table for its
+//! slice, and comes as an [`IpcCaller`]: PID, IPC state, memory). A call
+//! that must wait is recorded as `Blocked(KernelCall::Ipc(call))` and the
+//! process unwinds; the call names the addresses of its message (and status)
+//! buffers, checked when it was made. Everything else the rendezvous needs
+//! lives in the processes' UAreas ([`IpcState`]), so it follows a process
+//! that moves.
 //!
 //! **On one kernel** a message goes straight from the sender's memory to
 //! the receiver's: a sender that finds its receiver waiting is copied at
 //! once; otherwise it waits in the receiver's queue with its message still
-//! in its own memory, and is copied when the receiver comes. No kernel buffer.
+//! in its own memory, and is copied when the receiver comes. No kernel buffer
+//! (the 64 bytes pass through registers).
 //!
 //! **Across kernels** the sender's kernel reads the message and sends one
 //! [`IpcMsg::Deliver`] to wherever the receiver runs (routed by PID through
@@ -32,7 +38,7 @@ use atoll_ipc::{
     Access, CallKind, CopyAddr, CopyRequest, CopySide, DomainId, IpcCall, IpcState, Message, Phase, WaitingSender,
     MESSAGE_SIZE,
 };
-use atoll_process::{CallState, KernelCall, Reply};
+use atoll_process::{CallState, IpcCaller, IpcOutcome, KernelCall, KernelLink, Reply};
 use serde::{Deserialize, Serialize};
 
 use crate::kernel::Kernel;
@@ -101,16 +107,6 @@ pub struct CopyOrder {
     pub req: CopyRequest,
 }
 
-/// Where a message to deliver is.
-enum Source {
-    /// In the memory of a sender on this kernel, at this address.
-    Memory(Pid, u32),
-    /// Carried here from another kernel.
-    Carried(Message),
-    /// A notification from this process.
-    Notification(Pid),
-}
-
 /// The outcome of following a wait-for chain.
 enum Walk {
     Cycle,
@@ -119,18 +115,19 @@ enum Walk {
     Probing,
 }
 
-impl Kernel {
-    /// Serves an IPC call of `pid`, which runs here and is unwound.
-    pub(crate) fn serve_ipc(&mut self, pid: Pid, call: IpcCall) {
+impl KernelLink for Kernel {
+    fn ipc(&mut self, mut me: IpcCaller<'_>, call: IpcCall) -> IpcOutcome {
         match call {
-            IpcCall::Send { to, msg, kind } => self.send_message(pid, to, msg, kind),
-            IpcCall::SendRec { to, msg, .. } => self.send_message(pid, to, msg, CallKind::SendRec),
-            IpcCall::Receive { from, .. } => self.receive(pid, from),
-            IpcCall::Notify { to } => self.notify(pid, to),
-            IpcCall::Copy(req) => self.copy(pid, req),
+            IpcCall::Send { to, msg, kind } => self.send_message(&mut me, call, to, msg, kind),
+            IpcCall::SendRec { to, msg, .. } => self.send_message(&mut me, call, to, msg, CallKind::SendRec),
+            IpcCall::Receive { from, msg, status } => self.receive(&mut me, call, from, msg, status),
+            IpcCall::Notify { to } => self.notify(&mut me, call, to),
+            IpcCall::Copy(req) => self.copy(&mut me, call, req),
         }
     }
+}
 
+impl Kernel {
     /// The IPC handler of the NoC dispatcher, for a process that runs here.
     pub(crate) fn on_ipc(&mut self, msg: IpcMsg, bulk: Option<Vec<u8>>) {
         match msg {
@@ -161,7 +158,11 @@ impl Kernel {
                 }
             }
             IpcMsg::Locked { to, seq } => self.locked(to, seq),
-            IpcMsg::CopyRead { copy, .. } => self.copy_read(copy),
+            IpcMsg::CopyRead { copy, .. } => {
+                if let Some(result) = self.copy_read(copy) {
+                    self.answer(copy.requester, copy.seq, result);
+                }
+            }
             IpcMsg::CopyWrite { copy, .. } => {
                 let result = self.copy_write(&copy, &bulk.unwrap_or_default());
                 self.answer(copy.requester, copy.seq, result);
@@ -194,44 +195,44 @@ impl Kernel {
 
     // ------------------------------------------------------------ sending
 
-    fn send_message(&mut self, pid: Pid, to: Pid, addr: u32, kind: CallKind) {
-        let Some(p) = self.procs.get(&pid) else { return };
-        let (domain, seq) = (p.container.uarea().ipc.domain, p.container.uarea().ipc.seq);
+    fn send_message(&mut self, me: &mut IpcCaller<'_>, call: IpcCall, to: Pid, addr: u32, kind: CallKind) -> IpcOutcome {
+        let (domain, seq) = (me.ipc.domain, me.ipc.seq);
+        let mut msg = read_message(me.memory, addr);
+        msg.set_source(me.pid);
+        let reply = me.ipc.owed.remove(&to);
         if !self.procs.contains_key(&to) {
-            return self.send_remote(pid, to, addr, kind, domain, seq);
+            self.ipc.remote_out += 1;
+            self.route(to, NocMsg::Ipc(IpcMsg::Deliver { to, from: me.pid, domain, kind, seq, reply, msg }));
+            if reply && kind != CallKind::SendRec {
+                me.ipc.stats.sent += 1;
+                return IpcOutcome::Done(Ok(()));
+            }
+            return IpcOutcome::Block(call);
         }
         if self.domain_of(to) != domain {
             self.ipc.denied += 1;
-            return self.finish(pid, Err(Errno::CallDenied));
+            return IpcOutcome::Done(Err(Errno::CallDenied));
         }
-        let owed = self.ipc_state(pid).is_some_and(|s| s.owed.remove(&to));
-        if self.admits(to, pid, owed) {
+        if self.admits(to, me.pid, reply) {
             self.ipc.local += 1;
-            self.hand_over(to, pid, kind, Source::Memory(pid, addr));
-            return self.sent(pid, seq);
+            me.ipc.stats.sent += 1;
+            self.hand_over(to, me.pid, kind, &msg);
+            return match call {
+                IpcCall::SendRec { to, msg, .. } => IpcOutcome::Block(IpcCall::SendRec { to, msg, phase: Phase::AwaitingReply }),
+                _ => IpcOutcome::Done(Ok(())),
+            };
         }
         if kind == CallKind::SendNb {
-            return self.finish(pid, Err(Errno::NotReady));
+            return IpcOutcome::Done(Err(Errno::NotReady));
         }
-        if let Walk::Cycle = self.walk(pid, seq, true, to, 2) {
+        if let Walk::Cycle = self.walk(me.pid, seq, true, to, 2) {
             self.ipc.locked += 1;
-            return self.finish(pid, Err(Errno::Locked));
+            return IpcOutcome::Done(Err(Errno::Locked));
         }
         if let Some(s) = self.ipc_state(to) {
-            s.senders.push_back(WaitingSender { from: pid, kind, seq, msg: None });
+            s.senders.push_back(WaitingSender { from: me.pid, kind, seq, msg: None });
         }
-    }
-
-    fn send_remote(&mut self, pid: Pid, to: Pid, addr: u32, kind: CallKind, domain: Option<DomainId>, seq: u64) {
-        let Some(p) = self.procs.get_mut(&pid) else { return };
-        let mut msg = read_message(p.container.memory(), addr);
-        msg.set_source(pid);
-        let reply = p.container.uarea_mut().ipc.owed.remove(&to);
-        self.ipc.remote_out += 1;
-        self.route(to, NocMsg::Ipc(IpcMsg::Deliver { to, from: pid, domain, kind, seq, reply, msg }));
-        if reply && kind != CallKind::SendRec {
-            self.sent(pid, seq);
-        }
+        IpcOutcome::Block(call)
     }
 
     /// A message from another kernel for `to`, which runs here.
@@ -242,7 +243,7 @@ impl Kernel {
             return self.answer(from, seq, Err(Errno::CallDenied));
         }
         if self.admits(to, from, reply) {
-            self.hand_over(to, from, kind, Source::Carried(msg));
+            self.hand_over(to, from, kind, &msg);
             if !reply || kind == CallKind::SendRec {
                 self.answer(from, seq, Ok(()));
             }
@@ -305,48 +306,47 @@ impl Kernel {
 
     // ---------------------------------------------------------- receiving
 
-    fn receive(&mut self, pid: Pid, from: Option<Pid>) {
-        let Some(s) = self.ipc_state(pid) else { return };
-        let seq = s.seq;
-        if let Some(source) = s.take_notification(from) {
-            self.hand_over(pid, source, CallKind::Notify, Source::Notification(source));
-            return;
-        }
-        if let Some(w) = s.take_sender(from) {
-            let source = match w.msg {
-                Some(m) => Source::Carried(m),
-                None => match self.ipc_call(w.from) {
-                    Some(&IpcCall::Send { msg, .. } | &IpcCall::SendRec { msg, .. }) => Source::Memory(w.from, msg),
-                    // Never happens: a local sender leaves the queue when it ends or moves.
-                    _ => return self.finish(pid, Err(Errno::DeadSrcDst)),
-                },
+    fn receive(&mut self, me: &mut IpcCaller<'_>, call: IpcCall, from: Option<Pid>, addr: u32, status: u32) -> IpcOutcome {
+        let taken = if let Some(source) = me.ipc.take_notification(from) {
+            self.ipc.notifications += 1;
+            Some((Message::notification(source), CallKind::Notify))
+        } else if let Some(w) = me.ipc.take_sender(from) {
+            let msg = match w.msg {
+                Some(m) => m,
+                None => {
+                    self.ipc.local += 1;
+                    // Never `None`: a sender here leaves the queue when it ends or moves.
+                    self.pending_message(w.from).unwrap_or_else(|| Message::notification(w.from))
+                }
             };
-            if matches!(source, Source::Memory(..)) {
-                self.ipc.local += 1;
+            if w.kind == CallKind::SendRec {
+                me.ipc.owed.insert(w.from);
             }
-            self.hand_over(pid, w.from, w.kind, source);
-            return self.answer(w.from, w.seq, Ok(()));
+            self.answer(w.from, w.seq, Ok(()));
+            Some((msg, w.kind))
+        } else {
+            None
+        };
+        if let Some((msg, kind)) = taken {
+            me.memory[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(msg.as_bytes());
+            me.memory[status as usize..status as usize + 4].copy_from_slice(&kind.status().to_le_bytes());
+            me.ipc.stats.received += 1;
+            return IpcOutcome::Done(Ok(()));
         }
-        let Some(q) = from else { return };
-        if let Walk::Cycle = self.walk(pid, seq, false, q, 2) {
+        let Some(q) = from else { return IpcOutcome::Block(call) };
+        if let Walk::Cycle = self.walk(me.pid, me.ipc.seq, false, q, 2) {
             self.ipc.locked += 1;
-            return self.finish(pid, Err(Errno::Locked));
+            return IpcOutcome::Done(Err(Errno::Locked));
         }
-        self.watch(pid, q);
-    }
-
-    /// Makes sure `watcher` hears if `q` ends.
-    fn watch(&mut self, watcher: Pid, q: Pid) {
-        let Some(s) = self.ipc_state(watcher) else { return };
-        if !s.watching.insert(q) {
-            return;
-        }
-        match self.ipc_state(q) {
-            Some(qs) => {
-                qs.watchers.insert(watcher);
+        if me.ipc.watching.insert(q) {
+            match self.ipc_state(q) {
+                Some(qs) => {
+                    qs.watchers.insert(me.pid);
+                }
+                None => self.route(q, NocMsg::Ipc(IpcMsg::Watch { to: q, watcher: me.pid })),
             }
-            None => self.route(q, NocMsg::Ipc(IpcMsg::Watch { to: q, watcher })),
         }
+        IpcOutcome::Block(call)
     }
 
     /// Whether `pid` is blocked receiving a message that `from` may send
@@ -362,7 +362,7 @@ impl Kernel {
 
     /// Gives `receiver` (blocked receiving here) its message, and makes it
     /// runnable.
-    fn hand_over(&mut self, receiver: Pid, from: Pid, kind: CallKind, source: Source) {
+    fn hand_over(&mut self, receiver: Pid, from: Pid, kind: CallKind, msg: &Message) {
         let Some((addr, status)) = (match self.ipc_call(receiver) {
             Some(&IpcCall::Receive { msg, status, .. }) => Some((msg, Some(status))),
             Some(&IpcCall::SendRec { msg, .. }) => Some((msg, None)),
@@ -370,54 +370,34 @@ impl Kernel {
         }) else {
             return;
         };
-        let result = match source {
-            Source::Memory(sender, at) => match self.procs.get_disjoint_mut([&receiver, &sender]) {
-                [Some(r), Some(s)] => {
-                    let dst = &mut r.container.memory_mut()[addr as usize..addr as usize + MESSAGE_SIZE];
-                    dst.copy_from_slice(&s.container.memory()[at as usize..at as usize + MESSAGE_SIZE]);
-                    dst[..8].copy_from_slice(&sender.to_abi().to_le_bytes());
-                    Ok(())
-                }
-                _ => Err(Errno::DeadSrcDst),
-            },
-            Source::Carried(m) => self.write_message(receiver, addr, &m),
-            Source::Notification(src) => {
-                self.ipc.notifications += 1;
-                self.write_message(receiver, addr, &Message::notification(src))
-            }
-        };
         let Some(r) = self.procs.get_mut(&receiver) else { return };
-        if let (Ok(()), Some(status)) = (result, status) {
-            let mem = r.container.memory_mut();
+        let mem = r.container.memory_mut();
+        mem[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(msg.as_bytes());
+        if let Some(status) = status {
             mem[status as usize..status as usize + 4].copy_from_slice(&kind.status().to_le_bytes());
         }
         let u = r.container.uarea_mut();
-        if result.is_ok() {
-            u.ipc.stats.received += 1;
-            if kind == CallKind::SendRec {
-                u.ipc.owed.insert(from);
-            }
+        u.ipc.stats.received += 1;
+        if kind == CallKind::SendRec {
+            u.ipc.owed.insert(from);
         }
-        self.finish(receiver, result);
-    }
-
-    fn write_message(&mut self, pid: Pid, addr: u32, m: &Message) -> Result<(), Errno> {
-        let p = self.procs.get_mut(&pid).ok_or(Errno::DeadSrcDst)?;
-        p.container.memory_mut()[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(m.as_bytes());
-        Ok(())
+        self.finish(receiver, Ok(()));
     }
 
     // ------------------------------------------------------ notifications
 
-    fn notify(&mut self, pid: Pid, to: Pid) {
-        let Some(s) = self.ipc_state(pid) else { return };
-        let (domain, seq) = (s.domain, s.seq);
+    fn notify(&mut self, me: &mut IpcCaller<'_>, call: IpcCall, to: Pid) -> IpcOutcome {
+        if to == me.pid {
+            me.ipc.notifications.insert(me.pid);
+            return IpcOutcome::Done(Ok(()));
+        }
         if self.procs.contains_key(&to) {
-            let result = self.post_notification(to, pid, domain);
-            return self.finish(pid, result);
+            return IpcOutcome::Done(self.post_notification(to, me.pid, me.ipc.domain));
         }
         self.ipc.remote_out += 1;
-        self.route(to, NocMsg::Ipc(IpcMsg::Notify { to, from: pid, domain, seq }));
+        let (domain, seq) = (me.ipc.domain, me.ipc.seq);
+        self.route(to, NocMsg::Ipc(IpcMsg::Notify { to, from: me.pid, domain, seq }));
+        IpcOutcome::Block(call)
     }
 
     /// A notification from `from` for `to`, which runs here: delivered if
@@ -428,7 +408,8 @@ impl Kernel {
             return Err(Errno::CallDenied);
         }
         if matches!(self.ipc_call(to), Some(IpcCall::Receive { from: want, .. }) if want.is_none_or(|w| w == from)) {
-            self.hand_over(to, from, CallKind::Notify, Source::Notification(from));
+            self.ipc.notifications += 1;
+            self.hand_over(to, from, CallKind::Notify, &Message::notification(from));
         } else if let Some(s) = self.ipc_state(to) {
             s.notifications.insert(from);
             self.ipc.notifications += 1;
@@ -438,28 +419,62 @@ impl Kernel {
 
     // ------------------------------------------------------------- copies
 
-    fn copy(&mut self, pid: Pid, req: CopyRequest) {
-        let Some(s) = self.ipc_state(pid) else { return };
-        let copy = CopyOrder { requester: pid, domain: s.domain, seq: s.seq, req };
-        if !self.procs.contains_key(&req.src.pid) {
-            return self.route(req.src.pid, NocMsg::Ipc(IpcMsg::CopyRead { to: req.src.pid, copy }));
+    fn copy(&mut self, me: &mut IpcCaller<'_>, call: IpcCall, req: CopyRequest) -> IpcOutcome {
+        let CopyRequest { src, dst, len } = req;
+        let copy = CopyOrder { requester: me.pid, domain: me.ipc.domain, seq: me.ipc.seq, req };
+        let mine = |side: CopySide| match side.at {
+            // The host function checked the caller's own ranges.
+            CopyAddr::Direct(a) => a as usize..a as usize + len as usize,
+            CopyAddr::Grant { .. } => unreachable!("a grant names another process's memory"),
+        };
+        let result = match (src.pid == me.pid, dst.pid == me.pid) {
+            (true, true) => {
+                me.memory.copy_within(mine(src), mine(dst).start);
+                Some(Ok(()))
+            }
+            (true, false) if self.procs.contains_key(&dst.pid) => Some(self.copy_write(&copy, &me.memory[mine(src)])),
+            (true, false) => {
+                let bytes = me.memory[mine(src)].to_vec();
+                self.route_bulk(dst.pid, NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }), bytes);
+                None
+            }
+            (false, true) if self.procs.contains_key(&src.pid) => Some(self.resolve(&copy, src, Access::READ).map(|a| {
+                let from = &self.procs[&src.pid].container.memory()[a as usize..a as usize + len as usize];
+                me.memory[mine(dst)].copy_from_slice(from);
+                self.counted(len);
+            })),
+            (false, _) if self.procs.contains_key(&src.pid) => self.copy_read(copy),
+            (false, _) => {
+                self.route(src.pid, NocMsg::Ipc(IpcMsg::CopyRead { to: src.pid, copy }));
+                None
+            }
+        };
+        match result {
+            Some(r) => {
+                if r.is_ok() {
+                    me.ipc.stats.copied_bytes += u64::from(len);
+                }
+                IpcOutcome::Done(r)
+            }
+            None => IpcOutcome::Block(call),
         }
-        self.copy_read(copy);
     }
 
     /// Reads the source side, which is here, and writes it to the
-    /// destination: directly if that is here too (one copy).
-    fn copy_read(&mut self, copy: CopyOrder) {
+    /// destination: directly if that is here too (one copy), else through
+    /// the portal. The result, if the copy is finished here.
+    fn copy_read(&mut self, copy: CopyOrder) -> Option<Result<(), Errno>> {
         let CopyRequest { src, dst, len } = copy.req;
         let from = match self.resolve(&copy, src, Access::READ) {
             Ok(a) => a as usize..a as usize + len as usize,
-            Err(e) => return self.answer(copy.requester, copy.seq, Err(e)),
+            Err(e) => return Some(Err(e)),
         };
         if !self.procs.contains_key(&dst.pid) {
             let bytes = self.procs[&src.pid].container.memory()[from].to_vec();
-            return self.route_bulk(dst.pid, NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }), bytes);
+            self.route_bulk(dst.pid, NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }), bytes);
+            return None;
         }
-        let result = self.resolve(&copy, dst, Access::WRITE).map(|to| {
+        Some(self.resolve(&copy, dst, Access::WRITE).map(|to| {
             let to = to as usize;
             if src.pid == dst.pid {
                 self.procs.get_mut(&src.pid).expect("resolved").container.memory_mut().copy_within(from, to);
@@ -467,8 +482,7 @@ impl Kernel {
                 d.container.memory_mut()[to..to + len as usize].copy_from_slice(&s.container.memory()[from]);
             }
             self.copied(&copy);
-        });
-        self.answer(copy.requester, copy.seq, result);
+        }))
     }
 
     fn copy_write(&mut self, copy: &CopyOrder, bytes: &[u8]) -> Result<(), Errno> {
@@ -480,12 +494,17 @@ impl Kernel {
         Ok(())
     }
 
+    /// Counts a finished copy, for the requester if it is not running.
     fn copied(&mut self, copy: &CopyOrder) {
-        self.ipc.copies += 1;
-        self.ipc.copied_bytes += u64::from(copy.req.len);
+        self.counted(copy.req.len);
         if let Some(s) = self.ipc_state(copy.requester) {
             s.stats.copied_bytes += u64::from(copy.req.len);
         }
+    }
+
+    fn counted(&mut self, len: u32) {
+        self.ipc.copies += 1;
+        self.ipc.copied_bytes += u64::from(len);
     }
 
     /// The address of one side of a copy in its owner's memory (the owner

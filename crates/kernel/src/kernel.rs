@@ -108,6 +108,10 @@ pub(crate) struct Kernel {
     messages: u64,
     /// This kernel's copy of the node's domain table.
     pub(crate) domains: Arc<DomainTable>,
+    /// The process whose slice is running (it is out of `procs` meanwhile),
+    /// and messages for it that arrive during the slice.
+    running: Option<Pid>,
+    deferred: Vec<Packet>,
     pub(crate) ipc: IpcCounters,
 }
 
@@ -142,6 +146,8 @@ impl Kernel {
             slices: 0,
             messages: 0,
             domains: Arc::new(DomainTable::default()),
+            running: None,
+            deferred: Vec::new(),
             ipc: IpcCounters::default(),
         }
     }
@@ -213,6 +219,9 @@ impl Kernel {
     }
 
     fn fire_timers(&mut self) {
+        if self.timers.is_empty() {
+            return;
+        }
         let now = monotonic_ns();
         while let Some(&Reverse((t, pid))) = self.timers.peek() {
             if t > now {
@@ -230,17 +239,27 @@ impl Kernel {
     }
 
     fn run_slice(&mut self, pid: Pid) {
-        let Some(p) = self.procs.get_mut(&pid) else { return };
+        // The process leaves the table for its slice: its IPC calls come
+        // back into this kernel (`KernelLink`), which may then touch every
+        // other process.
+        let Some(mut p) = self.procs.remove(&pid) else { return };
         self.slices += 1;
-        match p.container.run(self.quantum) {
+        self.running = Some(pid);
+        let slice = p.container.run(self.quantum, Some(self));
+        self.running = None;
+        self.procs.insert(pid, p);
+        match slice {
             Slice::Exited(code) => self.end(pid, code),
             Slice::Trapped(why) => {
-                let u = p.container.uarea();
+                let u = self.procs[&pid].container.uarea();
                 let line = format!("atoll: process {pid} ({}) trapped: {why}\n", u.name());
                 self.host.console.write(u.console, Stream::Stderr, line.as_bytes());
                 self.end(pid, status::TRAPPED);
             }
             Slice::Call(call) => self.serve(pid, call),
+        }
+        for packet in std::mem::take(&mut self.deferred) {
+            self.forward(pid, packet);
         }
     }
 
@@ -317,6 +336,9 @@ impl Kernel {
     }
 
     fn forward(&mut self, pid: Pid, mut packet: Packet) {
+        if self.running == Some(pid) {
+            return self.deferred.push(packet);
+        }
         if self.procs.contains_key(&pid) {
             return self.deliver(pid, packet);
         }

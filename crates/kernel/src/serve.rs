@@ -28,7 +28,9 @@ impl Kernel {
                     self.route(target, NocMsg::Kill { target, signal, reply_to });
                 }
             }
-            KernelCall::Ipc(call) => self.serve_ipc(pid, call),
+            // Served through the KernelLink before the process unwound: it
+            // waits where the call left it (queued, watched, awaited).
+            KernelCall::Ipc(_) => {}
             KernelCall::Bind { domain } => {
                 let result = self.bind(pid, domain.as_deref());
                 self.reply_now(pid, Reply::Ipc(result));

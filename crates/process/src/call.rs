@@ -11,7 +11,7 @@
 //! can be serialized and moved.
 
 use atoll_abi::{Errno, Pid};
-use atoll_ipc::IpcCall;
+use atoll_ipc::{IpcCall, IpcState};
 use serde::{Deserialize, Serialize};
 
 /// Where the process stands with respect to the kernel.
@@ -91,4 +91,36 @@ pub enum Reply {
     Killed(Result<(), Errno>),
     /// IPC calls and bind: the message, if any, is already in the caller's memory.
     Ipc(Result<(), Errno>),
+}
+
+/// The kernel, as a running process's IPC calls see it.
+///
+/// Most IPC calls complete at once: a send to a receiver that waits, a
+/// receive with a message queued, a notify, a copy between processes of one
+/// kernel. Unwinding the guest's stack for those would cost more than the
+/// call itself, so the host function asks the kernel directly, in the middle
+/// of the slice; only a call that must wait unwinds ([`IpcOutcome::Block`]).
+/// The kernel implements this; [`Container::run`](crate::Container::run)
+/// lends it to the process for one slice.
+pub trait KernelLink {
+    /// Serves `call` of the process `me` describes, as far as it can now.
+    fn ipc(&mut self, me: IpcCaller<'_>, call: IpcCall) -> IpcOutcome;
+}
+
+/// The calling process, which is running and so not in the kernel's table:
+/// its PID, its IPC state and its memory.
+pub struct IpcCaller<'a> {
+    pub pid: Pid,
+    pub ipc: &'a mut IpcState,
+    pub memory: &'a mut [u8],
+}
+
+/// What became of an IPC call.
+#[derive(Debug, PartialEq)]
+pub enum IpcOutcome {
+    /// Finished: the call returns this.
+    Done(Result<(), Errno>),
+    /// The process waits in this call (possibly advanced, e.g. a `sendrec`
+    /// whose request was taken and which now waits for the reply).
+    Block(IpcCall),
 }

@@ -7,12 +7,13 @@
 //! not running can be captured as a [`ProcessImage`] and restored — on this
 //! kernel or any other — with [`Container::restore`].
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::{Store, StoreLimitsBuilder, UpdateDeadline, Val};
 
-use crate::call::{CallState, KernelCall, Reply};
+use crate::call::{CallState, KernelCall, KernelLink, Reply};
 use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
 use crate::image::{GlobalValue, MemoryImage, ProcessImage, PAGE_SIZE};
 use crate::runtime::{Program, Runtime};
@@ -118,7 +119,10 @@ impl Container {
     /// it), or until it exits or enters the kernel. A zero quantum stops a
     /// prepared module at its very next safepoint: each slice then advances
     /// exactly one safepoint.
-    pub fn run(&mut self, quantum: Duration) -> Slice {
+    ///
+    /// `link` is the kernel, which the process's IPC calls use during the
+    /// slice; without one they fail with `ENOSYS`.
+    pub fn run(&mut self, quantum: Duration, link: Option<&mut dyn KernelLink>) -> Slice {
         let exports = self.store.data().exports().clone();
         if let (true, Some(a)) = (quantum.is_zero(), &exports.asyncify) {
             if let Err(e) = a.yield_flag.set(&mut self.store, Val::I32(1)) {
@@ -145,10 +149,18 @@ impl Container {
             ctx.uarea.started = true;
         }
         self.store.set_epoch_deadline(1);
-        self.runtime.ticker().enter();
+        // SAFETY: only the lifetime is erased. The pointer is used by host
+        // functions, which run only inside the call below, and is cleared
+        // right after it, while `link` is still borrowed.
+        self.store.data_mut().link = link.map(|l| unsafe {
+            NonNull::new_unchecked(std::mem::transmute::<*mut (dyn KernelLink + '_), *mut (dyn KernelLink + 'static)>(l))
+        });
+        let lane = self.store.data().host.kernel.index;
+        self.runtime.ticker().enter(lane);
         let result = exports.start.call(&mut self.store, ());
-        self.runtime.ticker().leave();
+        self.runtime.ticker().leave(lane);
         let ctx = self.store.data_mut();
+        ctx.link = None;
         ctx.uarea.accounting.cpu_ns += now.elapsed().as_nanos() as u64;
         match result {
             Ok(()) => match &ctx.uarea.call {

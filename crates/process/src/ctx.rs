@@ -4,9 +4,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use std::ptr::NonNull;
+
 use atoll_abi::KernelId;
 use wasmtime::{Global, Memory, StoreLimits, TypedFunc};
 
+use crate::call::KernelLink;
 use crate::uarea::{ConsoleId, UArea};
 
 /// Which output stream of a console.
@@ -51,6 +54,9 @@ pub struct ProcCtx {
     /// Set while the stack is being rewound into a blocked host function.
     pub(crate) rewinding: bool,
     pub(crate) limits: StoreLimits,
+    /// The kernel, lent for the current slice (see [`KernelLink`]); `None`
+    /// between slices.
+    pub(crate) link: Option<NonNull<dyn KernelLink>>,
 }
 
 impl ProcCtx {
@@ -64,6 +70,7 @@ impl ProcCtx {
             deadline: Instant::now(),
             rewinding: false,
             limits,
+            link: None,
         }
     }
 

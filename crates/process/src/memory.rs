@@ -24,6 +24,11 @@ impl<'a> GuestMemory<'a> {
         Ok(start..end)
     }
 
+    /// All of linear memory.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+
     pub fn slice(&self, ptr: u32, len: u32) -> Result<&[u8], Errno> {
         let r = self.range(ptr, len)?;
         Ok(&self.bytes[r])

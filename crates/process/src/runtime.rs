@@ -327,7 +327,9 @@ pub(crate) struct Ticker {
 }
 
 struct TickerShared {
-    running: AtomicUsize,
+    /// Guests running, counted per kernel on separate cache lines: one
+    /// shared counter bounced between cores on every slice of every kernel.
+    running: [Lane; LANES],
     /// Set while the ticker sleeps in `park`: only then does `enter` pay
     /// for an unpark (a futex wake and a task switch, ~1 µs). Kernels enter
     /// and leave guests thousands of times per millisecond under IPC.
@@ -338,10 +340,23 @@ struct TickerShared {
 /// Idle ticks before the ticker parks: no guest ran for this many ticks.
 const IDLE_TICKS: u32 = 10;
 
+/// Kernel `i` counts its running guest in lane `i % LANES`.
+const LANES: usize = 64;
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Lane(AtomicUsize);
+
+impl TickerShared {
+    fn any_running(&self) -> bool {
+        self.running.iter().any(|l| l.0.load(Ordering::SeqCst) > 0)
+    }
+}
+
 impl Ticker {
     fn start(engine: Engine, tick: Duration) -> Ticker {
         let shared = Arc::new(TickerShared {
-            running: AtomicUsize::new(0),
+            running: std::array::from_fn(|_| Lane::default()),
             parked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         });
@@ -352,7 +367,7 @@ impl Ticker {
                 let mut idle = 0;
                 while !s.stop.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
-                    if s.running.load(Ordering::SeqCst) > 0 {
+                    if s.any_running() {
                         idle = 0;
                         engine.increment_epoch();
                         continue;
@@ -362,7 +377,7 @@ impl Ticker {
                         // Dekker with `enter`: either it sees `parked` and
                         // unparks, or this sees its guest and stays awake.
                         s.parked.store(true, Ordering::SeqCst);
-                        if s.running.load(Ordering::SeqCst) == 0 && !s.stop.load(Ordering::Relaxed) {
+                        if !s.any_running() && !s.stop.load(Ordering::Relaxed) {
                             std::thread::park();
                         }
                         s.parked.store(false, Ordering::SeqCst);
@@ -374,16 +389,16 @@ impl Ticker {
         Ticker { thread: handle.thread().clone(), shared }
     }
 
-    /// A guest starts running; wakes the ticker if it sleeps.
-    pub(crate) fn enter(&self) {
-        self.shared.running.fetch_add(1, Ordering::SeqCst);
+    /// A guest starts running on kernel `index`; wakes the ticker if it sleeps.
+    pub(crate) fn enter(&self, index: u16) {
+        self.shared.running[index as usize % LANES].0.fetch_add(1, Ordering::SeqCst);
         if self.shared.parked.load(Ordering::SeqCst) {
             self.thread.unpark();
         }
     }
 
-    pub(crate) fn leave(&self) {
-        self.shared.running.fetch_sub(1, Ordering::SeqCst);
+    pub(crate) fn leave(&self, index: u16) {
+        self.shared.running[index as usize % LANES].0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

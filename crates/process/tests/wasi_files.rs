@@ -110,7 +110,7 @@ fn run(
     let mut moves = 0;
     let status = loop {
         assert!(moves < 100_000, "the guest does not end");
-        match container.run(Duration::ZERO) {
+        match container.run(Duration::ZERO, None) {
             Slice::Exited(status) => break status,
             Slice::Trapped(why) => panic!("guest trapped: {why}"),
             Slice::Call(KernelCall::Yield) => {

@@ -5,7 +5,9 @@
 //! invocation, reports medians of repeated runs and atoll's ratio to each
 //! alternative, and can record the result with the machine it ran on.
 
+mod ipc;
 mod mergesort;
+mod plot;
 mod spawn;
 
 use std::io::Write as _;
@@ -44,25 +46,42 @@ enum Which {
     Spawn(spawn::Args),
     /// A CPU-bound mergesort: native (gcc -O2) vs plain wasm vs prepared wasm
     Mergesort(mergesort::Args),
+    /// Minix IPC (IPC1-3, COPY1-2) vs pipes, FIFOs, mqueues, sockets, eventfd, futex, shm
+    Ipc(ipc::Args),
 }
 
 pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
-    let report = match a.which {
-        Which::Spawn(s) => spawn::run(ctx, &a.build, s)?,
-        Which::Mergesort(m) => mergesort::run(ctx, &a.build, m)?,
+    let report: Box<dyn Recorded> = match a.which {
+        Which::Spawn(s) => Box::new(spawn::run(ctx, &a.build, s)?),
+        Which::Mergesort(m) => Box::new(mergesort::run(ctx, &a.build, m)?),
+        Which::Ipc(i) => Box::new(ipc::run(ctx, &a.build, i)?),
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", report.json()?);
     } else {
         print!("{}", report.table());
     }
     if let Some(dir) = a.record {
         std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join(format!("{}.json", report.name)), serde_json::to_string_pretty(&report)?)?;
-        std::fs::write(dir.join(format!("{}.md", report.name)), report.markdown())?;
-        eprintln!("atoll: recorded {}/{}.{{json,md}}", dir.display(), report.name);
+        std::fs::write(dir.join(format!("{}.json", report.name())), report.json()?)?;
+        std::fs::write(dir.join(format!("{}.md", report.name())), report.markdown())?;
+        report.write_extra(&dir)?;
+        eprintln!("atoll: recorded {}/{}.*", dir.display(), report.name());
     }
     Ok(())
+}
+
+/// A benchmark's result as it is printed and recorded.
+pub trait Recorded {
+    fn name(&self) -> &str;
+    fn json(&self) -> serde_json::Result<String>;
+    fn table(&self) -> String;
+    /// The recorded page, with the command and the machine.
+    fn markdown(&self) -> String;
+    /// Files recorded beside the JSON and Markdown (plots).
+    fn write_extra(&self, _dir: &Path) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// One benchmark's result.
@@ -90,7 +109,15 @@ pub struct Row {
     pub atoll_ratio: Option<f64>,
 }
 
-impl Report {
+impl Recorded for Report {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn json(&self) -> serde_json::Result<String> {
+        serde_json::to_string_pretty(self)
+    }
+
     fn table(&self) -> String {
         let mut s = format!("{} ({}; median of {} runs)\n", self.name, self.unit, self.rows.first().map_or(0, |r| r.samples.len()));
         for r in &self.rows {
@@ -116,7 +143,9 @@ impl Report {
         }
         s
     }
+}
 
+impl Report {
     /// Fills in atoll's ratio to every other row, from the row named `atoll`.
     fn ratios_against(&mut self, atoll: &str) {
         let Some(a) = self.rows.iter().find(|r| r.name == atoll).map(|r| r.median) else { return };

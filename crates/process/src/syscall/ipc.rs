@@ -3,9 +3,11 @@
 //!
 //! Each host function decodes and checks its arguments (endpoints, the
 //! message's address, the caller's domain), then hands the call to the
-//! kernel as a [`KernelCall::Ipc`]: matching a sender with a receiver needs
-//! the other process, which may run on this kernel or another. The kernel
-//! copies messages straight into the caller's memory and answers with
+//! kernel through its [`KernelLink`](crate::KernelLink), without leaving
+//! the slice: matching a sender with a receiver needs the other process,
+//! which may run on this kernel or another. A call that completes returns at
+//! once; one that must wait unwinds as a [`KernelCall::Ipc`], and the kernel
+//! later copies the message into the caller's memory and answers with
 //! [`Reply::Ipc`]. Grants touch only the caller's UArea and are answered here.
 //!
 //! The guest-side declarations are in `sdk/include/atoll.h`.
@@ -15,7 +17,7 @@ use atoll_ipc::{Access, CallKind, CopyAddr, CopyRequest, CopySide, Grant, IpcCal
 use wasmtime::{Caller, Linker};
 
 use super::{enter_kernel, take_reply, with_memory};
-use crate::call::{KernelCall, Reply};
+use crate::call::{IpcCaller, IpcOutcome, KernelCall, Reply};
 use crate::ctx::ProcCtx;
 use crate::memory::GuestMemory;
 
@@ -72,13 +74,27 @@ fn kernel_call(
             }
         });
     }
-    let mut call = None;
+    let mut block = None;
     let rc = with_memory(c, |mem, ctx| {
-        call = Some(decide(mem, ctx)?);
-        Ok(())
+        let call = decide(mem, ctx)?;
+        let KernelCall::Ipc(call) = call else {
+            block = Some(call);
+            return Ok(());
+        };
+        ctx.uarea.ipc.seq += 1;
+        let Some(mut link) = ctx.link else { return Err(Errno::NoSys) };
+        let me = IpcCaller { pid: ctx.uarea.pid, ipc: &mut ctx.uarea.ipc, memory: mem.bytes_mut() };
+        // SAFETY: the kernel lent itself for this slice (`Container::run`),
+        // and nothing else holds it while the guest runs.
+        match unsafe { link.as_mut() }.ipc(me, call) {
+            IpcOutcome::Done(result) => result,
+            IpcOutcome::Block(call) => {
+                block = Some(KernelCall::Ipc(call));
+                Ok(())
+            }
+        }
     });
-    let Some(call) = call else { return Ok(rc) };
-    c.data_mut().uarea.ipc.seq += 1;
+    let Some(call) = block else { return Ok(rc) };
     Ok(enter_kernel(c, call).map_or_else(|e| e.raw() as i32, |()| 0))
 }
 
