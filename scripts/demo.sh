@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # atoll's main job, end to end: installs what is missing, builds atoll and the
 # example programs, then runs real workloads on several kernels of a node,
-# including a process moved live from one kernel to another.
+# including a process moved live from one kernel to another, and Minix IPC
+# between processes on one kernel and across kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -48,3 +49,12 @@ wait $job
 $atoll run --embedded build/wasm/progress.wasm 40 30000000 > target/demo-unmoved.txt
 cmp target/demo-moved.txt target/demo-unmoved.txt
 echo "the moved computation printed exactly what an unmoved run prints"
+
+step "Minix IPC in a domain of its own: sendrec round trips on one kernel, then across kernels"
+$atoll domain create demo
+$atoll domain list
+$atoll run --domain demo build/wasm/ipcbench.wasm ipc2 same 200000
+$atoll run --domain demo build/wasm/ipcbench.wasm ipc2 other 200000
+$atoll run --domain demo build/wasm/ipc.wasm stress same 16 2000
+$atoll ipc
+$atoll domain end demo

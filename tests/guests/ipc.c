@@ -14,7 +14,10 @@
  *   domain            ECALLDENIED across domains (needs domain "other")
  *   grants            safecopy, vcopy (COPY1), third-party vcopy (COPY2)
  *   stress PAIRS N    PAIRS client/server pairs, N sequenced calls each
- *   sleeper           binds nothing, sleeps for ever (for domain end)
+ *   hold              one sendrec, then blocks for ever sending to a
+ *                     sleeping child while another child waits in receive
+ *                     (for `atoll ps`)
+ *   sleeper           sleeps for ever (for domain end)
  *
  * Prints "ok SCENARIO" and exits 0; on a failed check prints the line and
  * exits 1. Child roles are argv[1] = "child-*".
@@ -516,6 +519,19 @@ static void stress(long pairs, const char *n)
     free(clients);
 }
 
+static void hold(void)
+{
+    atoll_pid_t echo = spawn_peer("child-echo", NULL);
+    atoll_pid_t sleeper = spawn_peer("child-sleepexit", "100000000");
+    message m;
+    memset(&m, 0, sizeof m);
+    m.m_type = 1;
+    EXPECT(ipc_sendrec(echo, &m), 0);
+    printf("holding\n");
+    fflush(stdout);
+    EXPECT(ipc_send(sleeper, &m), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -545,6 +561,7 @@ int main(int argc, char **argv)
     else if (strcmp(what, "domain") == 0) domain();
     else if (strcmp(what, "grants") == 0) grants();
     else if (strcmp(what, "stress") == 0) stress(strtol(arg, NULL, 10), argc > 4 ? argv[4] : "100");
+    else if (strcmp(what, "hold") == 0) hold();
     else if (strcmp(what, "sleeper") == 0) {
         for (;;)
             sleep_ms(1000);

@@ -199,3 +199,42 @@ fn a_client_that_hangs_up_ends_its_job() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn domains_are_made_listed_and_ended_on_a_running_node() {
+    let node = Daemon::start(2);
+    let ok = |args: &[&str]| {
+        let out = node.atoll(args).output().unwrap();
+        assert!(out.status.success(), "atoll {args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    ok(&["domain", "create", "lab"]);
+    let err = node.atoll(&["domain", "create", "lab"]).output().unwrap();
+    assert!(text(&err.stderr).contains("domain `lab` already exists"), "{}", text(&err.stderr));
+    let list: serde_json::Value = serde_json::from_str(&ok(&["domain", "list", "--json"])).unwrap();
+    let names: Vec<&str> = list.as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["default", "lab"]);
+
+    // IPC runs in the new domain; `atoll ipc` counts it.
+    let out = node.atoll(&["run", "--domain", "lab", &guest("ipc"), "pingpong", "other", "100"]).output().unwrap();
+    assert_eq!(text(&out.stdout), "ok pingpong\n", "{}", text(&out.stderr));
+    let ipc = ok(&["ipc"]);
+    assert!(ipc.lines().next().unwrap().contains("REMOTE-OUT"), "{ipc}");
+    assert_eq!(ipc.lines().count(), 3, "{ipc}");
+
+    let mut sleeper = node.atoll(&["run", "--domain", "lab", &guest("ipc"), "sleeper", "same"]).spawn().unwrap();
+    let t = Instant::now();
+    while !ok(&["ps"]).lines().any(|l| l.contains(" lab ")) {
+        assert!(t.elapsed() < Duration::from_secs(60), "the lab job never showed in ps");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ok(&["domain", "list"]).lines().any(|l| l.contains("lab") && l.trim_end().ends_with('1')));
+    ok(&["domain", "end", "lab"]);
+    assert_eq!(sleeper.wait().unwrap().code(), Some(137));
+    let out = node.atoll(&["run", "--domain", "lab", &guest("hello")]).output().unwrap();
+    assert!(text(&out.stderr).contains("no domain `lab`"), "{}", text(&out.stderr));
+    let out = node.atoll(&["domain", "end", "default"]).output().unwrap();
+    assert!(text(&out.stderr).contains("cannot be ended"), "{}", text(&out.stderr));
+    let out = run(&["domain", "list"]);
+    assert!(text(&out.stderr).contains("no node is running"), "{}", text(&out.stderr));
+}

@@ -68,11 +68,8 @@ pub enum IpcMsg {
     /// Take call `seq` of `from` off `to`'s waiting senders (and off the
     /// replies `to` owes); if it was still there, answer it with `why`.
     Withdraw { to: Pid, from: Pid, seq: u64, why: Errno },
-    /// Follow the wait-for chain from `at`, looking for `origin` (blocked
-    /// in call `seq`).
-    Probe { at: Pid, origin: Pid, seq: u64, origin_sending: bool, length: u32 },
-    /// The chain from `to`'s call `seq` came back to it: a cycle.
-    Locked { to: Pid, seq: u64 },
+    /// Follow the wait-for chain from `at`.
+    Probe { at: Pid, probe: Probe },
     /// Read the source side of a copy (`to` owns it).
     CopyRead { to: Pid, copy: CopyOrder },
     /// Write the destination side (`to` owns it); the bytes are the bulk.
@@ -90,7 +87,6 @@ impl IpcMsg {
             | IpcMsg::Unwatch { to, .. }
             | IpcMsg::PeerDead { to, .. }
             | IpcMsg::Withdraw { to, .. }
-            | IpcMsg::Locked { to, .. }
             | IpcMsg::CopyRead { to, .. }
             | IpcMsg::CopyWrite { to, .. } => to,
             IpcMsg::Probe { at, .. } => at,
@@ -107,12 +103,26 @@ pub struct CopyOrder {
     pub req: CopyRequest,
 }
 
-/// The outcome of following a wait-for chain.
-enum Walk {
-    Cycle,
-    NoCycle,
-    /// The chain left this kernel; a probe follows it.
-    Probing,
+/// A walk along the wait-for graph (Chandy-Misra-Haas edge chasing),
+/// looking for a cycle back to `origin`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Probe {
+    origin: Pid,
+    /// The origin's call number: a walk for an older call finds nothing.
+    seq: u64,
+    origin_sending: bool,
+    /// Processes on the chain so far, the origin included.
+    length: u32,
+    /// The previous process, if it waits to send to the one visited next:
+    /// its message must be queued there, or the edge is stale (the receiver
+    /// took the message and the news is still on its way).
+    via: Option<Pid>,
+}
+
+impl Probe {
+    fn new(origin: Pid, seq: u64, origin_sending: bool) -> Self {
+        Probe { origin, seq, origin_sending, length: 2, via: origin_sending.then_some(origin) }
+    }
 }
 
 impl KernelLink for Kernel {
@@ -152,12 +162,7 @@ impl Kernel {
             }
             IpcMsg::PeerDead { to, dead } => self.peer_dead(to, dead),
             IpcMsg::Withdraw { to, from, seq, why } => self.withdraw(to, from, seq, why),
-            IpcMsg::Probe { at, origin, seq, origin_sending, length } => {
-                if let Walk::Cycle = self.walk(origin, seq, origin_sending, at, length) {
-                    self.route(origin, NocMsg::Ipc(IpcMsg::Locked { to: origin, seq }));
-                }
-            }
-            IpcMsg::Locked { to, seq } => self.locked(to, seq),
+            IpcMsg::Probe { at, probe } => self.walk(at, probe),
             IpcMsg::CopyRead { copy, .. } => {
                 if let Some(result) = self.copy_read(copy) {
                     self.answer(copy.requester, copy.seq, result);
@@ -188,8 +193,7 @@ impl Kernel {
             | IpcMsg::Unwatch { .. }
             | IpcMsg::PeerDead { .. }
             | IpcMsg::Withdraw { .. }
-            | IpcMsg::Probe { .. }
-            | IpcMsg::Locked { .. } => {}
+            | IpcMsg::Probe { .. } => {}
         }
     }
 
@@ -225,13 +229,10 @@ impl Kernel {
         if kind == CallKind::SendNb {
             return IpcOutcome::Done(Err(Errno::NotReady));
         }
-        if let Walk::Cycle = self.walk(me.pid, seq, true, to, 2) {
-            self.ipc.locked += 1;
-            return IpcOutcome::Done(Err(Errno::Locked));
-        }
         if let Some(s) = self.ipc_state(to) {
             s.senders.push_back(WaitingSender { from: me.pid, kind, seq, msg: None });
         }
+        self.walk(to, Probe::new(me.pid, seq, true));
         IpcOutcome::Block(call)
     }
 
@@ -255,10 +256,7 @@ impl Kernel {
         if let Some(s) = self.ipc_state(to) {
             s.senders.push_back(WaitingSender { from, kind, seq, msg: Some(msg) });
         }
-        if let Walk::Cycle = self.walk(from, seq, true, to, 2) {
-            self.ipc.locked += 1;
-            self.withdraw(to, from, seq, Errno::Locked);
-        }
+        self.walk(to, Probe::new(from, seq, true));
     }
 
     /// The sender `pid`'s call `seq` handed its message over: a send
@@ -334,10 +332,7 @@ impl Kernel {
             return IpcOutcome::Done(Ok(()));
         }
         let Some(q) = from else { return IpcOutcome::Block(call) };
-        if let Walk::Cycle = self.walk(me.pid, me.ipc.seq, false, q, 2) {
-            self.ipc.locked += 1;
-            return IpcOutcome::Done(Err(Errno::Locked));
-        }
+        self.walk(q, Probe::new(me.pid, me.ipc.seq, false));
         if me.ipc.watching.insert(q) {
             match self.ipc_state(q) {
                 Some(qs) => {
@@ -531,31 +526,44 @@ impl Kernel {
 
     // ---------------------------------------------------- cycles and ends
 
-    /// Follows the wait-for chain from `at` (the process `origin`'s call
-    /// `seq` waits on, `length` processes in so far) looking for `origin`.
-    /// Two processes waiting on each other are a cycle only if both send
-    /// (one sending, one receiving is a rendezvous about to happen).
-    fn walk(&mut self, origin: Pid, seq: u64, origin_sending: bool, mut at: Pid, mut length: u32) -> Walk {
+    /// Follows the wait-for chain from `at`, here and then (by probe) on
+    /// other kernels, back to the origin, which decides on its own kernel
+    /// where its state is current. The origin's call, now blocked, then
+    /// fails with ELOCKED. Two processes waiting on each other are a cycle
+    /// only if both send (one sending, one receiving is a rendezvous about
+    /// to happen). A process that is running is not waiting: the walk for
+    /// the caller of a call made during its slice resumes after the slice.
+    fn walk(&mut self, mut at: Pid, mut probe: Probe) {
         loop {
-            if length > MAX_CHAIN {
-                return Walk::NoCycle;
+            if probe.length > MAX_CHAIN {
+                return;
             }
             if !self.procs.contains_key(&at) {
-                self.route(at, NocMsg::Ipc(IpcMsg::Probe { at, origin, seq, origin_sending, length }));
-                return Walk::Probing;
+                return self.route(at, NocMsg::Ipc(IpcMsg::Probe { at, probe }));
             }
-            let Some(call) = self.ipc_call(at) else { return Walk::NoCycle };
-            let Some(next) = call.blocked_on() else { return Walk::NoCycle };
-            if next == origin {
-                let rendezvous = length == 2 && call.is_sending() != origin_sending;
-                return if rendezvous { Walk::NoCycle } else { Walk::Cycle };
+            if let Some(v) = probe.via {
+                if !self.procs[&at].container.uarea().ipc.senders.iter().any(|w| w.from == v) {
+                    return;
+                }
+            }
+            if at == probe.origin {
+                let rendezvous = probe.length == 2 && probe.via.is_some() != probe.origin_sending;
+                if !rendezvous {
+                    self.locked(at, probe.seq);
+                }
+                return;
+            }
+            let Some(call) = self.ipc_call(at) else { return };
+            let Some(next) = call.blocked_on() else { return };
+            probe.via = call.is_sending().then_some(at);
+            if next != probe.origin {
+                probe.length += 1;
             }
             at = next;
-            length += 1;
         }
     }
 
-    /// A probe found that call `seq` of `pid` closes a cycle.
+    /// A walk found that call `seq` of `pid` (which runs here) closes a cycle.
     fn locked(&mut self, pid: Pid, seq: u64) {
         if !self.in_call(pid, seq) {
             return;

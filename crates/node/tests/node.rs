@@ -1,79 +1,13 @@
 //! Whole nodes running real C programs compiled to wasm32-wasi.
 
-#[path = "../../../tests/support.rs"]
-mod support;
+mod common;
 
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use atoll_abi::{status, KernelId, Pid};
-use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
-use atoll_process::{Preopen, ProcessImage, Stream};
-
-/// Long enough for anything these tests run; only guards against hangs.
-const HANG: Duration = Duration::from_secs(120);
-
-fn node(kernels: u16) -> Node {
-    let mut config = NodeConfig::new(Some(support::cache_dir()));
-    config.kernels = kernels;
-    Node::start(config).expect("node starts")
-}
-
-fn job(name: &str, args: &[&str]) -> JobSpec {
-    let mut argv = vec![name.to_string()];
-    argv.extend(args.iter().map(|s| s.to_string()));
-    JobSpec { program: support::guest(name), args: argv, env: vec![], preopens: vec![], kernel: None, prepare: true, domain: None }
-}
-
-/// A job's output so far, shared with the test, and its end.
-#[derive(Clone, Default)]
-struct Output {
-    stdout: Arc<Mutex<Vec<u8>>>,
-    stderr: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Output {
-    fn stdout(&self) -> String {
-        String::from_utf8_lossy(&self.stdout.lock().unwrap()).into_owned()
-    }
-
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
-    }
-}
-
-struct Sink {
-    out: Output,
-    done: mpsc::Sender<i32>,
-}
-
-impl JobSink for Sink {
-    fn output(&mut self, stream: Stream, bytes: &[u8]) {
-        let buf = match stream {
-            Stream::Stdout => &self.out.stdout,
-            Stream::Stderr => &self.out.stderr,
-        };
-        buf.lock().unwrap().extend_from_slice(bytes);
-    }
-
-    fn exited(&mut self, _pid: Pid, status: i32) {
-        let _ = self.done.send(status);
-    }
-}
-
-fn start(node: &Node, spec: &JobSpec) -> (Pid, Output, Receiver<i32>) {
-    let out = Output::default();
-    let (tx, rx) = mpsc::channel();
-    let pid = node.run_job(spec, Box::new(Sink { out: out.clone(), done: tx })).expect("job starts");
-    (pid, out, rx)
-}
-
-fn run(node: &Node, spec: &JobSpec) -> (i32, Output) {
-    let (_, out, rx) = start(node, spec);
-    let status = rx.recv_timeout(HANG).expect("job ends");
-    (status, out)
-}
+use atoll_abi::{status, KernelId};
+use atoll_node::{JobSpec, Node};
+use atoll_process::{Preopen, ProcessImage};
+use common::*;
 
 #[test]
 fn hello_reports_its_identity_on_the_chosen_kernel() {

@@ -56,6 +56,7 @@ pub struct UArea {
 
 impl UArea {
     /// The UArea of a process that has not run yet.
+    #[allow(clippy::too_many_arguments)] // one per field a new process is given
     pub fn new(
         pid: Pid,
         parent: Option<Pid>,

@@ -1,0 +1,87 @@
+//! What the node tests share: starting nodes and jobs, collecting output.
+
+#![allow(dead_code)] // each test file uses its own part
+
+#[path = "../../../../tests/support.rs"]
+pub mod support;
+
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use atoll_abi::Pid;
+use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
+use atoll_process::Stream;
+
+/// Long enough for anything these tests run; only guards against hangs.
+pub const HANG: Duration = Duration::from_secs(120);
+
+pub fn node(kernels: u16) -> Node {
+    let mut config = NodeConfig::new(Some(support::cache_dir()));
+    config.kernels = kernels;
+    Node::start(config).expect("node starts")
+}
+
+pub fn job(name: &str, args: &[&str]) -> JobSpec {
+    let mut argv = vec![name.to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    JobSpec { program: support::guest(name), args: argv, env: vec![], preopens: vec![], kernel: None, prepare: true, domain: None }
+}
+
+/// A job's output so far, shared with the test, and its end.
+#[derive(Clone, Default)]
+pub struct Output {
+    pub stdout: Arc<Mutex<Vec<u8>>>,
+    pub stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Output {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().unwrap()).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+}
+
+pub struct Sink {
+    out: Output,
+    done: mpsc::Sender<i32>,
+}
+
+impl JobSink for Sink {
+    fn output(&mut self, stream: Stream, bytes: &[u8]) {
+        let buf = match stream {
+            Stream::Stdout => &self.out.stdout,
+            Stream::Stderr => &self.out.stderr,
+        };
+        buf.lock().unwrap().extend_from_slice(bytes);
+    }
+
+    fn exited(&mut self, _pid: Pid, status: i32) {
+        let _ = self.done.send(status);
+    }
+}
+
+pub fn start(node: &Node, spec: &JobSpec) -> (Pid, Output, Receiver<i32>) {
+    let out = Output::default();
+    let (tx, rx) = mpsc::channel();
+    let pid = node.run_job(spec, Box::new(Sink { out: out.clone(), done: tx })).expect("job starts");
+    (pid, out, rx)
+}
+
+pub fn run(node: &Node, spec: &JobSpec) -> (i32, Output) {
+    let (_, out, rx) = start(node, spec);
+    let status = rx.recv_timeout(HANG).expect("job ends");
+    (status, out)
+}
+
+
+/// A sink for jobs that are expected not to start.
+pub struct NullSink;
+
+impl JobSink for NullSink {
+    fn output(&mut self, _: Stream, _: &[u8]) {}
+    fn exited(&mut self, _: Pid, _: i32) {}
+}

@@ -1,0 +1,161 @@
+//! Minix IPC between processes of a real node: every scenario of
+//! `tests/guests/ipc.c` with the peers on the caller's kernel and on others.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use atoll_abi::status;
+use atoll_ipc::DomainId;
+use atoll_node::Node;
+use common::*;
+
+/// Runs `ipc SCENARIO WHERE ARGS` for both placements of the peers.
+fn both_ways(node: &Node, scenario: &str, args: &[&str]) {
+    for place in ["same", "other"] {
+        let mut argv = vec![scenario, place];
+        argv.extend(args);
+        let mut spec = job("ipc", &argv);
+        spec.kernel = Some(0);
+        let (status, out) = run(node, &spec);
+        assert_eq!(status, 0, "{scenario} {place}: {}{}", out.stdout(), out.stderr());
+        assert_eq!(out.stdout(), format!("ok {scenario}\n"), "{scenario} {place}");
+    }
+}
+
+#[test]
+fn sendrec_and_send_receive_keep_their_sequence() {
+    both_ways(&node(3), "pingpong", &["3000"]);
+}
+
+#[test]
+fn notifications_coalesce_and_sendnb_does_not_wait() {
+    both_ways(&node(3), "notify", &[]);
+}
+
+#[test]
+fn cycles_of_one_two_and_three_processes_are_refused_with_elocked() {
+    both_ways(&node(3), "locked", &[]);
+}
+
+#[test]
+fn calls_to_and_blocked_on_a_process_that_ends_fail_with_edeadsrcdst() {
+    both_ways(&node(3), "dead", &[]);
+}
+
+#[test]
+fn bad_endpoints_pointers_and_binds_get_their_errors() {
+    both_ways(&node(3), "errors", &[]);
+}
+
+#[test]
+fn grants_rule_every_copy_of_sixteen_mebibytes() {
+    both_ways(&node(3), "grants", &[]);
+}
+
+#[test]
+fn ipc_across_domains_is_refused() {
+    let node = node(3);
+    node.domain_create("other").unwrap();
+    both_ways(&node, "domain", &[]);
+}
+
+#[test]
+fn many_pairs_across_kernels_lose_and_duplicate_no_message() {
+    // 24 clients and their servers placed round robin over 4 kernels on 2
+    // cores; each checks 2000 sequence numbers (ipc.c: stress).
+    let node = node(4);
+    let mut spec = job("ipc", &["stress", "same", "24", "2000"]);
+    spec.kernel = Some(0);
+    let (status, out) = run(&node, &spec);
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), "ok stress\n");
+    let reports = node.ps().unwrap();
+    let remote: u64 = reports.iter().map(|r| r.ipc.remote_out).sum();
+    assert!(remote > 0, "no message crossed kernels: {:?}", reports.iter().map(|r| &r.ipc).collect::<Vec<_>>());
+}
+
+/// Polls `ps` until `pred` holds for some process.
+fn wait_until(node: &Node, what: &str, pred: impl Fn(&atoll_kernel::ProcInfo) -> bool) -> atoll_kernel::ProcInfo {
+    let t = Instant::now();
+    loop {
+        let found = node.ps().unwrap().into_iter().flat_map(|r| r.processes).find(|p| pred(p));
+        if let Some(p) = found {
+            return p;
+        }
+        assert!(t.elapsed() < HANG, "never saw {what}: {:#?}", node.ps().unwrap());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn ps_shows_who_sends_to_and_receives_from_whom() {
+    let node = node(2);
+    let mut spec = job("ipc", &["hold", "other"]);
+    spec.kernel = Some(0);
+    let (pid, _out, done) = start(&node, &spec);
+    let parent = wait_until(&node, "the parent sending", |p| p.pid == pid && p.state.starts_with("SENDING to"));
+    assert_eq!(parent.domain, Some(DomainId::DEFAULT));
+    assert_eq!((parent.ipc.sent, parent.ipc.received), (1, 1), "{parent:?}");
+    let echo = wait_until(&node, "the echo child receiving", |p| p.state == "RECEIVING from ANY");
+    assert_eq!((echo.ipc.sent, echo.ipc.received), (1, 1), "{echo:?}");
+    assert_eq!(echo.kernel.index, 1);
+    node.kill(pid, status::SIGKILL).unwrap();
+    assert_eq!(done.recv_timeout(HANG).unwrap(), status::killed(status::SIGKILL));
+}
+
+#[test]
+fn ending_a_domain_ends_its_processes_on_every_kernel() {
+    let node = node(2);
+    node.domain_create("lab").unwrap();
+    let mut lab = job("ipc", &["sleeper", "same"]);
+    lab.domain = Some("lab".into());
+    let mut jobs = Vec::new();
+    for k in 0..2 {
+        lab.kernel = Some(k);
+        jobs.push(start(&node, &lab));
+    }
+    let (outsider, _, outsider_done) = start(&node, &job("ipc", &["sleeper", "same"]));
+    for (pid, ..) in &jobs {
+        wait_until(&node, "the lab job", |p| p.pid == *pid);
+    }
+    node.domain_end("lab").unwrap();
+    for (_, _, done) in jobs {
+        assert_eq!(done.recv_timeout(HANG).unwrap(), status::killed(status::SIGKILL));
+    }
+    assert!(node.domains().iter().all(|d| d.name != "lab"));
+    let mut gone = job("ipc", &["sleeper", "same"]);
+    gone.domain = Some("lab".into());
+    let err = node.run_job(&gone, Box::new(NullSink)).unwrap_err();
+    assert!(format!("{err:#}").contains("no domain `lab`"), "{err:#}");
+    // The default domain's process was left alone.
+    wait_until(&node, "the outsider", |p| p.pid == outsider);
+    node.kill(outsider, status::SIGKILL).unwrap();
+    assert_eq!(outsider_done.recv_timeout(HANG).unwrap(), status::killed(status::SIGKILL));
+    assert!(node.domain_end("default").is_err());
+}
+
+#[test]
+fn messages_follow_a_server_moved_between_kernels_mid_conversation() {
+    let node = node(2);
+    let mut spec = job("ipc", &["pingpong", "same", "20000"]);
+    spec.kernel = Some(0);
+    let (client, out, done) = start(&node, &spec);
+    let server = wait_until(&node, "the echo server", |p| p.pid != client && p.name == "ipc").pid;
+    let mut moves = 0;
+    let mut to = 1;
+    let status = loop {
+        if let Ok(status) = done.try_recv() {
+            break status;
+        }
+        // The server ends just before its client: a failed move is fine then.
+        if node.move_process(server, atoll_abi::KernelId::new(0, to)).is_ok() {
+            moves += 1;
+            to = 1 - to;
+        }
+    };
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), "ok pingpong\n");
+    assert!(moves >= 5, "only {moves} moves");
+    eprintln!("{moves} moves of the server");
+}
