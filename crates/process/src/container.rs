@@ -9,7 +9,9 @@
 
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use quanta::Instant;
 
 use wasmtime::{Store, StoreLimitsBuilder, UpdateDeadline, Val};
 

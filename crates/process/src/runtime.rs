@@ -180,7 +180,8 @@ impl Runtime {
     fn prepared_module(&self, input: ContentHash, binary: &[u8]) -> Result<Vec<u8>, LoadError> {
         let cached = self.cache_path("prepared", &input, "wasm");
         if let Some(bytes) = cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
-            if atoll_prepare::is_prepared(&bytes) {
+            // A module prepared by another version of atoll is prepared again.
+            if atoll_prepare::prepared_source(&bytes) == Some(input) {
                 return Ok(bytes);
             }
         }
