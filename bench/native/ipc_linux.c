@@ -802,6 +802,30 @@ static double run_memcpy(size_t size, uint64_t warm, uint64_t iters)
     return secs;
 }
 
+/*
+ * The destination process of a copy: tells its buffer's address (cma), then
+ * for each block reads it from data_fd (or, with cma, waits for the 1-byte
+ * notice that it was written), checks it and acknowledges on ack_fd.
+ */
+static void destination(enum mech m, size_t size, int data_fd, int notice_fd, int ack_fd,
+                        uint64_t total)
+{
+    unsigned char *dst = alloc_block(size, 0), b, ack = 'a';
+    if (m == CMA) {
+        uintptr_t addr = (uintptr_t)dst;
+        write_full(ack_fd, &addr, sizeof addr);
+    }
+    for (uint64_t i = 0; i < total; i++) {
+        if (m == CMA)
+            read_full(notice_fd, &b, 1);
+        else
+            read_full(data_fd, dst, size);
+        check_block(dst, size, i, total);
+        write_full(ack_fd, &ack, 1);
+    }
+    _exit(0);
+}
+
 /* COPY1: client (parent, source) -> server (child, destination). */
 static double run_copy1(enum mech m, size_t size, int cpu_client, int cpu_server,
                         uint64_t warm, uint64_t iters)
@@ -815,20 +839,7 @@ static double run_copy1(enum mech m, size_t size, int cpu_client, int cpu_server
     pid_t server = start_child("server", cpu_server);
     if (server == 0) {
         keep_only((int[]){link[1], link[2]}, 2);
-        unsigned char *dst = alloc_block(size, 0);
-        if (m == CMA) {
-            uintptr_t addr = (uintptr_t)dst;
-            write_full(link[2], &addr, sizeof addr);
-        }
-        for (uint64_t i = 0; i < total; i++) {
-            if (m == CMA)
-                read_full(link[1], &b, 1);
-            else
-                read_full(link[1], dst, size);
-            check_block(dst, size, i, total);
-            write_full(link[2], &ack, 1);
-        }
-        _exit(0);
+        destination(m, size, link[1], link[1], link[2], total);
     }
     pin(cpu_client);
     keep_only((int[]){link[0], link[3]}, 2);
@@ -901,20 +912,7 @@ static double run_copy2(enum mech m, size_t size, int cpu_req, int cpu_other,
     pid_t dst_pid = start_child("destination", cpu_other);
     if (dst_pid == 0) {
         keep_only((int[]){data[1], done[0], notify[1]}, 3);
-        unsigned char *dst = alloc_block(size, 0);
-        if (m == CMA) {
-            uintptr_t addr = (uintptr_t)dst;
-            write_full(done[0], &addr, sizeof addr);
-        }
-        for (uint64_t i = 0; i < total; i++) {
-            if (m == CMA)
-                read_full(notify[1], &b, 1);
-            else
-                read_full(data[1], dst, size);
-            check_block(dst, size, i, total);
-            write_full(done[0], &ack, 1);
-        }
-        _exit(0);
+        destination(m, size, data[1], notify[1], done[0], total);
     }
     pin(cpu_req);
     /* data reaches the requester only with cma: the source's address. */
@@ -1032,26 +1030,18 @@ int main(int argc, char **argv)
         if (t == IPC3 && (m == FUTEX || m == SHMSPIN))
             copies = 0; /* nothing but the sequence word */
         break;
-    case COPY1:
+    case COPY1: case COPY2:
         if (m == MEMCPY) {
             pin(cpu_a);
             secs = run_memcpy(size, warm, iters);
             copies = 1;
             strcat(note, "in-process memcpy: the bandwidth ceiling, CORES ignored; ");
-        } else {
+        } else if (t == COPY1) {
             secs = run_copy1((enum mech)m, size, cpu_a, cpu_b, warm, iters);
             if (m == CMA) {
                 copies = 1;
                 strcat(note, "1 copy by process_vm_writev, then a 1-byte done and ack over pipes; ");
             }
-        }
-        break;
-    default: /* COPY2 */
-        if (m == MEMCPY) {
-            pin(cpu_a);
-            secs = run_memcpy(size, warm, iters);
-            copies = 1;
-            strcat(note, "in-process memcpy: the bandwidth ceiling, CORES ignored; ");
         } else {
             secs = run_copy2((enum mech)m, size, cpu_a, cpu_b, warm, iters);
             if (m == CMA)

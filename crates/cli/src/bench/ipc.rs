@@ -257,6 +257,28 @@ fn human(size: u32) -> String {
 }
 
 impl IpcReport {
+    /// The targets, against this run.
+    fn targets(&self) -> String {
+        let ns = |test: &str, size: u32, cores: Cores, mech: &str| {
+            self.measures.iter().find(|m| m.test == test && m.size == size && m.cores == cores && m.mechanism == mech).map(|m| m.ns_per_op)
+        };
+        let mut s = String::from("## Targets\n\n| target | measured | met |\n|---|---:|---|\n");
+        for (cores, limit) in [(Cores::One, 300.0), (Cores::Two, 1000.0)] {
+            if let Some(a) = ns("ipc2", 64, cores, "atoll") {
+                s += &format!("| IPC2 round trip, {}, at most {limit} ns | {a:.0} ns | {} |\n", cores.label(), if a <= limit { "yes" } else { "no" });
+            }
+        }
+        for test in COPY_TESTS {
+            for cores in [Cores::One, Cores::Two] {
+                if let (Some(a), Some(m)) = (ns(test, 1 << 20, cores, "atoll"), ns(test, 1 << 20, cores, "memcpy")) {
+                    let r = a / m;
+                    s += &format!("| {} 1 MiB, {}, within 2x of memcpy | {r:.2}x memcpy's time | {} |\n", test.to_uppercase(), cores.label(), if r <= 2.0 { "yes" } else { "no" });
+                }
+            }
+        }
+        s + "\n"
+    }
+
     /// Configurations in order, each with its measures.
     fn groups(&self) -> Vec<(String, Vec<&Measure>)> {
         let mut groups: Vec<(String, Vec<&Measure>)> = Vec::new();
@@ -285,8 +307,13 @@ impl IpcReport {
     }
 }
 
+/// "12.3x faster" or "2.1x slower": atoll against this measure.
 fn advantage(m: &Measure) -> String {
-    m.atoll_advantage.map_or(String::new(), |x| format!("{x:.2}x"))
+    match m.atoll_advantage {
+        None => String::new(),
+        Some(x) if x >= 1.0 => format!("{x:.2}x faster"),
+        Some(x) => format!("{:.2}x slower", 1.0 / x),
+    }
 }
 
 impl Recorded for IpcReport {
@@ -299,10 +326,10 @@ impl Recorded for IpcReport {
     }
 
     fn table(&self) -> String {
-        let mut s = format!("ipc (median of runs; advantage = mechanism's time / atoll's)\n  {:<10} {:>12} {:>14} {:>10} {:>10}\n", "", "ns/op", "ops/s", "GB/s", "atoll is");
+        let mut s = format!("ipc (median of runs)\n  {:<10} {:>12} {:>14} {:>10}  {}\n", "", "ns/op", "ops/s", "GB/s", "atoll is");
         s += &self.rows(|m| {
             format!(
-                "  {:<10} {:>12.1} {:>14.0} {:>10.3} {:>10}\n",
+                "  {:<10} {:>12.1} {:>14.0} {:>10.3}  {}\n",
                 m.mechanism,
                 m.ns_per_op,
                 m.ops_per_s,
@@ -322,6 +349,7 @@ impl Recorded for IpcReport {
             self.command,
             self.machine.describe()
         );
+        s += &self.targets();
         for (name, ms) in self.groups() {
             s += &format!("## {name}\n\n| | ns/op | ops/s | GB/s | atoll is |\n|---|---:|---:|---:|---:|\n");
             for m in ms {
@@ -331,7 +359,7 @@ impl Recorded for IpcReport {
                     m.ns_per_op,
                     m.ops_per_s,
                     m.gb_per_s,
-                    m.atoll_advantage.map_or("—".into(), |x| format!("{x:.2}x faster"))
+                    if m.atoll_advantage.is_some() { advantage(m) } else { "—".into() }
                 );
             }
             s += "\n";
@@ -339,8 +367,17 @@ impl Recorded for IpcReport {
         for n in &self.notes {
             s += &format!("- {n}\n");
         }
+        // What the Linux programs said about how they measured, once each.
+        let mut said: Vec<(&str, &str, Vec<&str>)> = Vec::new();
         for m in self.measures.iter().filter(|m| !m.note.is_empty()) {
-            s += &format!("- {} {} {}: {}\n", m.test, m.mechanism, m.cores.label(), m.note);
+            match said.iter_mut().find(|(mech, note, _)| *mech == m.mechanism && *note == m.note) {
+                Some((.., tests)) if tests.contains(&m.test.as_str()) => {}
+                Some((.., tests)) => tests.push(&m.test),
+                None => said.push((&m.mechanism, &m.note, vec![&m.test])),
+            }
+        }
+        for (mech, note, tests) in said {
+            s += &format!("- {mech} ({}): {note}\n", tests.join(", "));
         }
         s
     }
