@@ -285,7 +285,8 @@ static inline int atoll_wait(atoll_pid_t pid, int *status, atoll_pid_t *child)
 
 /*
  * Ends process pid wherever it runs; its wait status becomes 128 + signal.
- * Returns 0, or ESRCH when no such process exists.
+ * Returns 0, ESRCH when no such process exists, or EPERM when it is in
+ * another domain (domains isolate processes; `atoll kill` may end any).
  */
 static inline int atoll_kill(atoll_pid_t pid, int signal)
 {

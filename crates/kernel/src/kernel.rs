@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use atoll_abi::{status, Errno, KernelId, Pid};
-use atoll_ipc::{DomainTable, IpcState};
+use atoll_ipc::{DomainId, DomainTable, IpcState};
 use atoll_noc::{Doorbell, Endpoint};
 use rustc_hash::FxHashMap;
 use atoll_process::{
@@ -288,7 +288,6 @@ impl Kernel {
     /// Ends a process: tells whoever waits for it and frees its PID.
     pub(crate) fn end(&mut self, pid: Pid, code: i32) {
         let Some(mut p) = self.procs.remove(&pid) else { return };
-        self.run_queue.retain(|&q| q != pid);
         let ipc = std::mem::replace(&mut p.container.uarea_mut().ipc, IpcState::new(None));
         self.ipc_ended(pid, ipc, &p.container.uarea().call);
         let u = p.container.uarea();
@@ -437,14 +436,25 @@ impl Kernel {
                 self.reply_if_blocked(pid, |c| matches!(c, KernelCall::Spawn(_)), Reply::Spawned(result));
             }
             NocMsg::ChildExited { child, status, .. } => self.child_exited(pid, child, status),
-            NocMsg::Kill { signal, reply_to, .. } => {
-                self.end(pid, status::killed(signal));
-                self.answer_kill(reply_to, Ok(()));
+            NocMsg::Kill { signal, reply_to, domain, .. } => {
+                let result = self.kill_here(pid, signal, reply_to, domain);
+                self.answer_kill(reply_to, result);
             }
             NocMsg::Killed { reply_to, result } => self.on_killed(reply_to, result),
             NocMsg::Ipc(m) => self.on_ipc(m, packet.bulk),
             other => tracing::error!(kernel = %self.id, "not a message for a process: {other:?}"),
         }
+    }
+
+    /// Ends `pid`, which runs here, if the one asking may: the operator, or
+    /// a process of the same domain (domains isolate processes).
+    pub(crate) fn kill_here(&mut self, pid: Pid, signal: i32, by: ReplyTo, domain: Option<DomainId>) -> Result<(), Errno> {
+        let target_domain = self.procs.get(&pid).ok_or(Errno::Srch)?.container.uarea().ipc.domain;
+        if matches!(by, ReplyTo::Process(_)) && target_domain != domain {
+            return Err(Errno::Perm);
+        }
+        self.end(pid, status::killed(signal));
+        Ok(())
     }
 
     fn child_exited(&mut self, parent: Pid, child: Pid, code: i32) {
@@ -472,7 +482,7 @@ impl Kernel {
                 let req = self.next_request();
                 self.pending_kills.insert(req, reply);
                 let reply_to = ReplyTo::Control { kernel: self.id, req };
-                self.route(pid, NocMsg::Kill { target: pid, signal, reply_to });
+                self.route(pid, NocMsg::Kill { target: pid, signal, reply_to, domain: None });
             }
             Control::Capture { pid, reply } => {
                 let _ = reply.send(self.take_out(pid).map(|(image, _)| image));

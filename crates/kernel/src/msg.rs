@@ -56,8 +56,9 @@ pub enum NocMsg {
     Spawned { parent: Pid, result: Result<Pid, Errno> },
     /// A child ended, for its parent.
     ChildExited { parent: Pid, child: Pid, status: i32 },
-    /// End `target`.
-    Kill { target: Pid, signal: i32, reply_to: ReplyTo },
+    /// End `target`. A process may end only processes of its own domain
+    /// (`domain` is the killer's); the node's operator may end any.
+    Kill { target: Pid, signal: i32, reply_to: ReplyTo, domain: Option<DomainId> },
     /// The answer to `Kill`.
     Killed { reply_to: ReplyTo, result: Result<(), Errno> },
     /// For the home kernel: `pid` now runs on `at`.

@@ -3,7 +3,7 @@
 
 use std::cmp::Reverse;
 
-use atoll_abi::{status, Errno, KernelId, Pid};
+use atoll_abi::{Errno, KernelId, Pid};
 use atoll_process::{clock::monotonic_ns, KernelCall, Reply, SpawnModule, SpawnRequest, Stream};
 
 use crate::kernel::Kernel;
@@ -20,12 +20,13 @@ impl Kernel {
             // The host function reaped what it could; wait for a ChildExited.
             KernelCall::Wait { .. } => {}
             KernelCall::Kill { pid: target, signal } => {
+                let reply_to = ReplyTo::Process(pid);
+                let domain = self.procs.get(&pid).and_then(|p| p.container.uarea().ipc.domain);
                 if self.procs.contains_key(&target) {
-                    self.end(target, status::killed(signal));
-                    self.reply_now(pid, Reply::Killed(Ok(())));
+                    let result = self.kill_here(target, signal, reply_to, domain);
+                    self.reply_now(pid, Reply::Killed(result));
                 } else {
-                    let reply_to = ReplyTo::Process(pid);
-                    self.route(target, NocMsg::Kill { target, signal, reply_to });
+                    self.route(target, NocMsg::Kill { target, signal, reply_to, domain });
                 }
             }
             // Served through the KernelLink before the process unwound: it
