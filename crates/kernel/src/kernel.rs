@@ -624,6 +624,10 @@ impl Kernel {
             self.send(pid.home, NocMsg::Located { pid, at: self.id });
         }
         self.schedule(pid);
+        // Its domain may have ended while it was between kernels.
+        if self.procs[&pid].container.uarea().ipc.domain.is_some_and(|d| !self.domains.contains(d)) {
+            self.end(pid, status::killed(status::SIGKILL));
+        }
         Ok(())
     }
 
