@@ -1,0 +1,132 @@
+//! Copies between processes' memories (vcopy, safecopy), checked against
+//! the grants of each side's owner.
+
+use atoll_abi::{Errno, Pid};
+use atoll_ipc::{Access, CopyAddr, CopyRequest, CopySide, DomainId, IpcCall};
+use atoll_process::{IpcCaller, IpcOutcome};
+use serde::{Deserialize, Serialize};
+
+use super::IpcMsg;
+use crate::kernel::Kernel;
+use crate::msg::NocMsg;
+
+/// A copy in progress: who asked, and what.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct CopyOrder {
+    pub requester: Pid,
+    pub domain: Option<DomainId>,
+    pub seq: u64,
+    pub req: CopyRequest,
+}
+
+impl Kernel {
+    pub(super) fn copy(&mut self, me: &mut IpcCaller<'_>, call: IpcCall, req: CopyRequest) -> IpcOutcome {
+        let CopyRequest { src, dst, len } = req;
+        let copy = CopyOrder { requester: me.pid, domain: me.ipc.domain, seq: me.ipc.seq, req };
+        let mine = |side: CopySide| match side.at {
+            // The host function checked the caller's own ranges.
+            CopyAddr::Direct(a) => a as usize..a as usize + len as usize,
+            CopyAddr::Grant { .. } => unreachable!("a grant names another process's memory"),
+        };
+        let result = match (src.pid == me.pid, dst.pid == me.pid) {
+            (true, true) => {
+                me.memory.copy_within(mine(src), mine(dst).start);
+                Some(Ok(()))
+            }
+            (true, false) if self.procs.contains_key(&dst.pid) => Some(self.copy_write(&copy, &me.memory[mine(src)])),
+            (true, false) => {
+                let bytes = me.memory[mine(src)].to_vec();
+                self.route_bulk(dst.pid, NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }), bytes);
+                None
+            }
+            (false, true) if self.procs.contains_key(&src.pid) => Some(self.resolve(&copy, src, Access::READ).map(|a| {
+                let from = &self.procs[&src.pid].container.memory()[a as usize..a as usize + len as usize];
+                me.memory[mine(dst)].copy_from_slice(from);
+                self.counted(len);
+            })),
+            (false, _) if self.procs.contains_key(&src.pid) => self.copy_read(copy),
+            (false, _) => {
+                self.route(src.pid, NocMsg::Ipc(IpcMsg::CopyRead { to: src.pid, copy }));
+                None
+            }
+        };
+        match result {
+            Some(r) => {
+                if r.is_ok() {
+                    me.ipc.stats.copied_bytes += u64::from(len);
+                }
+                IpcOutcome::Done(r)
+            }
+            None => IpcOutcome::Block(call),
+        }
+    }
+
+    /// Reads the source side, which is here, and writes it to the
+    /// destination: directly if that is here too (one copy), else through
+    /// the portal. The result, if the copy is finished here.
+    pub(super) fn copy_read(&mut self, copy: CopyOrder) -> Option<Result<(), Errno>> {
+        let CopyRequest { src, dst, len } = copy.req;
+        let from = match self.resolve(&copy, src, Access::READ) {
+            Ok(a) => a as usize..a as usize + len as usize,
+            Err(e) => return Some(Err(e)),
+        };
+        if !self.procs.contains_key(&dst.pid) {
+            let bytes = self.procs[&src.pid].container.memory()[from].to_vec();
+            self.route_bulk(dst.pid, NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }), bytes);
+            return None;
+        }
+        Some(self.resolve(&copy, dst, Access::WRITE).map(|to| {
+            let to = to as usize;
+            if src.pid == dst.pid {
+                self.procs.get_mut(&src.pid).expect("resolved").container.memory_mut().copy_within(from, to);
+            } else if let [Some(s), Some(d)] = self.procs.get_disjoint_mut([&src.pid, &dst.pid]) {
+                d.container.memory_mut()[to..to + len as usize].copy_from_slice(&s.container.memory()[from]);
+            }
+            self.copied(&copy);
+        }))
+    }
+
+    pub(super) fn copy_write(&mut self, copy: &CopyOrder, bytes: &[u8]) -> Result<(), Errno> {
+        let dst = copy.req.dst;
+        let to = self.resolve(copy, dst, Access::WRITE)? as usize;
+        let p = self.procs.get_mut(&dst.pid).ok_or(Errno::DeadSrcDst)?;
+        p.container.memory_mut()[to..to + bytes.len()].copy_from_slice(bytes);
+        self.copied(copy);
+        Ok(())
+    }
+
+    /// Counts a finished copy, for the requester if it is not running.
+    fn copied(&mut self, copy: &CopyOrder) {
+        self.counted(copy.req.len);
+        if let Some(s) = self.ipc_state(copy.requester) {
+            s.stats.copied_bytes += u64::from(copy.req.len);
+        }
+    }
+
+    fn counted(&mut self, len: u32) {
+        self.ipc.copies += 1;
+        self.ipc.copied_bytes += u64::from(len);
+    }
+
+    /// The address of one side of a copy in its owner's memory (the owner
+    /// runs here), if the requester may access it: its own memory, or
+    /// memory the owner granted it.
+    fn resolve(&mut self, copy: &CopyOrder, side: CopySide, need: Access) -> Result<u32, Errno> {
+        let len = copy.req.len;
+        let p = self.procs.get(&side.pid).ok_or(Errno::DeadSrcDst)?;
+        let u = p.container.uarea();
+        let addr = match side.at {
+            CopyAddr::Direct(a) if side.pid == copy.requester => a,
+            _ if u.ipc.domain.is_none() || u.ipc.domain != copy.domain => {
+                self.ipc.denied += 1;
+                return Err(Errno::CallDenied);
+            }
+            CopyAddr::Direct(a) => u.ipc.grants.covers(copy.requester, a, len, need).map(|()| a)?,
+            CopyAddr::Grant { id, offset } => u.ipc.grants.resolve(id, copy.requester, offset, len, need)?,
+        };
+        match (addr as usize).checked_add(len as usize) {
+            Some(end) if end <= p.container.memory().len() => Ok(addr),
+            _ => Err(Errno::Fault),
+        }
+    }
+}
