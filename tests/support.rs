@@ -10,7 +10,10 @@ use std::sync::Once;
 
 /// The repository's root.
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
 }
 
 /// The path of a built guest (`build/wasm/NAME.wasm`) or native program
@@ -23,7 +26,10 @@ pub fn built(rel: &str) -> PathBuf {
             .current_dir(repo())
             .status()
             .expect("running make (is it installed? see scripts/setup.sh)");
-        assert!(status.success(), "`make all` failed: the C toolchain is missing (scripts/setup.sh installs it)");
+        assert!(
+            status.success(),
+            "`make all` failed: the C toolchain is missing (scripts/setup.sh installs it)"
+        );
     });
     let p = repo().join("build").join(rel);
     assert!(p.exists(), "{} was not built", p.display());

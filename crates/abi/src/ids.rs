@@ -43,7 +43,11 @@ impl FromStr for KernelId {
 
     /// Accepts `node.index` or a bare index (node 0).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ParseIdError(format!("`{s}` is not a kernel id (expected NODE.INDEX or INDEX)"));
+        let err = || {
+            ParseIdError(format!(
+                "`{s}` is not a kernel id (expected NODE.INDEX or INDEX)"
+            ))
+        };
         match s.split_once('.') {
             Some((node, index)) => Ok(KernelId::new(
                 node.parse().map_err(|_| err())?,
@@ -79,7 +83,11 @@ impl Pid {
     pub const SELF_ABI: i64 = -2;
 
     pub const fn new(home: KernelId, slot: u16, generation: u16) -> Self {
-        Pid { home, slot, generation }
+        Pid {
+            home,
+            slot,
+            generation,
+        }
     }
 
     pub fn to_abi(self) -> i64 {
@@ -121,7 +129,9 @@ impl FromStr for Pid {
     /// Accepts `node.kernel:slot:generation` or the guest ABI integer.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = || {
-            ParseIdError(format!("`{s}` is not a PID (expected NODE.KERNEL:SLOT:GENERATION)"))
+            ParseIdError(format!(
+                "`{s}` is not a PID (expected NODE.KERNEL:SLOT:GENERATION)"
+            ))
         };
         if let Ok(v) = s.parse::<i64>() {
             return Pid::from_abi(v).ok_or_else(err);

@@ -22,14 +22,19 @@ pub struct Context {
 
 impl Context {
     pub fn new(cache: Option<PathBuf>, socket: Option<PathBuf>) -> Self {
-        let cache = cache.or_else(|| std::env::var_os("ATOLL_CACHE").map(PathBuf::from)).unwrap_or_else(|| {
-            let base = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
-                .unwrap_or_else(std::env::temp_dir);
-            base.join("atoll")
-        });
-        Context { cache, socket: socket.unwrap_or_else(daemon::default_socket) }
+        let cache = cache
+            .or_else(|| std::env::var_os("ATOLL_CACHE").map(PathBuf::from))
+            .unwrap_or_else(|| {
+                let base = std::env::var_os("XDG_CACHE_HOME")
+                    .map(PathBuf::from)
+                    .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+                    .unwrap_or_else(std::env::temp_dir);
+                base.join("atoll")
+            });
+        Context {
+            cache,
+            socket: socket.unwrap_or_else(daemon::default_socket),
+        }
     }
 
     /// Node settings for an embedded node.
@@ -50,7 +55,10 @@ impl Context {
     /// what needed the node, for the message when none runs.
     fn ask(&self, request: &Request, what: &str) -> anyhow::Result<Response> {
         let Some(mut client) = self.client() else {
-            bail!("{what}: no node is running at {} (start one with `atoll node`)", self.socket.display());
+            bail!(
+                "{what}: no node is running at {} (start one with `atoll node`)",
+                self.socket.display()
+            );
         };
         client.send(request)?;
         match client.recv()? {
@@ -105,7 +113,8 @@ impl RunArgs {
                 bail!("--env {e}: expected KEY=VALUE");
             }
         }
-        let absolute = |p: &Path| std::path::absolute(p).with_context(|| format!("resolving {}", p.display()));
+        let absolute =
+            |p: &Path| std::path::absolute(p).with_context(|| format!("resolving {}", p.display()));
         let mut args = vec![self.program.display().to_string()];
         args.extend(self.args.iter().cloned());
         Ok(JobSpec {
@@ -115,7 +124,12 @@ impl RunArgs {
             preopens: self
                 .dirs
                 .iter()
-                .map(|p| Ok(Preopen { host: absolute(&p.host)?, guest: p.guest.clone() }))
+                .map(|p| {
+                    Ok(Preopen {
+                        host: absolute(&p.host)?,
+                        guest: p.guest.clone(),
+                    })
+                })
                 .collect::<anyhow::Result<_>>()?,
             kernel: self.on,
             prepare: !self.no_prepare,
@@ -130,7 +144,10 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
     if !a.embedded {
         if let Some(client) = ctx.client() {
             if a.kernels.is_some() {
-                eprintln!("atoll: --kernels is ignored: running on the node at {}", ctx.socket.display());
+                eprintln!(
+                    "atoll: --kernels is ignored: running on the node at {}",
+                    ctx.socket.display()
+                );
             }
             return run_remote(client, job);
         }
@@ -138,7 +155,9 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
     let node = Node::start(ctx.node_config(a.kernels, a.quantum_ms))?;
     let (tx, rx) = mpsc::channel();
     node.run_job(&job, Box::new(TerminalSink { done: tx }))?;
-    let status = rx.recv().context("the node stopped before the program ended")?;
+    let status = rx
+        .recv()
+        .context("the node stopped before the program ended")?;
     node.shutdown();
     Ok(status & 0xff)
 }
@@ -158,7 +177,10 @@ fn run_remote(mut client: Client, job: JobSpec) -> anyhow::Result<i32> {
 fn write_out(stream: Stream, bytes: &[u8]) {
     // A closed terminal is not the program's failure: ignore write errors.
     let _ = match stream {
-        Stream::Stdout => std::io::stdout().lock().write_all(bytes).and_then(|()| std::io::stdout().flush()),
+        Stream::Stdout => std::io::stdout()
+            .lock()
+            .write_all(bytes)
+            .and_then(|()| std::io::stdout().flush()),
         Stream::Stderr => std::io::stderr().lock().write_all(bytes),
     };
 }
@@ -190,7 +212,11 @@ pub struct NodeArgs {
 
 pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
     let node = Arc::new(Node::start(ctx.node_config(a.kernels, a.quantum_ms))?);
-    eprintln!("atoll: node with {} kernels listening on {}", node.kernel_count(), ctx.socket.display());
+    eprintln!(
+        "atoll: node with {} kernels listening on {}",
+        node.kernel_count(),
+        ctx.socket.display()
+    );
     daemon::serve(node, &ctx.socket)
 }
 
@@ -201,7 +227,10 @@ pub struct PsArgs {
     json: bool,
 }
 
-fn reports(ctx: &Context, what: &str) -> anyhow::Result<(Vec<atoll_kernel::KernelReport>, Vec<DomainInfo>)> {
+fn reports(
+    ctx: &Context,
+    what: &str,
+) -> anyhow::Result<(Vec<atoll_kernel::KernelReport>, Vec<DomainInfo>)> {
     match ctx.ask(&Request::Ps, what)? {
         Response::Ps(r, d) => Ok((r, d)),
         other => Err(unexpected(other)),
@@ -216,11 +245,23 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
     }
     let domain_name = |d: Option<atoll_ipc::DomainId>| match d {
         None => "-".to_string(),
-        Some(id) => domains.iter().find(|i| i.id == id).map_or_else(|| format!("#{id}"), |i| i.name.clone()),
+        Some(id) => domains
+            .iter()
+            .find(|i| i.id == id)
+            .map_or_else(|| format!("#{id}"), |i| i.name.clone()),
     };
     println!(
         "{:<14} {:<7} {:<10} {:<14} {:>9} {:>9} {:>8} {:>8} {:>8} {:>5}  STATE",
-        "PID", "KERNEL", "DOMAIN", "NAME", "CPU(ms)", "MEM(KiB)", "SYSCALLS", "SENT", "RECEIVED", "MOVES"
+        "PID",
+        "KERNEL",
+        "DOMAIN",
+        "NAME",
+        "CPU(ms)",
+        "MEM(KiB)",
+        "SYSCALLS",
+        "SENT",
+        "RECEIVED",
+        "MOVES"
     );
     for r in &reports {
         let mut procs = r.processes.clone();
@@ -266,7 +307,13 @@ pub struct KillArgs {
 }
 
 pub fn kill(ctx: &Context, a: KillArgs) -> anyhow::Result<()> {
-    match ctx.ask(&Request::Kill { pid: a.pid, signal: a.signal }, &format!("no process {}", a.pid))? {
+    match ctx.ask(
+        &Request::Kill {
+            pid: a.pid,
+            signal: a.signal,
+        },
+        &format!("no process {}", a.pid),
+    )? {
         Response::Done => Ok(()),
         other => Err(unexpected(other)),
     }
@@ -285,9 +332,21 @@ pub struct MigrateArgs {
 /// through the NoC and restoring it on the destination (stop-and-copy; the
 /// process resumes on its source if the destination fails).
 pub fn migrate(ctx: &Context, a: MigrateArgs) -> anyhow::Result<()> {
-    match ctx.ask(&Request::Move { pid: a.pid, to: a.to }, &format!("no process {}", a.pid))? {
+    match ctx.ask(
+        &Request::Move {
+            pid: a.pid,
+            to: a.to,
+        },
+        &format!("no process {}", a.pid),
+    )? {
         Response::Moved(m) => {
-            println!("moved {} to kernel {}: {} KiB image, stopped for {} us", a.pid, a.to, m.bytes / 1024, m.stopped_us);
+            println!(
+                "moved {} to kernel {}: {} KiB image, stopped for {} us",
+                a.pid,
+                a.to,
+                m.bytes / 1024,
+                m.stopped_us
+            );
             Ok(())
         }
         other => Err(unexpected(other)),
@@ -317,7 +376,10 @@ enum DomainAction {
 /// Domains are the node's: they need a running node.
 pub fn domain(ctx: &Context, a: DomainArgs) -> anyhow::Result<()> {
     let (request, what) = match &a.action {
-        DomainAction::Create { name } => (Request::DomainCreate { name: name.clone() }, "domain create"),
+        DomainAction::Create { name } => (
+            Request::DomainCreate { name: name.clone() },
+            "domain create",
+        ),
         DomainAction::End { name } => (Request::DomainEnd { name: name.clone() }, "domain end"),
         DomainAction::List { .. } => (Request::Domains, "domain list"),
     };
@@ -331,7 +393,11 @@ pub fn domain(ctx: &Context, a: DomainArgs) -> anyhow::Result<()> {
             let (reports, _) = reports(ctx, what)?;
             println!("{:<6} {:<20} {:>9}", "ID", "NAME", "PROCESSES");
             for d in list {
-                let n = reports.iter().flat_map(|r| &r.processes).filter(|p| p.domain == Some(d.id)).count();
+                let n = reports
+                    .iter()
+                    .flat_map(|r| &r.processes)
+                    .filter(|p| p.domain == Some(d.id))
+                    .count();
                 println!("{:<6} {:<20} {:>9}", d.id.to_string(), d.name, n);
             }
             Ok(())
@@ -351,13 +417,25 @@ pub struct IpcArgs {
 pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
     let (reports, _) = reports(ctx, "ipc")?;
     if a.json {
-        let counters: Vec<_> = reports.iter().map(|r| serde_json::json!({ "kernel": r.kernel, "ipc": r.ipc })).collect();
+        let counters: Vec<_> = reports
+            .iter()
+            .map(|r| serde_json::json!({ "kernel": r.kernel, "ipc": r.ipc }))
+            .collect();
         println!("{}", serde_json::to_string_pretty(&counters)?);
         return Ok(());
     }
     println!(
         "{:<7} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
-        "KERNEL", "LOCAL", "REMOTE-OUT", "REMOTE-IN", "NOTIFY", "COPIES", "COPIED(KiB)", "ELOCKED", "EDEAD", "DENIED"
+        "KERNEL",
+        "LOCAL",
+        "REMOTE-OUT",
+        "REMOTE-IN",
+        "NOTIFY",
+        "COPIES",
+        "COPIED(KiB)",
+        "ELOCKED",
+        "EDEAD",
+        "DENIED"
     );
     for r in &reports {
         let c = &r.ipc;
@@ -387,10 +465,16 @@ pub struct PrepareArgs {
 }
 
 pub fn prepare(a: PrepareArgs) -> anyhow::Result<()> {
-    let bytes = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
+    let bytes =
+        std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     let out = atoll_prepare::prepare(&bytes, &atoll_prepare::Options::default())
         .with_context(|| format!("preparing {}", a.input.display()))?;
     std::fs::write(&a.output, &out).with_context(|| format!("writing {}", a.output.display()))?;
-    eprintln!("atoll: prepared {} ({} -> {} bytes)", a.output.display(), bytes.len(), out.len());
+    eprintln!(
+        "atoll: prepared {} ({} -> {} bytes)",
+        a.output.display(),
+        bytes.len(),
+        out.len()
+    );
     Ok(())
 }

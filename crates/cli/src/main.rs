@@ -11,7 +11,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "atoll", version, about = "A multikernel layer that runs WebAssembly processes on per-core kernels")]
+#[command(
+    name = "atoll",
+    version,
+    about = "A multikernel layer that runs WebAssembly processes on per-core kernels"
+)]
 struct Cli {
     /// Where prepared modules and compiled code are cached
     /// [default: $ATOLL_CACHE, else $XDG_CACHE_HOME/atoll, else ~/.cache/atoll]

@@ -40,14 +40,32 @@ fn run_prints_and_exits_with_the_programs_status() {
 
 #[test]
 fn mergesort_example_prints_the_native_checksum() {
-    let native = Command::new(support::built("native/mergesort")).args(["200000", "3", "2"]).output().unwrap();
+    let native = Command::new(support::built("native/mergesort"))
+        .args(["200000", "3", "2"])
+        .output()
+        .unwrap();
     assert!(native.status.success());
     // A 1 ms quantum preempts the sort many times: each preemption unwinds
     // the stack into memory and rewinds it.
-    let out = run(&["run", "--quantum-ms", "1", &guest("mergesort"), "200000", "3", "2"]);
+    let out = run(&[
+        "run",
+        "--quantum-ms",
+        "1",
+        &guest("mergesort"),
+        "200000",
+        "3",
+        "2",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), text(&native.stdout));
-    let plain = run(&["run", "--no-prepare", &guest("mergesort"), "200000", "3", "2"]);
+    let plain = run(&[
+        "run",
+        "--no-prepare",
+        &guest("mergesort"),
+        "200000",
+        "3",
+        "2",
+    ]);
     assert_eq!(text(&plain.stdout), text(&native.stdout));
 }
 
@@ -56,7 +74,10 @@ fn a_trap_exits_134_with_the_reason() {
     let out = run(&["run", &guest("trap"), "unreachable"]);
     assert_eq!(out.status.code(), Some(134));
     let err = text(&out.stderr);
-    assert!(err.contains("trapped: wasm trap: wasm `unreachable` instruction executed"), "{err}");
+    assert!(
+        err.contains("trapped: wasm trap: wasm `unreachable` instruction executed"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -66,11 +87,19 @@ fn bad_modules_get_clear_errors() {
     std::fs::write(&garbage, b"\0asm\x01\0\0\0\x99garbage").unwrap();
     let out = run(&["run", garbage.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("not a valid wasm module: section 153"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not a valid wasm module: section 153"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let out = run(&["run", dir.path().join("missing.wasm").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("cannot read"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot read"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let unknown = dir.path().join("unknown.wat");
     std::fs::write(
@@ -80,14 +109,22 @@ fn bad_modules_get_clear_errors() {
     .unwrap();
     let out = run(&["run", unknown.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("imports `atoll.teleport`, which atoll does not provide"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("imports `atoll.teleport`, which atoll does not provide"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let not_command = dir.path().join("lib.wat");
     std::fs::write(&not_command, r#"(module (memory (export "memory") 1))"#).unwrap();
     for extra in [&[][..], &["--no-prepare"][..]] {
         let out = run(&[&["run"], extra, &[not_command.to_str().unwrap()]].concat());
         assert_eq!(out.status.code(), Some(1));
-        assert!(text(&out.stderr).contains("`_start`"), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("`_start`"),
+            "{}",
+            text(&out.stderr)
+        );
     }
 }
 
@@ -110,7 +147,11 @@ fn ps_and_kill_without_a_node_say_so() {
     let out = run(&["kill", "0.0:1:0"]);
     assert!(text(&out.stderr).contains("no node is running"));
     let out = run(&["kill", "nonsense"]);
-    assert!(text(&out.stderr).contains("not a PID"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not a PID"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// A node daemon on a private socket, stopped when dropped.
@@ -134,7 +175,11 @@ impl Daemon {
             assert!(t.elapsed() < Duration::from_secs(60), "node did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Daemon { child, socket, _dir: dir }
+        Daemon {
+            child,
+            socket,
+            _dir: dir,
+        }
     }
 
     fn atoll(&self, args: &[&str]) -> Command {
@@ -152,7 +197,9 @@ impl Drop for Daemon {
 }
 
 fn pid_of(ps: &str, name: &str) -> Option<String> {
-    ps.lines().find(|l| l.contains(name)).map(|l| l.split_whitespace().next().unwrap().to_owned())
+    ps.lines()
+        .find(|l| l.contains(name))
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
 }
 
 #[test]
@@ -160,23 +207,38 @@ fn run_ps_and_kill_talk_to_a_running_node() {
     let node = Daemon::start(2);
     let out = node.atoll(&["run", &guest("hello")]).output().unwrap();
     assert!(out.status.success());
-    assert!(text(&out.stdout).contains("of 2 (node 0)"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("of 2 (node 0)"),
+        "{}",
+        text(&out.stdout)
+    );
 
-    let mut spinner = node.atoll(&["run", &guest("spin")]).stdout(Stdio::null()).spawn().unwrap();
+    let mut spinner = node
+        .atoll(&["run", &guest("spin")])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let t = Instant::now();
     let pid = loop {
         let ps = node.atoll(&["ps"]).output().unwrap();
         if let Some(pid) = pid_of(&text(&ps.stdout), "spin") {
             break pid;
         }
-        assert!(t.elapsed() < Duration::from_secs(60), "spin never showed in ps");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "spin never showed in ps"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let out = node.atoll(&["kill", &pid]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(spinner.wait().unwrap().code(), Some(137));
     let out = node.atoll(&["kill", &pid]).output().unwrap();
-    assert!(text(&out.stderr).contains("no such process"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no such process"),
+        "{}",
+        text(&out.stderr)
+    );
     let json = node.atoll(&["ps", "--json"]).output().unwrap();
     let reports: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(reports.as_array().unwrap().len(), 2);
@@ -195,7 +257,10 @@ fn a_client_that_hangs_up_ends_its_job() {
         if pid_of(&text(&ps.stdout), "spin").is_none() {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(60), "orphaned job still runs");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "orphaned job still runs"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -205,36 +270,83 @@ fn domains_are_made_listed_and_ended_on_a_running_node() {
     let node = Daemon::start(2);
     let ok = |args: &[&str]| {
         let out = node.atoll(args).output().unwrap();
-        assert!(out.status.success(), "atoll {args:?}: {}", text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "atoll {args:?}: {}",
+            text(&out.stderr)
+        );
         text(&out.stdout)
     };
     ok(&["domain", "create", "lab"]);
     let err = node.atoll(&["domain", "create", "lab"]).output().unwrap();
-    assert!(text(&err.stderr).contains("domain `lab` already exists"), "{}", text(&err.stderr));
+    assert!(
+        text(&err.stderr).contains("domain `lab` already exists"),
+        "{}",
+        text(&err.stderr)
+    );
     let list: serde_json::Value = serde_json::from_str(&ok(&["domain", "list", "--json"])).unwrap();
-    let names: Vec<&str> = list.as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["default", "lab"]);
 
     // IPC runs in the new domain; `atoll ipc` counts it.
-    let out = node.atoll(&["run", "--domain", "lab", &guest("ipc"), "pingpong", "other", "100"]).output().unwrap();
+    let out = node
+        .atoll(&[
+            "run",
+            "--domain",
+            "lab",
+            &guest("ipc"),
+            "pingpong",
+            "other",
+            "100",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(text(&out.stdout), "ok pingpong\n", "{}", text(&out.stderr));
     let ipc = ok(&["ipc"]);
     assert!(ipc.lines().next().unwrap().contains("REMOTE-OUT"), "{ipc}");
     assert_eq!(ipc.lines().count(), 3, "{ipc}");
 
-    let mut sleeper = node.atoll(&["run", "--domain", "lab", &guest("ipc"), "sleeper", "same"]).spawn().unwrap();
+    let mut sleeper = node
+        .atoll(&["run", "--domain", "lab", &guest("ipc"), "sleeper", "same"])
+        .spawn()
+        .unwrap();
     let t = Instant::now();
     while !ok(&["ps"]).lines().any(|l| l.contains(" lab ")) {
-        assert!(t.elapsed() < Duration::from_secs(60), "the lab job never showed in ps");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the lab job never showed in ps"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(ok(&["domain", "list"]).lines().any(|l| l.contains("lab") && l.trim_end().ends_with('1')));
+    assert!(ok(&["domain", "list"])
+        .lines()
+        .any(|l| l.contains("lab") && l.trim_end().ends_with('1')));
     ok(&["domain", "end", "lab"]);
     assert_eq!(sleeper.wait().unwrap().code(), Some(137));
-    let out = node.atoll(&["run", "--domain", "lab", &guest("hello")]).output().unwrap();
-    assert!(text(&out.stderr).contains("no domain `lab`"), "{}", text(&out.stderr));
+    let out = node
+        .atoll(&["run", "--domain", "lab", &guest("hello")])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stderr).contains("no domain `lab`"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = node.atoll(&["domain", "end", "default"]).output().unwrap();
-    assert!(text(&out.stderr).contains("cannot be ended"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot be ended"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = run(&["domain", "list"]);
-    assert!(text(&out.stderr).contains("no node is running"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no node is running"),
+        "{}",
+        text(&out.stderr)
+    );
 }

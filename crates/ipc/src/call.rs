@@ -15,7 +15,11 @@ pub enum IpcCall {
     SendRec { to: Pid, msg: u32, phase: Phase },
     /// Receive from `from` (`None`: any process) into `msg`, and write how
     /// it was sent to `status`.
-    Receive { from: Option<Pid>, msg: u32, status: u32 },
+    Receive {
+        from: Option<Pid>,
+        msg: u32,
+        status: u32,
+    },
     /// Notify a process on another kernel (waits only for that kernel's
     /// answer, never for the process).
     Notify { to: Pid },
@@ -72,14 +76,30 @@ impl IpcCall {
     /// Whether the call waits to *send* (as opposed to receive) — Minix's
     /// `RTS_SENDING`.
     pub fn is_sending(&self) -> bool {
-        matches!(self, IpcCall::Send { .. } | IpcCall::SendRec { phase: Phase::Sending, .. })
+        matches!(
+            self,
+            IpcCall::Send { .. }
+                | IpcCall::SendRec {
+                    phase: Phase::Sending,
+                    ..
+                }
+        )
     }
 
     /// For `atoll ps`: `SENDING to X`, `RECEIVING from Y`, ...
     pub fn describe(&self) -> String {
         match self {
-            IpcCall::Send { to, .. } | IpcCall::SendRec { to, phase: Phase::Sending, .. } => format!("SENDING to {to}"),
-            IpcCall::SendRec { to, phase: Phase::AwaitingReply, .. } => format!("RECEIVING from {to} (reply)"),
+            IpcCall::Send { to, .. }
+            | IpcCall::SendRec {
+                to,
+                phase: Phase::Sending,
+                ..
+            } => format!("SENDING to {to}"),
+            IpcCall::SendRec {
+                to,
+                phase: Phase::AwaitingReply,
+                ..
+            } => format!("RECEIVING from {to} (reply)"),
             IpcCall::Receive { from: Some(p), .. } => format!("RECEIVING from {p}"),
             IpcCall::Receive { from: None, .. } => "RECEIVING from ANY".into(),
             IpcCall::Notify { to } => format!("NOTIFYING {to}"),

@@ -52,7 +52,10 @@ pub struct DomainTable {
 
 impl Default for DomainTable {
     fn default() -> Self {
-        DomainTable { by_name: BTreeMap::from([("default".to_string(), DomainId::DEFAULT)]), next: 1 }
+        DomainTable {
+            by_name: BTreeMap::from([("default".to_string(), DomainId::DEFAULT)]),
+            next: 1,
+        }
     }
 }
 
@@ -63,7 +66,9 @@ impl DomainTable {
     /// [`DomainError::Exists`] or [`DomainError::BadName`].
     pub fn create(&mut self, name: &str) -> Result<DomainId, DomainError> {
         let valid = (1..=64).contains(&name.len())
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
         if !valid {
             return Err(DomainError::BadName(name.to_string()));
         }
@@ -98,11 +103,20 @@ impl DomainTable {
 
     /// The domains, by name.
     pub fn list(&self) -> Vec<DomainInfo> {
-        self.by_name.iter().map(|(name, &id)| DomainInfo { id, name: name.clone() }).collect()
+        self.by_name
+            .iter()
+            .map(|(name, &id)| DomainInfo {
+                id,
+                name: name.clone(),
+            })
+            .collect()
     }
 
     pub fn name(&self, id: DomainId) -> Option<&str> {
-        self.by_name.iter().find(|(_, &d)| d == id).map(|(n, _)| n.as_str())
+        self.by_name
+            .iter()
+            .find(|(_, &d)| d == id)
+            .map(|(n, _)| n.as_str())
     }
 }
 

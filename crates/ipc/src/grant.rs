@@ -19,13 +19,22 @@ pub struct Access {
 }
 
 impl Access {
-    pub const READ: Access = Access { read: true, write: false };
-    pub const WRITE: Access = Access { read: false, write: true };
+    pub const READ: Access = Access {
+        read: true,
+        write: false,
+    };
+    pub const WRITE: Access = Access {
+        read: false,
+        write: true,
+    };
 
     /// From the guest's bits: 1 = read, 2 = write.
     pub fn from_bits(bits: u32) -> Option<Access> {
         match bits {
-            1..=3 => Some(Access { read: bits & 1 != 0, write: bits & 2 != 0 }),
+            1..=3 => Some(Access {
+                read: bits & 1 != 0,
+                write: bits & 2 != 0,
+            }),
             _ => None,
         }
     }
@@ -87,8 +96,19 @@ impl GrantTable {
     /// # Errors
     /// `EPERM` if the grant does not exist, is for another process, or does
     /// not allow the access; `EFAULT` if the range leaves the grant.
-    pub fn resolve(&self, id: u32, who: Pid, offset: u32, len: u32, need: Access) -> Result<u32, Errno> {
-        let g = self.grants.get(&id).filter(|g| g.admits(who, need)).ok_or(Errno::Perm)?;
+    pub fn resolve(
+        &self,
+        id: u32,
+        who: Pid,
+        offset: u32,
+        len: u32,
+        need: Access,
+    ) -> Result<u32, Errno> {
+        let g = self
+            .grants
+            .get(&id)
+            .filter(|g| g.admits(who, need))
+            .ok_or(Errno::Perm)?;
         match offset.checked_add(len) {
             Some(end) if end <= g.len => Ok(g.addr + offset),
             _ => Err(Errno::Fault),
@@ -104,7 +124,9 @@ impl GrantTable {
         let end = u64::from(addr) + u64::from(len);
         self.grants
             .values()
-            .any(|g| g.admits(who, need) && g.addr <= addr && end <= u64::from(g.addr) + u64::from(g.len))
+            .any(|g| {
+                g.admits(who, need) && g.addr <= addr && end <= u64::from(g.addr) + u64::from(g.len)
+            })
             .then_some(())
             .ok_or(Errno::Perm)
     }
@@ -131,18 +153,41 @@ mod tests {
     #[test]
     fn safecopy_rules() {
         let mut t = GrantTable::default();
-        let id = t.create(Grant { grantee: Some(pid(1)), addr: 4096, len: 100, access: Access::READ }).unwrap();
+        let id = t
+            .create(Grant {
+                grantee: Some(pid(1)),
+                addr: 4096,
+                len: 100,
+                access: Access::READ,
+            })
+            .unwrap();
         assert_eq!(t.resolve(id, pid(1), 10, 90, Access::READ), Ok(4106));
-        assert_eq!(t.resolve(id, pid(1), 10, 91, Access::READ), Err(Errno::Fault));
-        assert_eq!(t.resolve(id, pid(1), u32::MAX, 2, Access::READ), Err(Errno::Fault));
+        assert_eq!(
+            t.resolve(id, pid(1), 10, 91, Access::READ),
+            Err(Errno::Fault)
+        );
+        assert_eq!(
+            t.resolve(id, pid(1), u32::MAX, 2, Access::READ),
+            Err(Errno::Fault)
+        );
         assert_eq!(t.resolve(id, pid(1), 0, 1, Access::WRITE), Err(Errno::Perm));
         assert_eq!(t.resolve(id, pid(2), 0, 1, Access::READ), Err(Errno::Perm));
-        assert_eq!(t.resolve(id + 1, pid(1), 0, 1, Access::READ), Err(Errno::Perm));
+        assert_eq!(
+            t.resolve(id + 1, pid(1), 0, 1, Access::READ),
+            Err(Errno::Perm)
+        );
         t.revoke(id).unwrap();
         assert_eq!(t.resolve(id, pid(1), 0, 1, Access::READ), Err(Errno::Perm));
         assert_eq!(t.revoke(id), Err(Errno::Inval));
         // A revoked id is not handed out again.
-        let again = t.create(Grant { grantee: None, addr: 0, len: 1, access: Access::READ }).unwrap();
+        let again = t
+            .create(Grant {
+                grantee: None,
+                addr: 0,
+                len: 1,
+                access: Access::READ,
+            })
+            .unwrap();
         assert_ne!(again, id);
         assert_eq!(t.resolve(again, pid(9), 0, 1, Access::READ), Ok(0));
     }
@@ -151,9 +196,23 @@ mod tests {
     fn table_is_bounded() {
         let mut t = GrantTable::default();
         for _ in 0..MAX_GRANTS {
-            t.create(Grant { grantee: None, addr: 0, len: 1, access: Access::READ }).unwrap();
+            t.create(Grant {
+                grantee: None,
+                addr: 0,
+                len: 1,
+                access: Access::READ,
+            })
+            .unwrap();
         }
-        assert_eq!(t.create(Grant { grantee: None, addr: 0, len: 1, access: Access::READ }), Err(Errno::NoSpc));
+        assert_eq!(
+            t.create(Grant {
+                grantee: None,
+                addr: 0,
+                len: 1,
+                access: Access::READ
+            }),
+            Err(Errno::NoSpc)
+        );
     }
 
     proptest! {

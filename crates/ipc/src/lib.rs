@@ -14,14 +14,14 @@
 //! with receivers, on one kernel or across the NoC — is `atoll-kernel`'s
 //! `ipc` module; the guest API is `sdk/include/atoll.h`.
 
+mod call;
 mod domain;
 mod grant;
 mod message;
-mod call;
 mod state;
 
+pub use call::{CopyAddr, CopyRequest, CopySide, IpcCall, Phase};
 pub use domain::{DomainError, DomainId, DomainInfo, DomainTable};
 pub use grant::{Access, Grant, GrantTable, MAX_GRANTS};
 pub use message::{CallKind, Message, MESSAGE_SIZE, NOTIFY_MESSAGE, PAYLOAD_OFFSET, PAYLOAD_SIZE};
-pub use call::{CopyAddr, CopyRequest, CopySide, IpcCall, Phase};
 pub use state::{IpcState, IpcStats, PidSet, WaitingSender};

@@ -53,7 +53,12 @@ impl Message {
 
 impl std::fmt::Debug for Message {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Message {{ source: {}, type: {} }}", self.source(), self.kind())
+        write!(
+            f,
+            "Message {{ source: {}, type: {} }}",
+            self.source(),
+            self.kind()
+        )
     }
 }
 

@@ -50,7 +50,10 @@ impl IpcState {
 
     /// Takes the first waiting sender that `from` (a PID or any) admits.
     pub fn take_sender(&mut self, from: Option<Pid>) -> Option<WaitingSender> {
-        let i = self.senders.iter().position(|s| from.is_none_or(|f| f == s.from))?;
+        let i = self
+            .senders
+            .iter()
+            .position(|s| from.is_none_or(|f| f == s.from))?;
         self.senders.remove(i)
     }
 
@@ -165,7 +168,12 @@ mod tests {
     fn receive_order() {
         let mut s = IpcState::new(Some(DomainId::DEFAULT));
         for slot in [3, 1, 3] {
-            s.senders.push_back(WaitingSender { from: pid(slot), kind: CallKind::Send, seq: u64::from(slot), msg: None });
+            s.senders.push_back(WaitingSender {
+                from: pid(slot),
+                kind: CallKind::Send,
+                seq: u64::from(slot),
+                msg: None,
+            });
         }
         assert_eq!(s.take_sender(Some(pid(1))).unwrap().from, pid(1));
         assert_eq!(s.take_sender(Some(pid(2))), None);

@@ -25,7 +25,11 @@ pub struct Homes {
 
 impl Homes {
     pub fn new(me: KernelId) -> Self {
-        Homes { me, slots: Vec::new(), free: VecDeque::new() }
+        Homes {
+            me,
+            slots: Vec::new(),
+            free: VecDeque::new(),
+        }
     }
 
     /// Allocates a PID for a process that starts on this kernel.

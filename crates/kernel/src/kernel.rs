@@ -10,14 +10,17 @@ use std::time::{Duration, Instant};
 use atoll_abi::{status, Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainTable, IpcState};
 use atoll_noc::{Doorbell, Endpoint};
-use rustc_hash::FxHashMap;
 use atoll_process::{
     clock::monotonic_ns, CallState, Console, Container, FdTable, Host, KernelCall, ProcessImage,
     Reply, Runtime, Slice, Stream, UArea,
 };
+use rustc_hash::FxHashMap;
 
 use crate::homes::Homes;
-use crate::msg::{Control, IpcCounters, KernelReport, MoveReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo};
+use crate::msg::{
+    Control, IpcCounters, KernelReport, MoveReport, NocMsg, NodeEvent, Packet, ProcInfo,
+    ProcessSpec, ReplyTo,
+};
 
 /// A message looking for its process gives up after this many forwards
 /// (it can only loop while a move is being recorded at the home kernel).
@@ -177,7 +180,14 @@ impl Kernel {
             while let Some(m) = self.noc.try_recv() {
                 self.messages += 1;
                 let Packet { hops, msg, .. } = m.msg;
-                self.on_noc(m.from, Packet { hops, msg, bulk: m.bulk });
+                self.on_noc(
+                    m.from,
+                    Packet {
+                        hops,
+                        msg,
+                        bulk: m.bulk,
+                    },
+                );
             }
             let backlog = self.noc.flush();
             self.fire_timers();
@@ -191,11 +201,16 @@ impl Kernel {
             if self.spin_before_sleep() {
                 continue;
             }
-            let next_timer = self.timers.peek().map(|Reverse((t, _))| {
-                Duration::from_nanos(t.saturating_sub(monotonic_ns()))
-            });
+            let next_timer = self
+                .timers
+                .peek()
+                .map(|Reverse((t, _))| Duration::from_nanos(t.saturating_sub(monotonic_ns())));
             // A backlog waits for the receiver to drain its ring: poll it.
-            let timeout = if backlog { Some(Duration::from_micros(50)) } else { next_timer };
+            let timeout = if backlog {
+                Some(Duration::from_micros(50))
+            } else {
+                next_timer
+            };
             self.noc.doorbell().sleep(timeout);
         }
     }
@@ -210,7 +225,12 @@ impl Kernel {
         }
         let t = Instant::now();
         while t.elapsed() < self.spin {
-            if self.noc.doorbell().is_pending() || self.timers.peek().is_some_and(|Reverse((t, _))| *t <= monotonic_ns()) {
+            if self.noc.doorbell().is_pending()
+                || self
+                    .timers
+                    .peek()
+                    .is_some_and(|Reverse((t, _))| *t <= monotonic_ns())
+            {
                 return true;
             }
             std::hint::spin_loop();
@@ -230,7 +250,8 @@ impl Kernel {
             self.timers.pop();
             // The entry may be stale: the process ended, moved or was woken.
             if let Some(p) = self.procs.get_mut(&pid) {
-                if matches!(p.container.uarea().call, CallState::Blocked(KernelCall::Sleep { until_ns }) if until_ns == t) {
+                if matches!(p.container.uarea().call, CallState::Blocked(KernelCall::Sleep { until_ns }) if until_ns == t)
+                {
                     p.container.reply(Reply::Done);
                     self.run_queue.push_back(pid);
                 }
@@ -242,7 +263,9 @@ impl Kernel {
         // The process leaves the table for its slice: its IPC calls come
         // back into this kernel (`KernelLink`), which may then touch every
         // other process.
-        let Some(mut p) = self.procs.remove(&pid) else { return };
+        let Some(mut p) = self.procs.remove(&pid) else {
+            return;
+        };
         self.slices += 1;
         self.running = Some(pid);
         let slice = p.container.run(self.quantum, Some(self));
@@ -253,7 +276,9 @@ impl Kernel {
             Slice::Trapped(why) => {
                 let u = self.procs[&pid].container.uarea();
                 let line = format!("atoll: process {pid} ({}) trapped: {why}\n", u.name());
-                self.host.console.write(u.console, Stream::Stderr, line.as_bytes());
+                self.host
+                    .console
+                    .write(u.console, Stream::Stderr, line.as_bytes());
                 self.end(pid, status::TRAPPED);
             }
             Slice::Call(call) => self.serve(pid, call),
@@ -264,14 +289,32 @@ impl Kernel {
     }
 
     /// Creates a process here. The caller has loaded its program.
-    pub(crate) fn create(&mut self, spec: ProcessSpec, parent: Option<Pid>) -> Result<Pid, (Errno, String)> {
-        let program = self
-            .runtime
-            .program(&spec.module)
-            .ok_or_else(|| (Errno::NoExec, format!("module {} is not loaded", spec.module)))?;
-        let pid = self.homes.allocate().map_err(|e| (e, "process table is full".to_string()))?;
+    pub(crate) fn create(
+        &mut self,
+        spec: ProcessSpec,
+        parent: Option<Pid>,
+    ) -> Result<Pid, (Errno, String)> {
+        let program = self.runtime.program(&spec.module).ok_or_else(|| {
+            (
+                Errno::NoExec,
+                format!("module {} is not loaded", spec.module),
+            )
+        })?;
+        let pid = self
+            .homes
+            .allocate()
+            .map_err(|e| (e, "process table is full".to_string()))?;
         let fds = FdTable::new(&spec.preopens);
-        let uarea = UArea::new(pid, parent, spec.module, spec.args, spec.env, spec.console, fds, spec.domain);
+        let uarea = UArea::new(
+            pid,
+            parent,
+            spec.module,
+            spec.args,
+            spec.env,
+            spec.console,
+            fds,
+            spec.domain,
+        );
         match Container::new(&self.runtime, program, uarea, self.host.clone()) {
             Ok(container) => {
                 self.procs.insert(pid, Process { container });
@@ -287,15 +330,28 @@ impl Kernel {
 
     /// Ends a process: tells whoever waits for it and frees its PID.
     pub(crate) fn end(&mut self, pid: Pid, code: i32) {
-        let Some(mut p) = self.procs.remove(&pid) else { return };
+        let Some(mut p) = self.procs.remove(&pid) else {
+            return;
+        };
         let ipc = std::mem::replace(&mut p.container.uarea_mut().ipc, IpcState::new(None));
         self.ipc_ended(pid, ipc, &p.container.uarea().call);
         let u = p.container.uarea();
         tracing::debug!(kernel = %self.id, %pid, code, "process ended");
         match u.parent {
-            Some(parent) => self.route(parent, NocMsg::ChildExited { parent, child: pid, status: code }),
+            Some(parent) => self.route(
+                parent,
+                NocMsg::ChildExited {
+                    parent,
+                    child: pid,
+                    status: code,
+                },
+            ),
             None => {
-                let _ = self.events.send(NodeEvent::Exited { pid, console: u.console, status: code });
+                let _ = self.events.send(NodeEvent::Exited {
+                    pid,
+                    console: u.console,
+                    status: code,
+                });
             }
         }
         if pid.home == self.id {
@@ -308,7 +364,14 @@ impl Kernel {
     /// Sends a message to a kernel; a send to a kernel that does not exist
     /// is a bug in the sender, logged and dropped.
     pub(crate) fn send(&mut self, to: KernelId, msg: NocMsg) {
-        self.transmit(to, Packet { hops: 0, msg, bulk: None });
+        self.transmit(
+            to,
+            Packet {
+                hops: 0,
+                msg,
+                bulk: None,
+            },
+        );
     }
 
     /// Puts a packet on the NoC: its message in the mailbox, its bulk bytes
@@ -316,8 +379,23 @@ impl Kernel {
     fn transmit(&mut self, to: KernelId, packet: Packet) {
         let Packet { hops, msg, bulk } = packet;
         let sent = match bulk {
-            None => self.noc.send(to, Packet { hops, msg, bulk: None }),
-            Some(b) => self.noc.send_bulk(to, Packet { hops, msg, bulk: None }, b),
+            None => self.noc.send(
+                to,
+                Packet {
+                    hops,
+                    msg,
+                    bulk: None,
+                },
+            ),
+            Some(b) => self.noc.send_bulk(
+                to,
+                Packet {
+                    hops,
+                    msg,
+                    bulk: None,
+                },
+                b,
+            ),
         };
         if let Err(e) = sent {
             tracing::error!(kernel = %self.id, "dropping NoC message: {e}");
@@ -326,12 +404,26 @@ impl Kernel {
 
     /// Sends a message for process `pid` towards wherever it runs.
     pub(crate) fn route(&mut self, pid: Pid, msg: NocMsg) {
-        self.forward(pid, Packet { hops: 0, msg, bulk: None });
+        self.forward(
+            pid,
+            Packet {
+                hops: 0,
+                msg,
+                bulk: None,
+            },
+        );
     }
 
     /// Like [`route`](Self::route), with bytes that travel in the portal.
     pub(crate) fn route_bulk(&mut self, pid: Pid, msg: NocMsg, bulk: Vec<u8>) {
-        self.forward(pid, Packet { hops: 0, msg, bulk: Some(bulk) });
+        self.forward(
+            pid,
+            Packet {
+                hops: 0,
+                msg,
+                bulk: Some(bulk),
+            },
+        );
     }
 
     fn forward(&mut self, pid: Pid, mut packet: Packet) {
@@ -366,15 +458,21 @@ impl Kernel {
         match msg {
             NocMsg::Kill { reply_to, .. } => self.answer_kill(reply_to, Err(Errno::Srch)),
             NocMsg::Ipc(m) => self.ipc_undeliverable(m),
-            other => tracing::debug!(kernel = %self.id, "dropping message for a process that ended: {other:?}"),
+            other => {
+                tracing::debug!(kernel = %self.id, "dropping message for a process that ended: {other:?}")
+            }
         }
     }
 
     fn answer_kill(&mut self, reply_to: ReplyTo, result: Result<(), Errno>) {
         match reply_to {
             ReplyTo::Process(p) => self.route(p, NocMsg::Killed { reply_to, result }),
-            ReplyTo::Control { kernel, .. } if kernel == self.id => self.on_killed(reply_to, result),
-            ReplyTo::Control { kernel, .. } => self.send(kernel, NocMsg::Killed { reply_to, result }),
+            ReplyTo::Control { kernel, .. } if kernel == self.id => {
+                self.on_killed(reply_to, result)
+            }
+            ReplyTo::Control { kernel, .. } => {
+                self.send(kernel, NocMsg::Killed { reply_to, result })
+            }
         }
     }
 
@@ -385,13 +483,24 @@ impl Kernel {
                     let _ = tx.send(result);
                 }
             }
-            ReplyTo::Process(pid) => self.reply_if_blocked(pid, |c| matches!(c, KernelCall::Kill { .. }), Reply::Killed(result)),
+            ReplyTo::Process(pid) => self.reply_if_blocked(
+                pid,
+                |c| matches!(c, KernelCall::Kill { .. }),
+                Reply::Killed(result),
+            ),
         }
     }
 
     /// Answers a process blocked in the call `is_call` matches, and makes it runnable.
-    pub(crate) fn reply_if_blocked(&mut self, pid: Pid, is_call: impl Fn(&KernelCall) -> bool, reply: Reply) {
-        let Some(p) = self.procs.get_mut(&pid) else { return };
+    pub(crate) fn reply_if_blocked(
+        &mut self,
+        pid: Pid,
+        is_call: impl Fn(&KernelCall) -> bool,
+        reply: Reply,
+    ) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
         if matches!(&p.container.uarea().call, CallState::Blocked(c) if is_call(c)) {
             p.container.reply(reply);
             self.run_queue.push_back(pid);
@@ -420,7 +529,10 @@ impl Kernel {
                 self.send(from, NocMsg::Immigrated { pid, req, result });
             }
             NocMsg::Immigrated { pid, req, result } => self.on_immigrated(pid, req, result),
-            m @ (NocMsg::Spawned { .. } | NocMsg::ChildExited { .. } | NocMsg::Kill { .. } | NocMsg::Ipc(_)) => {
+            m @ (NocMsg::Spawned { .. }
+            | NocMsg::ChildExited { .. }
+            | NocMsg::Kill { .. }
+            | NocMsg::Ipc(_)) => {
                 unreachable!("routed by target: {m:?}")
             }
         }
@@ -433,10 +545,19 @@ impl Kernel {
                 if let (Ok(child), Some(p)) = (result, self.procs.get_mut(&pid)) {
                     p.container.uarea_mut().children.born(child);
                 }
-                self.reply_if_blocked(pid, |c| matches!(c, KernelCall::Spawn(_)), Reply::Spawned(result));
+                self.reply_if_blocked(
+                    pid,
+                    |c| matches!(c, KernelCall::Spawn(_)),
+                    Reply::Spawned(result),
+                );
             }
             NocMsg::ChildExited { child, status, .. } => self.child_exited(pid, child, status),
-            NocMsg::Kill { signal, reply_to, domain, .. } => {
+            NocMsg::Kill {
+                signal,
+                reply_to,
+                domain,
+                ..
+            } => {
                 let result = self.kill_here(pid, signal, reply_to, domain);
                 self.answer_kill(reply_to, result);
             }
@@ -448,8 +569,21 @@ impl Kernel {
 
     /// Ends `pid`, which runs here, if the one asking may: the operator, or
     /// a process of the same domain (domains isolate processes).
-    pub(crate) fn kill_here(&mut self, pid: Pid, signal: i32, by: ReplyTo, domain: Option<DomainId>) -> Result<(), Errno> {
-        let target_domain = self.procs.get(&pid).ok_or(Errno::Srch)?.container.uarea().ipc.domain;
+    pub(crate) fn kill_here(
+        &mut self,
+        pid: Pid,
+        signal: i32,
+        by: ReplyTo,
+        domain: Option<DomainId>,
+    ) -> Result<(), Errno> {
+        let target_domain = self
+            .procs
+            .get(&pid)
+            .ok_or(Errno::Srch)?
+            .container
+            .uarea()
+            .ipc
+            .domain;
         if matches!(by, ReplyTo::Process(_)) && target_domain != domain {
             return Err(Errno::Perm);
         }
@@ -458,7 +592,9 @@ impl Kernel {
     }
 
     fn child_exited(&mut self, parent: Pid, child: Pid, code: i32) {
-        let Some(p) = self.procs.get_mut(&parent) else { return };
+        let Some(p) = self.procs.get_mut(&parent) else {
+            return;
+        };
         let u = p.container.uarea_mut();
         u.children.exited(child, code);
         if let CallState::Blocked(KernelCall::Wait { pid: which }) = u.call {
@@ -481,8 +617,19 @@ impl Kernel {
             Control::Kill { pid, signal, reply } => {
                 let req = self.next_request();
                 self.pending_kills.insert(req, reply);
-                let reply_to = ReplyTo::Control { kernel: self.id, req };
-                self.route(pid, NocMsg::Kill { target: pid, signal, reply_to, domain: None });
+                let reply_to = ReplyTo::Control {
+                    kernel: self.id,
+                    req,
+                };
+                self.route(
+                    pid,
+                    NocMsg::Kill {
+                        target: pid,
+                        signal,
+                        reply_to,
+                        domain: None,
+                    },
+                );
             }
             Control::Capture { pid, reply } => {
                 let _ = reply.send(self.take_out(pid).map(|(image, _)| image));
@@ -493,7 +640,11 @@ impl Kernel {
             }
             Control::Move { pid, to, reply } => self.move_out(pid, to, reply),
             Control::Locate { pid, reply } => {
-                let at = if self.procs.contains_key(&pid) { Some(self.id) } else { self.homes.locate(pid) };
+                let at = if self.procs.contains_key(&pid) {
+                    Some(self.id)
+                } else {
+                    self.homes.locate(pid)
+                };
                 let _ = reply.send(at);
             }
             Control::Domains(table) => {
@@ -501,7 +652,13 @@ impl Kernel {
                 let gone: Vec<Pid> = self
                     .procs
                     .iter()
-                    .filter(|(_, p)| p.container.uarea().ipc.domain.is_some_and(|d| !self.domains.contains(d)))
+                    .filter(|(_, p)| {
+                        p.container
+                            .uarea()
+                            .ipc
+                            .domain
+                            .is_some_and(|d| !self.domains.contains(d))
+                    })
                     .map(|(&pid, _)| pid)
                     .collect();
                 for pid in gone {
@@ -539,7 +696,10 @@ impl Kernel {
     }
 
     fn not_here(&mut self, pid: Pid) -> String {
-        match (pid.home == self.id).then(|| self.homes.locate(pid)).flatten() {
+        match (pid.home == self.id)
+            .then(|| self.homes.locate(pid))
+            .flatten()
+        {
             Some(at) => format!("process {pid} runs on kernel {at}, not {}", self.id),
             None if pid.home == self.id => format!("no process {pid}"),
             // It may have just ended, before its home heard of it.
@@ -551,8 +711,15 @@ impl Kernel {
     /// stopped, until `to` confirms; if restoring fails there, it resumes here.
     fn move_out(&mut self, pid: Pid, to: KernelId, reply: Sender<Result<MoveReport, String>>) {
         if to == self.id {
-            let stay = MoveReport { bytes: 0, stopped_us: 0 };
-            let _ = reply.send(if self.procs.contains_key(&pid) { Ok(stay) } else { Err(self.not_here(pid)) });
+            let stay = MoveReport {
+                bytes: 0,
+                stopped_us: 0,
+            };
+            let _ = reply.send(if self.procs.contains_key(&pid) {
+                Ok(stay)
+            } else {
+                Err(self.not_here(pid))
+            });
             return;
         }
         if to.node != self.id.node || to.index >= self.noc.kernel_count() {
@@ -564,9 +731,21 @@ impl Kernel {
             Ok((image, process)) => {
                 let req = self.next_request();
                 let bytes = image.encode();
-                let departure = Departure { req, process, reply, stopped, bytes: bytes.len(), held: Vec::new(), to };
+                let departure = Departure {
+                    req,
+                    process,
+                    reply,
+                    stopped,
+                    bytes: bytes.len(),
+                    held: Vec::new(),
+                    to,
+                };
                 self.departures.insert(pid, departure);
-                let packet = Packet { hops: 0, msg: NocMsg::Immigrate { pid, req }, bulk: None };
+                let packet = Packet {
+                    hops: 0,
+                    msg: NocMsg::Immigrate { pid, req },
+                    bulk: None,
+                };
                 if let Err(e) = self.noc.send_bulk(to, packet, bytes) {
                     self.on_immigrated(pid, req, Err(e.to_string()));
                 }
@@ -589,7 +768,10 @@ impl Kernel {
                 for packet in d.held {
                     self.transmit(d.to, packet);
                 }
-                let _ = d.reply.send(Ok(MoveReport { bytes: d.bytes, stopped_us }));
+                let _ = d.reply.send(Ok(MoveReport {
+                    bytes: d.bytes,
+                    stopped_us,
+                }));
             }
             Err(why) => {
                 tracing::warn!(kernel = %self.id, %pid, "move failed, process resumes here: {why}");
@@ -615,7 +797,8 @@ impl Kernel {
         if self.procs.contains_key(&pid) {
             return Err(format!("process {pid} already runs on kernel {}", self.id));
         }
-        let mut container = Container::restore(&self.runtime, image, self.host.clone()).map_err(|e| e.to_string())?;
+        let mut container = Container::restore(&self.runtime, image, self.host.clone())
+            .map_err(|e| e.to_string())?;
         container.uarea_mut().accounting.moves += 1;
         self.procs.insert(pid, Process { container });
         if pid.home == self.id {
@@ -625,7 +808,13 @@ impl Kernel {
         }
         self.schedule(pid);
         // Its domain may have ended while it was between kernels.
-        if self.procs[&pid].container.uarea().ipc.domain.is_some_and(|d| !self.domains.contains(d)) {
+        if self.procs[&pid]
+            .container
+            .uarea()
+            .ipc
+            .domain
+            .is_some_and(|d| !self.domains.contains(d))
+        {
             self.end(pid, status::killed(status::SIGKILL));
         }
         Ok(())
@@ -633,11 +822,15 @@ impl Kernel {
 
     /// Puts a process that arrived (or came back) where its state says.
     fn schedule(&mut self, pid: Pid) {
-        let Some(p) = self.procs.get_mut(&pid) else { return };
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
         let u = p.container.uarea();
         match u.call.clone() {
             CallState::Running | CallState::Replied(_) => self.run_queue.push_back(pid),
-            CallState::Blocked(KernelCall::Sleep { until_ns }) => self.timers.push(Reverse((until_ns, pid))),
+            CallState::Blocked(KernelCall::Sleep { until_ns }) => {
+                self.timers.push(Reverse((until_ns, pid)))
+            }
             CallState::Blocked(KernelCall::Wait { pid: which }) => {
                 let u = p.container.uarea_mut();
                 if let Ok(Some(done)) = u.children.reap(which) {
@@ -651,7 +844,12 @@ impl Kernel {
             }
             // Answers to spawn, kill and IPC are routed to wherever the
             // process is; bind is answered before a process can move.
-            CallState::Blocked(KernelCall::Spawn(_) | KernelCall::Kill { .. } | KernelCall::Ipc(_) | KernelCall::Bind { .. }) => {}
+            CallState::Blocked(
+                KernelCall::Spawn(_)
+                | KernelCall::Kill { .. }
+                | KernelCall::Ipc(_)
+                | KernelCall::Bind { .. },
+            ) => {}
         }
     }
 

@@ -17,6 +17,9 @@ mod kernel;
 pub mod msg;
 mod serve;
 
-pub use kernel::{start, KernelParams};
 pub use ipc::IpcMsg;
-pub use msg::{Control, IpcCounters, KernelReport, MoveReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo};
+pub use kernel::{start, KernelParams};
+pub use msg::{
+    Control, IpcCounters, KernelReport, MoveReport, NocMsg, NodeEvent, Packet, ProcInfo,
+    ProcessSpec, ReplyTo,
+};

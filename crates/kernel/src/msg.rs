@@ -53,14 +53,29 @@ pub enum NocMsg {
     /// Create a process here, as a child of `parent`.
     Spawn { parent: Pid, spec: ProcessSpec },
     /// The answer to `Spawn`, for the parent.
-    Spawned { parent: Pid, result: Result<Pid, Errno> },
+    Spawned {
+        parent: Pid,
+        result: Result<Pid, Errno>,
+    },
     /// A child ended, for its parent.
-    ChildExited { parent: Pid, child: Pid, status: i32 },
+    ChildExited {
+        parent: Pid,
+        child: Pid,
+        status: i32,
+    },
     /// End `target`. A process may end only processes of its own domain
     /// (`domain` is the killer's); the node's operator may end any.
-    Kill { target: Pid, signal: i32, reply_to: ReplyTo, domain: Option<DomainId> },
+    Kill {
+        target: Pid,
+        signal: i32,
+        reply_to: ReplyTo,
+        domain: Option<DomainId>,
+    },
     /// The answer to `Kill`.
-    Killed { reply_to: ReplyTo, result: Result<(), Errno> },
+    Killed {
+        reply_to: ReplyTo,
+        result: Result<(), Errno>,
+    },
     /// For the home kernel: `pid` now runs on `at`.
     Located { pid: Pid, at: KernelId },
     /// For the home kernel: `pid` ended; its slot may be reused.
@@ -69,7 +84,11 @@ pub enum NocMsg {
     /// restore it here and run it.
     Immigrate { pid: Pid, req: u64 },
     /// The answer to `Immigrate`, for the kernel that sent the process.
-    Immigrated { pid: Pid, req: u64, result: Result<(), String> },
+    Immigrated {
+        pid: Pid,
+        req: u64,
+        result: Result<(), String>,
+    },
     /// Minix IPC between processes on different kernels.
     Ipc(crate::ipc::IpcMsg),
 }
@@ -81,7 +100,10 @@ impl NocMsg {
         match self {
             NocMsg::Spawned { parent, .. } | NocMsg::ChildExited { parent, .. } => Some(*parent),
             NocMsg::Kill { target, .. } => Some(*target),
-            NocMsg::Killed { reply_to: ReplyTo::Process(p), .. } => Some(*p),
+            NocMsg::Killed {
+                reply_to: ReplyTo::Process(p),
+                ..
+            } => Some(*p),
             NocMsg::Ipc(m) => Some(m.target()),
             _ => None,
         }
@@ -138,20 +160,40 @@ pub struct IpcCounters {
 /// A request from the node.
 pub enum Control {
     /// Start a job's first process here.
-    Start { spec: ProcessSpec, reply: Sender<Result<Pid, String>> },
+    Start {
+        spec: ProcessSpec,
+        reply: Sender<Result<Pid, String>>,
+    },
     /// Report this kernel's processes.
     Ps { reply: Sender<KernelReport> },
     /// End a process, wherever it runs.
-    Kill { pid: Pid, signal: i32, reply: Sender<Result<(), Errno>> },
+    Kill {
+        pid: Pid,
+        signal: i32,
+        reply: Sender<Result<(), Errno>>,
+    },
     /// Stop a process at its safepoint and return its image; the process no
     /// longer runs. It must run on this kernel.
-    Capture { pid: Pid, reply: Sender<Result<ProcessImage, String>> },
+    Capture {
+        pid: Pid,
+        reply: Sender<Result<ProcessImage, String>>,
+    },
     /// Restore a captured process here and run it.
-    Restore { image: Box<ProcessImage>, reply: Sender<Result<Pid, String>> },
+    Restore {
+        image: Box<ProcessImage>,
+        reply: Sender<Result<Pid, String>>,
+    },
     /// Move a process that runs here to kernel `to`, through the NoC.
-    Move { pid: Pid, to: KernelId, reply: Sender<Result<MoveReport, String>> },
+    Move {
+        pid: Pid,
+        to: KernelId,
+        reply: Sender<Result<MoveReport, String>>,
+    },
     /// Where a process homed here runs (`None`: it ended or never existed).
-    Locate { pid: Pid, reply: Sender<Option<KernelId>> },
+    Locate {
+        pid: Pid,
+        reply: Sender<Option<KernelId>>,
+    },
     /// The node's domains changed: this is the new table. Processes of
     /// domains no longer in it are ended.
     Domains(Arc<DomainTable>),
@@ -173,7 +215,15 @@ pub struct MoveReport {
 #[derive(Debug)]
 pub enum NodeEvent {
     /// A process wrote to its console.
-    Output { console: ConsoleId, stream: atoll_process::Stream, bytes: Vec<u8> },
+    Output {
+        console: ConsoleId,
+        stream: atoll_process::Stream,
+        bytes: Vec<u8>,
+    },
     /// A process without a parent (a job's first process) ended.
-    Exited { pid: Pid, console: ConsoleId, status: i32 },
+    Exited {
+        pid: Pid,
+        console: ConsoleId,
+        status: i32,
+    },
 }

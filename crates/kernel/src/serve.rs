@@ -14,19 +14,35 @@ impl Kernel {
     pub(crate) fn serve(&mut self, pid: Pid, call: KernelCall) {
         match call {
             KernelCall::Yield => self.reply_now(pid, Reply::Done),
-            KernelCall::Sleep { until_ns } if until_ns <= monotonic_ns() => self.reply_now(pid, Reply::Done),
+            KernelCall::Sleep { until_ns } if until_ns <= monotonic_ns() => {
+                self.reply_now(pid, Reply::Done)
+            }
             KernelCall::Sleep { until_ns } => self.timers.push(Reverse((until_ns, pid))),
             KernelCall::Spawn(req) => self.spawn(pid, req),
             // The host function reaped what it could; wait for a ChildExited.
             KernelCall::Wait { .. } => {}
-            KernelCall::Kill { pid: target, signal } => {
+            KernelCall::Kill {
+                pid: target,
+                signal,
+            } => {
                 let reply_to = ReplyTo::Process(pid);
-                let domain = self.procs.get(&pid).and_then(|p| p.container.uarea().ipc.domain);
+                let domain = self
+                    .procs
+                    .get(&pid)
+                    .and_then(|p| p.container.uarea().ipc.domain);
                 if self.procs.contains_key(&target) {
                     let result = self.kill_here(target, signal, reply_to, domain);
                     self.reply_now(pid, Reply::Killed(result));
                 } else {
-                    self.route(target, NocMsg::Kill { target, signal, reply_to, domain });
+                    self.route(
+                        target,
+                        NocMsg::Kill {
+                            target,
+                            signal,
+                            reply_to,
+                            domain,
+                        },
+                    );
                 }
             }
             // Served through the KernelLink before the process unwound: it
@@ -43,7 +59,9 @@ impl Kernel {
     /// leave its domain first), or leaves the current one; senders waiting
     /// for a process that leaves are refused.
     fn bind(&mut self, pid: Pid, domain: Option<&str>) -> Result<(), Errno> {
-        let id = domain.map(|name| self.domains.lookup(name).ok_or(Errno::NoEnt)).transpose()?;
+        let id = domain
+            .map(|name| self.domains.lookup(name).ok_or(Errno::NoEnt))
+            .transpose()?;
         let p = self.procs.get_mut(&pid).ok_or(Errno::Srch)?;
         let ipc = &mut p.container.uarea_mut().ipc;
         if id.is_some() && ipc.domain.is_some() {
@@ -99,7 +117,10 @@ impl Kernel {
         let preopens = u
             .fds
             .preopens()
-            .map(|(_, d)| atoll_process::Preopen { host: d.host.clone(), guest: d.preopen.clone().unwrap_or_default() })
+            .map(|(_, d)| atoll_process::Preopen {
+                host: d.host.clone(),
+                guest: d.preopen.clone().unwrap_or_default(),
+            })
             .collect();
         let module = match &req.module {
             SpawnModule::Same => program.hash(),
@@ -111,8 +132,19 @@ impl Kernel {
                 }
             },
         };
-        let args = if req.args.is_empty() { vec![String::new()] } else { req.args.clone() };
-        Ok(ProcessSpec { module, args, env, console, preopens, domain })
+        let args = if req.args.is_empty() {
+            vec![String::new()]
+        } else {
+            req.args.clone()
+        };
+        Ok(ProcessSpec {
+            module,
+            args,
+            env,
+            console,
+            preopens,
+            domain,
+        })
     }
 
     /// Chooses a kernel for a new process: round robin over the node's
@@ -129,7 +161,8 @@ impl Kernel {
         if let Some(p) = self.procs.get(&pid) {
             let u = p.container.uarea();
             let line = format!("atoll: {pid} ({}): {what}\n", u.name());
-            self.console().write(u.console, Stream::Stderr, line.as_bytes());
+            self.console()
+                .write(u.console, Stream::Stderr, line.as_bytes());
         }
     }
 }

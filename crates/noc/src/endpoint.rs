@@ -39,7 +39,11 @@ impl Noc {
     /// one [`Endpoint`] per kernel, in index order. `capacity` is the number
     /// of messages a ring holds before the sender backlogs.
     pub fn build<M>(node: u16, kernels: u16, capacity: usize) -> Vec<Endpoint<M>> {
-        Noc::build_with_doorbells(node, capacity, (0..kernels).map(|_| Doorbell::default()).collect())
+        Noc::build_with_doorbells(
+            node,
+            capacity,
+            (0..kernels).map(|_| Doorbell::default()).collect(),
+        )
     }
 
     /// As [`build`](Self::build), with doorbells the caller keeps handles to
@@ -164,7 +168,9 @@ impl<M> Endpoint<M> {
     }
 
     fn flush_to(&mut self, t: usize) {
-        let Some((mailbox, portal)) = self.outboxes[t].as_mut() else { return };
+        let Some((mailbox, portal)) = self.outboxes[t].as_mut() else {
+            return;
+        };
         let mut sent = false;
         while let Some((_, bulk)) = self.backlog[t].front() {
             // Both lanes need room, or the pair would be split.
@@ -176,7 +182,13 @@ impl<M> Endpoint<M> {
             if let Some(b) = bulk {
                 portal.push(b).ok().expect("portal had room");
             }
-            mailbox.push(Envelope { msg, bulk: has_bulk }).ok().expect("mailbox had room");
+            mailbox
+                .push(Envelope {
+                    msg,
+                    bulk: has_bulk,
+                })
+                .ok()
+                .expect("mailbox had room");
             sent = true;
         }
         if sent {
@@ -187,15 +199,23 @@ impl<M> Endpoint<M> {
     /// Takes one waiting message, if any, visiting senders in turn.
     pub fn try_recv(&mut self) -> Option<Incoming<M>> {
         if let Some((msg, bulk)) = self.loopback.pop_front() {
-            return Some(Incoming { from: self.id, msg, bulk });
+            return Some(Incoming {
+                from: self.id,
+                msg,
+                bulk,
+            });
         }
         let n = self.inboxes.len();
         for k in 0..n {
             let from = (self.next_inbox + k) % n;
-            let Some((mailbox, portal)) = self.inboxes[from].as_mut() else { continue };
+            let Some((mailbox, portal)) = self.inboxes[from].as_mut() else {
+                continue;
+            };
             if let Ok(env) = mailbox.pop() {
                 // The portal item was pushed before its envelope, so it is there.
-                let bulk = env.bulk.then(|| portal.pop().expect("bulk precedes its envelope"));
+                let bulk = env
+                    .bulk
+                    .then(|| portal.pop().expect("bulk precedes its envelope"));
                 self.next_inbox = (from + 1) % n;
                 return Some(Incoming {
                     from: KernelId::new(self.id.node, from as u16),
@@ -226,7 +246,9 @@ mod tests {
         a.send(b.id(), 1).unwrap();
         a.send_bulk(b.id(), 2, vec![7; 100]).unwrap();
         a.send(b.id(), 3).unwrap();
-        let got: Vec<_> = std::iter::from_fn(|| b.try_recv()).map(|m| (m.msg, m.bulk)).collect();
+        let got: Vec<_> = std::iter::from_fn(|| b.try_recv())
+            .map(|m| (m.msg, m.bulk))
+            .collect();
         assert_eq!(got, vec![(1, None), (2, Some(vec![7; 100])), (3, None)]);
     }
 

@@ -25,7 +25,8 @@ fn sixteen_kernels_all_to_all() {
                 while received < expected || sent < PER_PAIR || ep.flush() {
                     if sent < PER_PAIR {
                         for &p in &peers {
-                            ep.send(atoll_abi::KernelId::new(0, p), (me.index, sent)).unwrap();
+                            ep.send(atoll_abi::KernelId::new(0, p), (me.index, sent))
+                                .unwrap();
                         }
                         sent += 1;
                     }
@@ -39,7 +40,8 @@ fn sixteen_kernels_all_to_all() {
                         received += 1;
                     }
                     if sent == PER_PAIR && received < expected && !ep.flush() {
-                        ep.doorbell().sleep(Some(std::time::Duration::from_millis(5)));
+                        ep.doorbell()
+                            .sleep(Some(std::time::Duration::from_millis(5)));
                     }
                 }
                 received

@@ -30,7 +30,11 @@ pub(crate) struct ChannelConsole {
 
 impl Console for ChannelConsole {
     fn write(&self, console: ConsoleId, stream: Stream, bytes: &[u8]) {
-        let _ = self.tx.send(NodeEvent::Output { console, stream, bytes: bytes.to_vec() });
+        let _ = self.tx.send(NodeEvent::Output {
+            console,
+            stream,
+            bytes: bytes.to_vec(),
+        });
     }
 }
 
@@ -38,12 +42,20 @@ impl Console for ChannelConsole {
 pub(crate) fn serve(events: Receiver<NodeEvent>, sinks: Sinks) {
     for event in events {
         match event {
-            NodeEvent::Output { console, stream, bytes } => {
+            NodeEvent::Output {
+                console,
+                stream,
+                bytes,
+            } => {
                 if let Some(sink) = sinks.lock().expect("sinks").get_mut(&console) {
                     sink.output(stream, &bytes);
                 }
             }
-            NodeEvent::Exited { pid, console, status } => {
+            NodeEvent::Exited {
+                pid,
+                console,
+                status,
+            } => {
                 if let Some(mut sink) = sinks.lock().expect("sinks").remove(&console) {
                     sink.exited(pid, status);
                 }

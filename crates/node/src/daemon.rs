@@ -38,8 +38,13 @@ pub enum Request {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Response {
     Started(Pid),
-    Output { stream: Stream, bytes: Vec<u8> },
-    Exited { status: i32 },
+    Output {
+        stream: Stream,
+        bytes: Vec<u8>,
+    },
+    Exited {
+        status: i32,
+    },
     /// Every kernel's report, and the domains (to name them).
     Ps(Vec<KernelReport>, Vec<DomainInfo>),
     Domains(Vec<DomainInfo>),
@@ -98,7 +103,8 @@ pub fn serve(node: Arc<Node>, socket: &Path) -> anyhow::Result<()> {
         bail!("a node already serves {}", socket.display());
     }
     let _ = std::fs::remove_file(socket);
-    let listener = UnixListener::bind(socket).with_context(|| format!("binding {}", socket.display()))?;
+    let listener =
+        UnixListener::bind(socket).with_context(|| format!("binding {}", socket.display()))?;
     tracing::info!(socket = %socket.display(), "node listening");
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
@@ -115,7 +121,9 @@ pub fn serve(node: Arc<Node>, socket: &Path) -> anyhow::Result<()> {
 fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut writer = conn;
-    let Some(request) = read_frame::<Request>(&mut reader)? else { return Ok(()) };
+    let Some(request) = read_frame::<Request>(&mut reader)? else {
+        return Ok(());
+    };
     let answer = match request {
         Request::Run(job) => return run(node, job, reader, writer),
         Request::Ps => node.ps().map(|r| Response::Ps(r, node.domains())),
@@ -125,16 +133,32 @@ fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
         Request::DomainEnd { name } => node.domain_end(&name).map(|_| Response::Done),
         Request::Domains => Ok(Response::Domains(node.domains())),
     };
-    write_frame(&mut writer, &answer.unwrap_or_else(|e| Response::Error(format!("{e:#}"))))?;
+    write_frame(
+        &mut writer,
+        &answer.unwrap_or_else(|e| Response::Error(format!("{e:#}"))),
+    )?;
     Ok(())
 }
 
-fn run(node: &Node, job: JobSpec, mut reader: impl Read, mut writer: UnixStream) -> anyhow::Result<()> {
+fn run(
+    node: &Node,
+    job: JobSpec,
+    mut reader: impl Read,
+    mut writer: UnixStream,
+) -> anyhow::Result<()> {
     let ended = Arc::new(AtomicBool::new(false));
-    let sink = SocketSink { stream: writer.try_clone()?, ended: ended.clone() };
+    let sink = SocketSink {
+        stream: writer.try_clone()?,
+        ended: ended.clone(),
+    };
     let pid = match node.run_job(&job, Box::new(sink)) {
         Ok(pid) => pid,
-        Err(e) => return Ok(write_frame(&mut writer, &Response::Error(format!("{e:#}")))?),
+        Err(e) => {
+            return Ok(write_frame(
+                &mut writer,
+                &Response::Error(format!("{e:#}")),
+            )?)
+        }
     };
     // Wait for the client to hang up; if the job still runs, end it.
     let mut buf = [0u8; 64];
@@ -153,7 +177,13 @@ struct SocketSink {
 
 impl JobSink for SocketSink {
     fn output(&mut self, stream: Stream, bytes: &[u8]) {
-        let _ = write_frame(&mut self.stream, &Response::Output { stream, bytes: bytes.to_vec() });
+        let _ = write_frame(
+            &mut self.stream,
+            &Response::Output {
+                stream,
+                bytes: bytes.to_vec(),
+            },
+        );
     }
 
     fn exited(&mut self, _pid: Pid, status: i32) {
@@ -170,7 +200,9 @@ pub struct Client {
 impl Client {
     /// Connects to the node at `socket`, if one serves it.
     pub fn connect(socket: &Path) -> Option<Client> {
-        UnixStream::connect(socket).ok().map(|stream| Client { stream })
+        UnixStream::connect(socket)
+            .ok()
+            .map(|stream| Client { stream })
     }
 
     pub fn send(&mut self, request: &Request) -> anyhow::Result<()> {

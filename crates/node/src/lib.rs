@@ -7,8 +7,8 @@
 //! [`Node::run_job`]; [`daemon`] serves the same operations on a Unix socket
 //! so that `atoll run`, `ps` and `kill` can talk to a long-lived node.
 
-pub mod daemon;
 mod console;
+pub mod daemon;
 mod node;
 
 pub use console::JobSink;

@@ -37,7 +37,10 @@ impl NodeConfig {
             kernels: cores() as u16,
             quantum: Duration::from_millis(10),
             pin: true,
-            runtime: RuntimeConfig { cache_dir, ..RuntimeConfig::default() },
+            runtime: RuntimeConfig {
+                cache_dir,
+                ..RuntimeConfig::default()
+            },
         }
     }
 }
@@ -92,7 +95,9 @@ impl Node {
         let console = std::thread::Builder::new()
             .name("atoll-console".into())
             .spawn(move || console::serve(events_rx, console_sinks))?;
-        let console_impl = Arc::new(ChannelConsole { tx: events_tx.clone() });
+        let console_impl = Arc::new(ChannelConsole {
+            tx: events_tx.clone(),
+        });
         let mut controls = Vec::new();
         let mut kernels = Vec::new();
         for endpoint in endpoints {
@@ -106,7 +111,11 @@ impl Node {
                 runtime: runtime.clone(),
                 console: console_impl.clone(),
                 quantum: config.quantum,
-                spin: if config.kernels as usize <= cores() { Duration::from_micros(50) } else { Duration::ZERO },
+                spin: if config.kernels as usize <= cores() {
+                    Duration::from_micros(50)
+                } else {
+                    Duration::ZERO
+                },
                 pin: config.pin,
             })?);
         }
@@ -135,7 +144,12 @@ impl Node {
 
     fn kernel(&self, k: KernelId) -> anyhow::Result<usize> {
         if k.node != self.id || k.index as usize >= self.controls.len() {
-            bail!("kernel {k} does not exist (this node has kernels {}.0 to {}.{})", self.id, self.id, self.controls.len() - 1);
+            bail!(
+                "kernel {k} does not exist (this node has kernels {}.0 to {}.{})",
+                self.id,
+                self.id,
+                self.controls.len() - 1
+            );
         }
         Ok(k.index as usize)
     }
@@ -144,7 +158,9 @@ impl Node {
     fn ask<T>(&self, k: KernelId, make: impl FnOnce(Sender<T>) -> Control) -> anyhow::Result<T> {
         let i = self.kernel(k)?;
         let (tx, rx) = mpsc::channel();
-        self.controls[i].send(make(tx)).map_err(|_| anyhow!("kernel {k} has stopped"))?;
+        self.controls[i]
+            .send(make(tx))
+            .map_err(|_| anyhow!("kernel {k} has stopped"))?;
         self.doorbells[i].ring();
         rx.recv().map_err(|_| anyhow!("kernel {k} did not answer"))
     }
@@ -167,7 +183,8 @@ impl Node {
         let kernel = match job.kernel {
             Some(k) => KernelId::new(self.id, k),
             None => {
-                let n = self.next_kernel.fetch_add(1, Ordering::Relaxed) % self.controls.len() as u64;
+                let n =
+                    self.next_kernel.fetch_add(1, Ordering::Relaxed) % self.controls.len() as u64;
                 KernelId::new(self.id, n as u16)
             }
         };
@@ -179,7 +196,9 @@ impl Node {
                 .lock()
                 .expect("domains")
                 .lookup(name)
-                .ok_or_else(|| anyhow!("no domain `{name}` (create it with `atoll domain create {name}`)"))?,
+                .ok_or_else(|| {
+                    anyhow!("no domain `{name}` (create it with `atoll domain create {name}`)")
+                })?,
         };
         let console = ConsoleId(self.next_console.fetch_add(1, Ordering::Relaxed));
         self.sinks.lock().expect("sinks").insert(console, sink);
@@ -191,7 +210,9 @@ impl Node {
             preopens: job.preopens.clone(),
             domain: Some(domain),
         };
-        let started = self.ask(kernel, |reply| Control::Start { spec, reply }).and_then(|r| r.map_err(|e| anyhow!(e)));
+        let started = self
+            .ask(kernel, |reply| Control::Start { spec, reply })
+            .and_then(|r| r.map_err(|e| anyhow!(e)));
         if started.is_err() {
             self.sinks.lock().expect("sinks").remove(&console);
         }
@@ -218,25 +239,32 @@ impl Node {
     pub fn kill(&self, pid: Pid, signal: i32) -> anyhow::Result<()> {
         let home = pid.home;
         self.kernel(home).map_err(|_| anyhow!("no process {pid}"))?;
-        self.ask(home, |reply| Control::Kill { pid, signal, reply })?.map_err(|e: Errno| anyhow!("cannot kill {pid}: {e}"))
+        self.ask(home, |reply| Control::Kill { pid, signal, reply })?
+            .map_err(|e: Errno| anyhow!("cannot kill {pid}: {e}"))
     }
 
     /// Stops `pid` at its next safepoint and takes it out of its kernel.
     pub fn capture(&self, pid: Pid) -> anyhow::Result<ProcessImage> {
         let at = self.locate(pid)?;
-        self.ask(at, |reply| Control::Capture { pid, reply })?.map_err(|e| anyhow!(e))
+        self.ask(at, |reply| Control::Capture { pid, reply })?
+            .map_err(|e| anyhow!(e))
     }
 
     /// Restores a captured process on kernel `on`.
     pub fn restore(&self, image: ProcessImage, on: KernelId) -> anyhow::Result<Pid> {
-        self.ask(on, |reply| Control::Restore { image: Box::new(image), reply })?.map_err(|e| anyhow!(e))
+        self.ask(on, |reply| Control::Restore {
+            image: Box::new(image),
+            reply,
+        })?
+        .map_err(|e| anyhow!(e))
     }
 
     /// Moves `pid` to kernel `to` through the NoC (stop, copy, restore).
     pub fn move_process(&self, pid: Pid, to: KernelId) -> anyhow::Result<MoveReport> {
         self.kernel(to)?;
         let at = self.locate(pid)?;
-        self.ask(at, |reply| Control::Move { pid, to, reply })?.map_err(|e| anyhow!(e))
+        self.ask(at, |reply| Control::Move { pid, to, reply })?
+            .map_err(|e| anyhow!(e))
     }
 
     /// Stops every kernel; processes still running are dropped.

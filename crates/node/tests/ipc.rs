@@ -18,8 +18,18 @@ fn both_ways(node: &Node, scenario: &str, args: &[&str]) {
         let mut spec = job("ipc", &argv);
         spec.kernel = Some(0);
         let (status, out) = run(node, &spec);
-        assert_eq!(status, 0, "{scenario} {place}: {}{}", out.stdout(), out.stderr());
-        assert_eq!(out.stdout(), format!("ok {scenario}\n"), "{scenario} {place}");
+        assert_eq!(
+            status,
+            0,
+            "{scenario} {place}: {}{}",
+            out.stdout(),
+            out.stderr()
+        );
+        assert_eq!(
+            out.stdout(),
+            format!("ok {scenario}\n"),
+            "{scenario} {place}"
+        );
     }
 }
 
@@ -72,18 +82,35 @@ fn many_pairs_across_kernels_lose_and_duplicate_no_message() {
     assert_eq!(out.stdout(), "ok stress\n");
     let reports = node.ps().unwrap();
     let remote: u64 = reports.iter().map(|r| r.ipc.remote_out).sum();
-    assert!(remote > 0, "no message crossed kernels: {:?}", reports.iter().map(|r| &r.ipc).collect::<Vec<_>>());
+    assert!(
+        remote > 0,
+        "no message crossed kernels: {:?}",
+        reports.iter().map(|r| &r.ipc).collect::<Vec<_>>()
+    );
 }
 
 /// Polls `ps` until `pred` holds for some process.
-fn wait_until(node: &Node, what: &str, pred: impl Fn(&atoll_kernel::ProcInfo) -> bool) -> atoll_kernel::ProcInfo {
+fn wait_until(
+    node: &Node,
+    what: &str,
+    pred: impl Fn(&atoll_kernel::ProcInfo) -> bool,
+) -> atoll_kernel::ProcInfo {
     let t = Instant::now();
     loop {
-        let found = node.ps().unwrap().into_iter().flat_map(|r| r.processes).find(|p| pred(p));
+        let found = node
+            .ps()
+            .unwrap()
+            .into_iter()
+            .flat_map(|r| r.processes)
+            .find(|p| pred(p));
         if let Some(p) = found {
             return p;
         }
-        assert!(t.elapsed() < HANG, "never saw {what}: {:#?}", node.ps().unwrap());
+        assert!(
+            t.elapsed() < HANG,
+            "never saw {what}: {:#?}",
+            node.ps().unwrap()
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -94,14 +121,21 @@ fn ps_shows_who_sends_to_and_receives_from_whom() {
     let mut spec = job("ipc", &["hold", "other"]);
     spec.kernel = Some(0);
     let (pid, _out, done) = start(&node, &spec);
-    let parent = wait_until(&node, "the parent sending", |p| p.pid == pid && p.state.starts_with("SENDING to"));
+    let parent = wait_until(&node, "the parent sending", |p| {
+        p.pid == pid && p.state.starts_with("SENDING to")
+    });
     assert_eq!(parent.domain, Some(DomainId::DEFAULT));
     assert_eq!((parent.ipc.sent, parent.ipc.received), (1, 1), "{parent:?}");
-    let echo = wait_until(&node, "the echo child receiving", |p| p.state == "RECEIVING from ANY");
+    let echo = wait_until(&node, "the echo child receiving", |p| {
+        p.state == "RECEIVING from ANY"
+    });
     assert_eq!((echo.ipc.sent, echo.ipc.received), (1, 1), "{echo:?}");
     assert_eq!(echo.kernel.index, 1);
     node.kill(pid, status::SIGKILL).unwrap();
-    assert_eq!(done.recv_timeout(HANG).unwrap(), status::killed(status::SIGKILL));
+    assert_eq!(
+        done.recv_timeout(HANG).unwrap(),
+        status::killed(status::SIGKILL)
+    );
 }
 
 #[test]
@@ -121,7 +155,10 @@ fn ending_a_domain_ends_its_processes_on_every_kernel() {
     }
     node.domain_end("lab").unwrap();
     for (_, _, done) in jobs {
-        assert_eq!(done.recv_timeout(HANG).unwrap(), status::killed(status::SIGKILL));
+        assert_eq!(
+            done.recv_timeout(HANG).unwrap(),
+            status::killed(status::SIGKILL)
+        );
     }
     assert!(node.domains().iter().all(|d| d.name != "lab"));
     let mut gone = job("ipc", &["sleeper", "same"]);
@@ -131,7 +168,10 @@ fn ending_a_domain_ends_its_processes_on_every_kernel() {
     // The default domain's process was left alone.
     wait_until(&node, "the outsider", |p| p.pid == outsider);
     node.kill(outsider, status::SIGKILL).unwrap();
-    assert_eq!(outsider_done.recv_timeout(HANG).unwrap(), status::killed(status::SIGKILL));
+    assert_eq!(
+        outsider_done.recv_timeout(HANG).unwrap(),
+        status::killed(status::SIGKILL)
+    );
     assert!(node.domain_end("default").is_err());
 }
 
@@ -141,7 +181,10 @@ fn messages_follow_a_server_moved_between_kernels_mid_conversation() {
     let mut spec = job("ipc", &["pingpong", "same", "20000"]);
     spec.kernel = Some(0);
     let (client, out, done) = start(&node, &spec);
-    let server = wait_until(&node, "the echo server", |p| p.pid != client && p.name == "ipc").pid;
+    let server = wait_until(&node, "the echo server", |p| {
+        p.pid != client && p.name == "ipc"
+    })
+    .pid;
     let mut moves = 0;
     let mut to = 1;
     let status = loop {
@@ -149,7 +192,10 @@ fn messages_follow_a_server_moved_between_kernels_mid_conversation() {
             break status;
         }
         // The server ends just before its client: a failed move is fine then.
-        if node.move_process(server, atoll_abi::KernelId::new(0, to)).is_ok() {
+        if node
+            .move_process(server, atoll_abi::KernelId::new(0, to))
+            .is_ok()
+        {
             moves += 1;
             to = 1 - to;
         }

@@ -17,7 +17,10 @@ fn hello_reports_its_identity_on_the_chosen_kernel() {
     let (status, out) = run(&node, &spec);
     assert_eq!(status, 0);
     let text = out.stdout();
-    assert!(text.starts_with("hello from pid 0.2:0:0 on kernel 2 of 4 (node 0)\n"), "{text}");
+    assert!(
+        text.starts_with("hello from pid 0.2:0:0 on kernel 2 of 4 (node 0)\n"),
+        "{text}"
+    );
     assert!(text.contains("argv[1] = one\nargv[2] = two\n"), "{text}");
 }
 
@@ -28,10 +31,19 @@ fn children_spread_over_sixteen_kernels_on_two_cores() {
     assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
     let text = out.stdout();
     for i in 0..16 {
-        assert!(text.contains(&format!("child {i} exited with status {}\n", i + 10)), "{text}");
-        assert!(text.contains(&format!("on kernel {i}:")), "child {i} not on kernel {i}: {text}");
+        assert!(
+            text.contains(&format!("child {i} exited with status {}\n", i + 10)),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("on kernel {i}:")),
+            "child {i} not on kernel {i}: {text}"
+        );
     }
-    assert!(text.contains("spawn: all 16 children exited as expected"), "{text}");
+    assert!(
+        text.contains("spawn: all 16 children exited as expected"),
+        "{text}"
+    );
 }
 
 /// Runs `progress` to completion for the reference output.
@@ -62,15 +74,25 @@ fn a_process_stopped_mid_run_and_restored_on_another_kernel_prints_the_same() {
     wait_for_lines(&out, 5);
     let image = node.capture(pid).expect("capture");
     let printed = out.stdout();
-    assert!(!printed.contains("done"), "captured too late to prove anything: {printed}");
+    assert!(
+        !printed.contains("done"),
+        "captured too late to prove anything: {printed}"
+    );
     assert!(expected.starts_with(&printed));
     assert!(image.uarea.started);
     // The whole state as bytes, and back: what a move or a checkpoint carries.
     let bytes = image.encode();
     let image = ProcessImage::decode(&bytes).expect("decode");
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(out.stdout(), printed, "the captured process must not run on");
-    assert_eq!(node.restore(image, KernelId::new(0, 1)).expect("restore"), pid);
+    assert_eq!(
+        out.stdout(),
+        printed,
+        "the captured process must not run on"
+    );
+    assert_eq!(
+        node.restore(image, KernelId::new(0, 1)).expect("restore"),
+        pid
+    );
     // The home kernel (0) learns the new location by a NoC message.
     let t = std::time::Instant::now();
     while node.locate(pid).unwrap() != KernelId::new(0, 1) {
@@ -112,7 +134,14 @@ fn a_spinning_process_does_not_starve_its_neighbour() {
     let (status, out) = run(&node, &job("hello", &[]));
     assert_eq!(status, 0);
     assert!(out.stdout().starts_with("hello from"));
-    let spin = node.ps().unwrap().remove(0).processes.into_iter().find(|p| p.pid == spinner).expect("spinner still runs");
+    let spin = node
+        .ps()
+        .unwrap()
+        .remove(0)
+        .processes
+        .into_iter()
+        .find(|p| p.pid == spinner)
+        .expect("spinner still runs");
     assert!(spin.cpu_ns > 0);
     node.kill(spinner, status::SIGKILL).unwrap();
     assert_eq!(spin_done.recv_timeout(HANG).unwrap(), status::killed(9));
@@ -127,13 +156,23 @@ fn a_trap_is_reported_and_contained() {
         assert_eq!(status, status::TRAPPED, "{kind}");
         let err = out.stderr();
         assert!(err.contains("(trap) trapped: wasm trap:"), "{kind}: {err}");
-        assert!(out.stdout().contains(&format!("about to trap: {kind}")), "{kind}");
+        assert!(
+            out.stdout().contains(&format!("about to trap: {kind}")),
+            "{kind}"
+        );
     }
     let (status, out) = run(&node, &job("trap", &["div0"]));
     assert_eq!(status, status::TRAPPED);
-    assert!(out.stderr().contains("integer divide by zero"), "{}", out.stderr());
+    assert!(
+        out.stderr().contains("integer divide by zero"),
+        "{}",
+        out.stderr()
+    );
     // The kernel and its other process carry on.
-    assert!(node.ps().unwrap()[0].processes.iter().any(|p| p.pid == spinner));
+    assert!(node.ps().unwrap()[0]
+        .processes
+        .iter()
+        .any(|p| p.pid == spinner));
     node.kill(spinner, 15).unwrap();
     assert_eq!(spin_done.recv_timeout(HANG).unwrap(), status::killed(15));
 }
@@ -143,10 +182,17 @@ fn bad_pointers_in_system_calls_get_efault() {
     let node = node(2);
     let dir = tempfile::tempdir().unwrap();
     let mut spec = job("efault", &[]);
-    spec.preopens = vec![Preopen { host: dir.path().into(), guest: "/tmp".into() }];
+    spec.preopens = vec![Preopen {
+        host: dir.path().into(),
+        guest: "/tmp".into(),
+    }];
     let (status, out) = run(&node, &spec);
     assert_eq!(status, 0, "{}", out.stdout());
-    assert!(out.stdout().contains("efault: 0 failures"), "{}", out.stdout());
+    assert!(
+        out.stdout().contains("efault: 0 failures"),
+        "{}",
+        out.stdout()
+    );
     assert!(!out.stdout().contains("FAIL"));
 }
 
@@ -162,7 +208,11 @@ fn a_sleeping_process_holds_no_thread_and_can_be_killed() {
     assert_eq!(p.state, "sleeping");
     node.kill(sleeper, 9).unwrap();
     assert_eq!(done.recv_timeout(HANG).unwrap(), 137);
-    assert!(node.kill(sleeper, 9).unwrap_err().to_string().contains("no such process"));
+    assert!(node
+        .kill(sleeper, 9)
+        .unwrap_err()
+        .to_string()
+        .contains("no such process"));
 }
 
 #[test]
@@ -178,7 +228,10 @@ fn files_under_a_preopened_directory() {
     let node = node(2);
     let dir = tempfile::tempdir().unwrap();
     let mut spec = job("files", &["/data"]);
-    spec.preopens = vec![Preopen { host: dir.path().into(), guest: "/data".into() }];
+    spec.preopens = vec![Preopen {
+        host: dir.path().into(),
+        guest: "/data".into(),
+    }];
     let (status, out) = run(&node, &spec);
     assert_eq!(status, 0, "{}\n{}", out.stdout(), out.stderr());
 }
@@ -191,7 +244,10 @@ fn args_and_environment_reach_the_program() {
     let (status, out) = run(&node, &spec);
     assert_eq!(status, 0);
     let text = out.stdout();
-    assert!(text.contains("a b") && text.contains("A=1") && text.contains("B=2"), "{text}");
+    assert!(
+        text.contains("a b") && text.contains("A=1") && text.contains("B=2"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -221,5 +277,10 @@ fn a_parent_moved_while_its_children_end_hears_from_every_child() {
         std::thread::sleep(Duration::from_millis(2));
     }
     assert!(moves >= 2, "only {moves} moves happened");
-    assert!(out.stdout().contains("spawn: all 12 children exited as expected"), "{}", out.stdout());
+    assert!(
+        out.stdout()
+            .contains("spawn: all 12 children exited as expected"),
+        "{}",
+        out.stdout()
+    );
 }

@@ -146,7 +146,13 @@ fn linker(engine: &Engine) -> Linker<Wasi> {
 
 /// A store for one run of the program with `args`.
 fn new_store(engine: &Engine, args: &[String]) -> Store<Wasi> {
-    Store::new(engine, Wasi { args: args.to_vec(), ..Wasi::default() })
+    Store::new(
+        engine,
+        Wasi {
+            args: args.to_vec(),
+            ..Wasi::default()
+        },
+    )
 }
 
 /// Instantiates and runs `_start` once, never preempted; returns the time.

@@ -13,7 +13,10 @@ pub fn realtime_ns() -> u64 {
 }
 
 fn clock_ns(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec and `id` a clock Linux always has.
     let rc = unsafe { libc::clock_gettime(id, &mut ts) };
     debug_assert_eq!(rc, 0);

@@ -61,7 +61,12 @@ impl Container {
     /// # Errors
     /// [`ContainerError::Instantiate`] when the instance cannot be created
     /// (its memory exceeds the limit, its start function traps).
-    pub fn new(runtime: &Arc<Runtime>, program: Arc<Program>, uarea: UArea, host: Host) -> Result<Self, ContainerError> {
+    pub fn new(
+        runtime: &Arc<Runtime>,
+        program: Arc<Program>,
+        uarea: UArea,
+        host: Host,
+    ) -> Result<Self, ContainerError> {
         Container::instantiate(runtime, program, uarea, host)
     }
 
@@ -70,13 +75,27 @@ impl Container {
     /// # Errors
     /// [`ContainerError::UnknownModule`] if the image's code is not loaded
     /// here; [`ContainerError::BadImage`] if the image does not match it.
-    pub fn restore(runtime: &Arc<Runtime>, image: ProcessImage, host: Host) -> Result<Self, ContainerError> {
+    pub fn restore(
+        runtime: &Arc<Runtime>,
+        image: ProcessImage,
+        host: Host,
+    ) -> Result<Self, ContainerError> {
         let program = runtime
             .program(&image.uarea.module)
             .ok_or_else(|| ContainerError::UnknownModule(image.uarea.module.to_string()))?;
-        let ProcessImage { uarea, globals, memory } = image;
+        let ProcessImage {
+            uarea,
+            globals,
+            memory,
+        } = image;
         let mut c = Container::instantiate(runtime, program, uarea, host)?;
-        let asyncify = c.store.data().exports().asyncify.clone().ok_or(ContainerError::NotPrepared)?;
+        let asyncify = c
+            .store
+            .data()
+            .exports()
+            .asyncify
+            .clone()
+            .ok_or(ContainerError::NotPrepared)?;
         c.write_memory(&memory)?;
         for (name, value) in globals {
             let global = asyncify
@@ -98,8 +117,15 @@ impl Container {
         Ok(c)
     }
 
-    fn instantiate(runtime: &Arc<Runtime>, program: Arc<Program>, uarea: UArea, host: Host) -> Result<Self, ContainerError> {
-        let limits = StoreLimitsBuilder::new().memory_size(runtime.max_memory()).build();
+    fn instantiate(
+        runtime: &Arc<Runtime>,
+        program: Arc<Program>,
+        uarea: UArea,
+        host: Host,
+    ) -> Result<Self, ContainerError> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(runtime.max_memory())
+            .build();
         let mut store = Store::new(runtime.engine(), ProcCtx::new(uarea, host, limits));
         store.limiter(|ctx| &mut ctx.limits);
         store.epoch_deadline_callback(|mut cx| {
@@ -111,10 +137,18 @@ impl Container {
             }
             Ok(UpdateDeadline::Continue(1))
         });
-        let instance = program.pre().instantiate(&mut store).map_err(ContainerError::Instantiate)?;
-        let exports = bind_exports(&mut store, &instance, program.prepared()).map_err(ContainerError::Instantiate)?;
+        let instance = program
+            .pre()
+            .instantiate(&mut store)
+            .map_err(ContainerError::Instantiate)?;
+        let exports = bind_exports(&mut store, &instance, program.prepared())
+            .map_err(ContainerError::Instantiate)?;
         store.data_mut().exports = Some(Arc::new(exports));
-        Ok(Container { store, program, runtime: runtime.clone() })
+        Ok(Container {
+            store,
+            program,
+            runtime: runtime.clone(),
+        })
     }
 
     /// Runs the process for at most about `quantum` (the next safepoint after
@@ -138,13 +172,20 @@ impl Container {
         ctx.uarea.accounting.slices += 1;
         ctx.uarea.accounting.last_kernel = Some(ctx.host.kernel);
         if ctx.uarea.started {
-            let (Some(asyncify), Some(area), CallState::Replied(_)) =
-                (exports.asyncify.as_ref(), ctx.uarea.stack_area, &ctx.uarea.call)
-            else {
-                return Slice::Trapped("internal error: resumed a process that is not stopped with a reply".into());
+            let (Some(asyncify), Some(area), CallState::Replied(_)) = (
+                exports.asyncify.as_ref(),
+                ctx.uarea.stack_area,
+                &ctx.uarea.call,
+            ) else {
+                return Slice::Trapped(
+                    "internal error: resumed a process that is not stopped with a reply".into(),
+                );
             };
             ctx.rewinding = true;
-            if let Err(e) = asyncify.start_rewind.call(&mut self.store, area.addr as i32) {
+            if let Err(e) = asyncify
+                .start_rewind
+                .call(&mut self.store, area.addr as i32)
+            {
                 return Slice::Trapped(format!("cannot rewind the saved stack: {e:#}"));
             }
         } else {
@@ -155,7 +196,10 @@ impl Container {
         // functions, which run only inside the call below, and is cleared
         // right after it, while `link` is still borrowed.
         self.store.data_mut().link = link.map(|l| unsafe {
-            NonNull::new_unchecked(std::mem::transmute::<*mut (dyn KernelLink + '_), *mut (dyn KernelLink + 'static)>(l))
+            NonNull::new_unchecked(std::mem::transmute::<
+                *mut (dyn KernelLink + '_),
+                *mut (dyn KernelLink + 'static),
+            >(l))
         });
         let lane = self.store.data().host.kernel.index;
         self.runtime.ticker().enter(lane);
@@ -168,7 +212,10 @@ impl Container {
             Ok(()) => match &ctx.uarea.call {
                 CallState::Blocked(call) => {
                     let call = call.clone();
-                    let asyncify = exports.asyncify.as_ref().expect("only prepared modules unwind");
+                    let asyncify = exports
+                        .asyncify
+                        .as_ref()
+                        .expect("only prepared modules unwind");
                     match asyncify.stop_unwind.call(&mut self.store, ()) {
                         Ok(()) => Slice::Call(call),
                         Err(e) => Slice::Trapped(format!("cannot finish unwinding: {e:#}")),
@@ -187,7 +234,10 @@ impl Container {
     /// reply when it next runs.
     pub fn reply(&mut self, reply: Reply) {
         let call = &mut self.store.data_mut().uarea.call;
-        debug_assert!(matches!(call, CallState::Blocked(_)), "reply to a process not in a call");
+        debug_assert!(
+            matches!(call, CallState::Blocked(_)),
+            "reply to a process not in a call"
+        );
         *call = CallState::Replied(reply);
     }
 
@@ -199,7 +249,10 @@ impl Container {
     /// [`ContainerError::NotStopped`] if the process is not at a safepoint.
     pub fn capture(&mut self) -> Result<ProcessImage, ContainerError> {
         let exports = self.store.data().exports().clone();
-        let asyncify = exports.asyncify.as_ref().ok_or(ContainerError::NotPrepared)?;
+        let asyncify = exports
+            .asyncify
+            .as_ref()
+            .ok_or(ContainerError::NotPrepared)?;
         let uarea = &self.store.data().uarea;
         if uarea.started && uarea.call == CallState::Running {
             return Err(ContainerError::NotStopped);
@@ -213,13 +266,21 @@ impl Container {
                     Val::I64(v) => GlobalValue::I64(v),
                     Val::F32(v) => GlobalValue::F32(v),
                     Val::F64(v) => GlobalValue::F64(v),
-                    other => return Err(ContainerError::BadImage(format!("global `{name}` holds {other:?}"))),
+                    other => {
+                        return Err(ContainerError::BadImage(format!(
+                            "global `{name}` holds {other:?}"
+                        )))
+                    }
                 };
                 Ok((name.clone(), v))
             })
             .collect::<Result<_, _>>()?;
         let memory = MemoryImage::capture(exports.memory.data(&self.store));
-        Ok(ProcessImage { uarea: self.store.data().uarea.clone(), globals, memory })
+        Ok(ProcessImage {
+            uarea: self.store.data().uarea.clone(),
+            globals,
+            memory,
+        })
     }
 
     fn write_memory(&mut self, image: &MemoryImage) -> Result<(), ContainerError> {
@@ -282,14 +343,20 @@ impl Container {
     }
 }
 
-fn bind_exports(store: &mut Store<ProcCtx>, instance: &wasmtime::Instance, prepared: bool) -> wasmtime::Result<Exports> {
+fn bind_exports(
+    store: &mut Store<ProcCtx>,
+    instance: &wasmtime::Instance,
+    prepared: bool,
+) -> wasmtime::Result<Exports> {
     use atoll_prepare::conventions as c;
     let memory = instance
         .get_memory(&mut *store, "memory")
         .ok_or_else(|| wasmtime::format_err!("module does not export `memory`"))?;
     let start = instance
         .get_func(&mut *store, "_start")
-        .ok_or_else(|| wasmtime::format_err!("module does not export `_start` (not a WASI command)"))?
+        .ok_or_else(|| {
+            wasmtime::format_err!("module does not export `_start` (not a WASI command)")
+        })?
         .typed(&*store)
         .map_err(|_| wasmtime::format_err!("`_start` must take and return nothing"))?;
     let asyncify = if prepared {
@@ -312,7 +379,11 @@ fn bind_exports(store: &mut Store<ProcCtx>, instance: &wasmtime::Instance, prepa
     } else {
         None
     };
-    Ok(Exports { memory, start, asyncify })
+    Ok(Exports {
+        memory,
+        start,
+        asyncify,
+    })
 }
 
 /// The trap's reason, then the guest frames where it happened.
@@ -321,7 +392,9 @@ fn describe_trap(e: &wasmtime::Error) -> String {
         Some(trap) => trap.to_string(),
         None => format!("{:#}", e.root_cause()),
     };
-    let Some(bt) = e.downcast_ref::<wasmtime::WasmBacktrace>() else { return reason };
+    let Some(bt) = e.downcast_ref::<wasmtime::WasmBacktrace>() else {
+        return reason;
+    };
     // Innermost first; a run of one function (deep recursion) is one line.
     let mut lines: Vec<(String, usize)> = Vec::new();
     for f in bt.frames() {

@@ -80,7 +80,9 @@ impl ProcCtx {
     }
 
     pub(crate) fn exports(&self) -> &Arc<Exports> {
-        self.exports.as_ref().expect("exports are bound at instantiation")
+        self.exports
+            .as_ref()
+            .expect("exports are bound at instantiation")
     }
 }
 

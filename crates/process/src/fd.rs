@@ -28,7 +28,10 @@ impl std::str::FromStr for Preopen {
         if host.is_empty() || guest.is_empty() {
             return Err(format!("`{s}`: expected HOST::GUEST or DIR"));
         }
-        Ok(Preopen { host: host.into(), guest: guest.into() })
+        Ok(Preopen {
+            host: host.into(),
+            guest: guest.into(),
+        })
     }
 }
 
@@ -80,7 +83,11 @@ impl FdTable {
         for (i, p) in preopens.iter().enumerate() {
             entries.insert(
                 3 + i as u32,
-                Fd::Dir(DirFd { host: p.host.clone(), root: p.host.clone(), preopen: Some(p.guest.clone()) }),
+                Fd::Dir(DirFd {
+                    host: p.host.clone(),
+                    root: p.host.clone(),
+                    preopen: Some(p.guest.clone()),
+                }),
             );
         }
         FdTable { entries }
@@ -96,7 +103,9 @@ impl FdTable {
 
     /// Installs `entry` at the lowest free descriptor.
     pub fn insert(&mut self, entry: Fd) -> Result<u32, Errno> {
-        let fd = (0..MAX_FDS).find(|n| !self.entries.contains_key(n)).ok_or(Errno::Mfile)?;
+        let fd = (0..MAX_FDS)
+            .find(|n| !self.entries.contains_key(n))
+            .ok_or(Errno::Mfile)?;
         self.entries.insert(fd, entry);
         Ok(fd)
     }
@@ -132,7 +141,15 @@ mod tests {
     fn lowest_free_and_renumber() {
         let mut t = FdTable::new(&["/tmp::/data".parse().unwrap()]);
         assert!(matches!(t.get(3), Ok(Fd::Dir(d)) if d.preopen.as_deref() == Some("/data")));
-        let f = || Fd::File(FileFd { host: "/x".into(), offset: 0, read: true, write: false, append: false });
+        let f = || {
+            Fd::File(FileFd {
+                host: "/x".into(),
+                offset: 0,
+                read: true,
+                write: false,
+                append: false,
+            })
+        };
         assert_eq!(t.insert(f()).unwrap(), 4);
         t.remove(1).unwrap();
         assert_eq!(t.insert(f()).unwrap(), 1);
@@ -145,7 +162,10 @@ mod tests {
     #[test]
     fn preopen_syntax() {
         let p: Preopen = "a/b::/data".parse().unwrap();
-        assert_eq!((p.host.to_str().unwrap(), p.guest.as_str()), ("a/b", "/data"));
+        assert_eq!(
+            (p.host.to_str().unwrap(), p.guest.as_str()),
+            ("a/b", "/data")
+        );
         let p: Preopen = "/srv".parse().unwrap();
         assert_eq!(p.guest, "/srv");
         assert!("::/x".parse::<Preopen>().is_err());

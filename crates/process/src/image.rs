@@ -55,7 +55,10 @@ impl MemoryImage {
             .filter(|(_, page)| page.iter().any(|&b| b != 0))
             .map(|(i, page)| (i as u32, page.to_vec()))
             .collect();
-        MemoryImage { pages: bytes.len().div_ceil(PAGE_SIZE) as u32, data }
+        MemoryImage {
+            pages: bytes.len().div_ceil(PAGE_SIZE) as u32,
+            data,
+        }
     }
 
     /// Bytes of page data the image carries.
@@ -69,7 +72,9 @@ impl MemoryImage {
 pub enum ImageError {
     #[error("not an atoll process image (bad magic)")]
     BadMagic,
-    #[error("process image format version {0} is not supported (this atoll reads version {VERSION})")]
+    #[error(
+        "process image format version {0} is not supported (this atoll reads version {VERSION})"
+    )]
     Version(u16),
     #[error("process image is truncated: {have} bytes, {need} expected")]
     Truncated { have: usize, need: usize },
@@ -100,7 +105,10 @@ impl ProcessImage {
     pub fn decode(bytes: &[u8]) -> Result<Self, ImageError> {
         if bytes.len() < HEADER {
             return Err(if bytes.starts_with(&MAGIC[..bytes.len().min(8)]) {
-                ImageError::Truncated { have: bytes.len(), need: HEADER }
+                ImageError::Truncated {
+                    have: bytes.len(),
+                    need: HEADER,
+                }
             } else {
                 ImageError::BadMagic
             });
@@ -116,7 +124,10 @@ impl ProcessImage {
         let crc = u32::from_le_bytes(bytes[18..22].try_into().expect("4 bytes"));
         let payload = &bytes[HEADER..];
         if payload.len() < len {
-            return Err(ImageError::Truncated { have: bytes.len(), need: HEADER + len });
+            return Err(ImageError::Truncated {
+                have: bytes.len(),
+                need: HEADER + len,
+            });
         }
         let payload = &payload[..len];
         if crc32fast::hash(payload) != crc {
@@ -136,7 +147,16 @@ mod tests {
     fn image() -> ProcessImage {
         let pid = Pid::new(KernelId::new(0, 1), 2, 3);
         let hash = atoll_prepare::content_hash(b"module");
-        let uarea = UArea::new(pid, None, hash, vec!["a".into()], vec![], ConsoleId(7), FdTable::new(&[]), None);
+        let uarea = UArea::new(
+            pid,
+            None,
+            hash,
+            vec!["a".into()],
+            vec![],
+            ConsoleId(7),
+            FdTable::new(&[]),
+            None,
+        );
         let mut mem = vec![0u8; 3 * PAGE_SIZE];
         mem[PAGE_SIZE + 5] = 9;
         ProcessImage {
@@ -160,15 +180,30 @@ mod tests {
     #[test]
     fn damaged_images_are_refused() {
         let bytes = image().encode();
-        assert!(matches!(ProcessImage::decode(b"hello"), Err(ImageError::BadMagic)));
-        assert!(matches!(ProcessImage::decode(&bytes[..5]), Err(ImageError::Truncated { .. })));
-        assert!(matches!(ProcessImage::decode(&bytes[..bytes.len() - 1]), Err(ImageError::Truncated { .. })));
+        assert!(matches!(
+            ProcessImage::decode(b"hello"),
+            Err(ImageError::BadMagic)
+        ));
+        assert!(matches!(
+            ProcessImage::decode(&bytes[..5]),
+            Err(ImageError::Truncated { .. })
+        ));
+        assert!(matches!(
+            ProcessImage::decode(&bytes[..bytes.len() - 1]),
+            Err(ImageError::Truncated { .. })
+        ));
         let mut flipped = bytes.clone();
         *flipped.last_mut().unwrap() ^= 1;
-        assert!(matches!(ProcessImage::decode(&flipped), Err(ImageError::Checksum)));
+        assert!(matches!(
+            ProcessImage::decode(&flipped),
+            Err(ImageError::Checksum)
+        ));
         let mut v2 = bytes.clone();
         v2[8] = 2;
-        assert!(matches!(ProcessImage::decode(&v2), Err(ImageError::Version(2))));
+        assert!(matches!(
+            ProcessImage::decode(&v2),
+            Err(ImageError::Version(2))
+        ));
     }
 
     proptest::proptest! {

@@ -27,7 +27,9 @@ mod runtime;
 mod syscall;
 mod uarea;
 
-pub use call::{CallState, IpcCaller, IpcOutcome, KernelCall, KernelLink, Reply, SpawnModule, SpawnRequest};
+pub use call::{
+    CallState, IpcCaller, IpcOutcome, KernelCall, KernelLink, Reply, SpawnModule, SpawnRequest,
+};
 pub use container::{Container, ContainerError, Slice};
 pub use ctx::{Console, Host, Stream};
 pub use fd::{DirFd, Fd, FdTable, FileFd, Preopen};

@@ -45,7 +45,10 @@ impl<'a> GuestMemory<'a> {
     }
 
     pub fn read<const N: usize>(&self, ptr: u32) -> Result<[u8; N], Errno> {
-        Ok(self.slice(ptr, N as u32)?.try_into().expect("length checked"))
+        Ok(self
+            .slice(ptr, N as u32)?
+            .try_into()
+            .expect("length checked"))
     }
 
     pub fn u8(&self, ptr: u32) -> Result<u8, Errno> {
@@ -65,7 +68,8 @@ impl<'a> GuestMemory<'a> {
     }
 
     pub fn write(&mut self, ptr: u32, data: &[u8]) -> Result<(), Errno> {
-        self.slice_mut(ptr, data.len() as u32)?.copy_from_slice(data);
+        self.slice_mut(ptr, data.len() as u32)?
+            .copy_from_slice(data);
         Ok(())
     }
 
@@ -114,7 +118,12 @@ impl<'a> GuestMemory<'a> {
 
     /// Writes a list of strings as WASI does for args and environ: a table of
     /// pointers at `ptrs` and the NUL-terminated strings from `buf` on.
-    pub fn write_string_table(&mut self, ptrs: u32, buf: u32, items: &[String]) -> Result<(), Errno> {
+    pub fn write_string_table(
+        &mut self,
+        ptrs: u32,
+        buf: u32,
+        items: &[String],
+    ) -> Result<(), Errno> {
         let mut at = buf;
         for (i, s) in items.iter().enumerate() {
             self.write_u32(ptrs.checked_add(4 * i as u32).ok_or(Errno::Fault)?, at)?;
@@ -153,7 +162,8 @@ mod tests {
         m.write(10, b"abc").unwrap();
         m.write(20, b"defg").unwrap();
         assert_eq!(m.gather(&[(10, 3), (20, 5)]).unwrap(), b"abcdefg\0");
-        m.write_string_table(40, 48, &["ab".into(), "c".into()]).unwrap();
+        m.write_string_table(40, 48, &["ab".into(), "c".into()])
+            .unwrap();
         assert_eq!(m.u32(40).unwrap(), 48);
         assert_eq!(m.u32(44).unwrap(), 51);
         assert_eq!(m.slice(48, 5).unwrap(), b"ab\0c\0");

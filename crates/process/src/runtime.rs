@@ -15,7 +15,10 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use atoll_prepare::{content_hash, ContentHash, PrepareError};
-use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module, PoolingAllocationConfig};
+use wasmtime::{
+    Config, Enabled, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
+    PoolingAllocationConfig,
+};
 
 use crate::ctx::ProcCtx;
 
@@ -53,7 +56,10 @@ impl Default for RuntimeConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("not a WebAssembly module: {0}")]
     Malformed(String),
     #[error(transparent)]
@@ -134,7 +140,11 @@ impl Runtime {
 
     /// A loaded program, by the hash a UArea records.
     pub fn program(&self, hash: &ContentHash) -> Option<Arc<Program>> {
-        self.programs.read().expect("program table").get(hash).cloned()
+        self.programs
+            .read()
+            .expect("program table")
+            .get(hash)
+            .cloned()
     }
 
     /// Loads a module file (binary or text), preparing it unless `prepare`
@@ -144,14 +154,22 @@ impl Runtime {
     /// [`LoadError`] says whether the file is unreadable, not WebAssembly,
     /// cannot be prepared or compiled, or imports what atoll does not provide.
     pub fn load_file(&self, path: &Path, prepare: bool) -> Result<Arc<Program>, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: path.into(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.into(),
+            source,
+        })?;
         self.load(&bytes, prepare)
     }
 
     /// Loads a module from bytes (binary or text).
     pub fn load(&self, bytes: &[u8], prepare: bool) -> Result<Arc<Program>, LoadError> {
         let input = content_hash(bytes);
-        if let Some(hash) = self.inputs.read().expect("input table").get(&(input, prepare)) {
+        if let Some(hash) = self
+            .inputs
+            .read()
+            .expect("input table")
+            .get(&(input, prepare))
+        {
             if let Some(p) = self.program(hash) {
                 return Ok(p);
             }
@@ -169,11 +187,23 @@ impl Runtime {
             None => {
                 let compiled = self.compile(hash, &module)?;
                 let pre = self.link(&compiled)?;
-                let p = Arc::new(Program { hash, prepared, pre });
-                self.programs.write().expect("program table").entry(hash).or_insert(p).clone()
+                let p = Arc::new(Program {
+                    hash,
+                    prepared,
+                    pre,
+                });
+                self.programs
+                    .write()
+                    .expect("program table")
+                    .entry(hash)
+                    .or_insert(p)
+                    .clone()
             }
         };
-        self.inputs.write().expect("input table").insert((input, prepare), hash);
+        self.inputs
+            .write()
+            .expect("input table")
+            .insert((input, prepare), hash);
         Ok(program)
     }
 
@@ -214,7 +244,10 @@ impl Runtime {
 
     fn link(&self, module: &Module) -> Result<InstancePre<ProcCtx>, LoadError> {
         for import in module.imports() {
-            if !self.provided.contains(&(import.module().to_owned(), import.name().to_owned())) {
+            if !self
+                .provided
+                .contains(&(import.module().to_owned(), import.name().to_owned()))
+            {
                 return Err(LoadError::Link(format!(
                     "module imports `{}.{}`, which atoll does not provide",
                     import.module(),
@@ -222,9 +255,14 @@ impl Runtime {
                 )));
             }
         }
-        let pre = self.linker.instantiate_pre(module).map_err(|e| LoadError::Link(format!("{e:#}")))?;
+        let pre = self
+            .linker
+            .instantiate_pre(module)
+            .map_err(|e| LoadError::Link(format!("{e:#}")))?;
         if module.get_export("_start").is_none() {
-            return Err(LoadError::Link("module does not export `_start` (not a WASI command)".into()));
+            return Err(LoadError::Link(
+                "module does not export `_start` (not a WASI command)".into(),
+            ));
         }
         if module.get_export("memory").is_none() {
             return Err(LoadError::Link("module does not export `memory`".into()));
@@ -289,9 +327,17 @@ fn provided_imports(engine: &Engine, linker: &Linker<ProcCtx>) -> HashSet<(Strin
         crate::fd::FdTable::default(),
         None,
     );
-    let host = crate::ctx::Host { kernel: pid.home, kernel_count: 1, console: Arc::new(Nowhere), wake: Arc::new(|| false) };
+    let host = crate::ctx::Host {
+        kernel: pid.home,
+        kernel_count: 1,
+        console: Arc::new(Nowhere),
+        wake: Arc::new(|| false),
+    };
     let mut store = wasmtime::Store::new(engine, ProcCtx::new(uarea, host, Default::default()));
-    linker.iter(&mut store).map(|(m, n, _)| (m.to_owned(), n.to_owned())).collect()
+    linker
+        .iter(&mut store)
+        .map(|(m, n, _)| (m.to_owned(), n.to_owned()))
+        .collect()
 }
 
 /// Accepts the binary format, or the text format (converted).
@@ -299,13 +345,15 @@ fn to_binary(bytes: &[u8]) -> Result<Vec<u8>, LoadError> {
     if bytes.starts_with(b"\0asm") {
         return Ok(bytes.to_vec());
     }
-    wat::parse_bytes(bytes).map(|b| b.into_owned()).map_err(|e| {
-        LoadError::Malformed(if std::str::from_utf8(bytes).is_ok() {
-            format!("{e}")
-        } else {
-            "missing the \\0asm header".into()
+    wat::parse_bytes(bytes)
+        .map(|b| b.into_owned())
+        .map_err(|e| {
+            LoadError::Malformed(if std::str::from_utf8(bytes).is_ok() {
+                format!("{e}")
+            } else {
+                "missing the \\0asm header".into()
+            })
         })
-    })
 }
 
 /// Writes a cache entry so that readers never see half of it; a failure
@@ -314,7 +362,10 @@ fn store_atomically(path: &Path, bytes: &[u8]) {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
-    if std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)).is_err() {
+    if std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .is_err()
+    {
         let _ = std::fs::remove_file(&tmp);
         tracing::warn!(?path, "could not write cache entry");
     }
@@ -387,19 +438,26 @@ impl Ticker {
                 }
             })
             .expect("spawn ticker thread");
-        Ticker { thread: handle.thread().clone(), shared }
+        Ticker {
+            thread: handle.thread().clone(),
+            shared,
+        }
     }
 
     /// A guest starts running on kernel `index`; wakes the ticker if it sleeps.
     pub(crate) fn enter(&self, index: u16) {
-        self.shared.running[index as usize % LANES].0.fetch_add(1, Ordering::SeqCst);
+        self.shared.running[index as usize % LANES]
+            .0
+            .fetch_add(1, Ordering::SeqCst);
         if self.shared.parked.load(Ordering::SeqCst) {
             self.thread.unpark();
         }
     }
 
     pub(crate) fn leave(&self, index: u16) {
-        self.shared.running[index as usize % LANES].0.fetch_sub(1, Ordering::SeqCst);
+        self.shared.running[index as usize % LANES]
+            .0
+            .fetch_sub(1, Ordering::SeqCst);
     }
 }
 

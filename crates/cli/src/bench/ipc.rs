@@ -37,7 +37,9 @@ pub struct Args {
 const IPC_TESTS: [&str; 3] = ["ipc1", "ipc2", "ipc3"];
 const COPY_TESTS: [&str; 2] = ["copy1", "copy2"];
 const COPY_SIZES: [u32; 2] = [4096, 1 << 20];
-const IPC_MECHS: [&str; 8] = ["pipe", "fifo", "mqueue", "unix", "tcp", "eventfd", "futex", "shmspin"];
+const IPC_MECHS: [&str; 8] = [
+    "pipe", "fifo", "mqueue", "unix", "tcp", "eventfd", "futex", "shmspin",
+];
 const COPY_MECHS: [&str; 5] = ["pipe", "unix", "tcp", "cma", "memcpy"];
 
 /// Where the two ends run: one core (kernel) or two.
@@ -116,7 +118,13 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<IpcReport> {
     let wanted = |t: &str| a.tests.as_ref().is_none_or(|ts| ts.iter().any(|x| x == t));
     let node = atoll_node::Node::start(ctx.node_config(Some(2), 10))?;
     node.runtime().load_file(&wasm, true)?;
-    let bench = Bench { node: &node, wasm, linux, runs: a.runs, seconds: a.seconds };
+    let bench = Bench {
+        node: &node,
+        wasm,
+        linux,
+        runs: a.runs,
+        seconds: a.seconds,
+    };
     let mut measures = Vec::new();
     for cores in [Cores::One, Cores::Two] {
         for test in IPC_TESTS.into_iter().filter(|t| wanted(t)) {
@@ -164,7 +172,12 @@ struct Bench<'a> {
 impl Bench<'_> {
     fn atoll(&self, test: &str, size: Option<u32>, cores: Cores) -> anyhow::Result<Measure> {
         let run = |iters: u64| -> anyhow::Result<Line> {
-            let mut args = vec!["ipcbench".to_string(), test.into(), cores.atoll_where().into(), iters.to_string()];
+            let mut args = vec![
+                "ipcbench".to_string(),
+                test.into(),
+                cores.atoll_where().into(),
+                iters.to_string(),
+            ];
             args.extend(size.map(|s| s.to_string()));
             let job = atoll_node::JobSpec {
                 program: self.wasm.clone(),
@@ -181,9 +194,20 @@ impl Bench<'_> {
         self.measure(test, size, cores, "atoll", run)
     }
 
-    fn linux(&self, test: &str, mech: &str, size: Option<u32>, cores: Cores) -> anyhow::Result<Measure> {
+    fn linux(
+        &self,
+        test: &str,
+        mech: &str,
+        size: Option<u32>,
+        cores: Cores,
+    ) -> anyhow::Result<Measure> {
         let run = |iters: u64| -> anyhow::Result<Line> {
-            let mut args = vec![test.to_string(), mech.into(), cores.linux_cores().into(), iters.to_string()];
+            let mut args = vec![
+                test.to_string(),
+                mech.into(),
+                cores.linux_cores().into(),
+                iters.to_string(),
+            ];
             args.extend(size.map(|s| s.to_string()));
             let (out, _) = native(&self.linux, &args)?;
             parse(&out, "ipc_linux")
@@ -202,7 +226,8 @@ impl Bench<'_> {
     ) -> anyhow::Result<Measure> {
         let probe = if size.is_some() { 200 } else { 2000 };
         let first = run(probe).with_context(|| format!("{test} {mechanism} {}", cores.label()))?;
-        let iters = ((self.seconds * 1e9 / first.ns_per_op.max(1.0)) as u64).clamp(probe, 2_000_000);
+        let iters =
+            ((self.seconds * 1e9 / first.ns_per_op.max(1.0)) as u64).clamp(probe, 2_000_000);
         let mut samples = Vec::new();
         let mut note = first.note;
         for _ in 0..self.runs {
@@ -212,7 +237,12 @@ impl Bench<'_> {
         }
         let ns = median(&samples);
         let bytes = size.unwrap_or(if test == "ipc3" { 0 } else { 64 });
-        eprintln!("  {test:<5} {:>7} {:<7} {:<8} {ns:>12.1} ns", size.map_or(String::new(), human), cores.label(), mechanism);
+        eprintln!(
+            "  {test:<5} {:>7} {:<7} {:<8} {ns:>12.1} ns",
+            size.map_or(String::new(), human),
+            cores.label(),
+            mechanism
+        );
         Ok(Measure {
             test: test.into(),
             size: bytes,
@@ -242,7 +272,10 @@ fn advantages(measures: &mut [Measure]) {
         .map(|m| (m.test.clone(), m.size, m.cores, m.ns_per_op))
         .collect();
     for m in measures.iter_mut().filter(|m| m.mechanism != "atoll") {
-        if let Some((.., a)) = atoll.iter().find(|(t, s, c, _)| *t == m.test && *s == m.size && *c == m.cores) {
+        if let Some((.., a)) = atoll
+            .iter()
+            .find(|(t, s, c, _)| *t == m.test && *s == m.size && *c == m.cores)
+        {
             m.atoll_advantage = Some(m.ns_per_op / a);
         }
     }
@@ -260,19 +293,36 @@ impl IpcReport {
     /// The targets, against this run.
     fn targets(&self) -> String {
         let ns = |test: &str, size: u32, cores: Cores, mech: &str| {
-            self.measures.iter().find(|m| m.test == test && m.size == size && m.cores == cores && m.mechanism == mech).map(|m| m.ns_per_op)
+            self.measures
+                .iter()
+                .find(|m| {
+                    m.test == test && m.size == size && m.cores == cores && m.mechanism == mech
+                })
+                .map(|m| m.ns_per_op)
         };
         let mut s = String::from("## Targets\n\n| target | measured | met |\n|---|---:|---|\n");
         for (cores, limit) in [(Cores::One, 300.0), (Cores::Two, 1000.0)] {
             if let Some(a) = ns("ipc2", 64, cores, "atoll") {
-                s += &format!("| IPC2 round trip, {}, at most {limit} ns | {a:.0} ns | {} |\n", cores.label(), if a <= limit { "yes" } else { "no" });
+                s += &format!(
+                    "| IPC2 round trip, {}, at most {limit} ns | {a:.0} ns | {} |\n",
+                    cores.label(),
+                    if a <= limit { "yes" } else { "no" }
+                );
             }
         }
         for test in COPY_TESTS {
             for cores in [Cores::One, Cores::Two] {
-                if let (Some(a), Some(m)) = (ns(test, 1 << 20, cores, "atoll"), ns(test, 1 << 20, cores, "memcpy")) {
+                if let (Some(a), Some(m)) = (
+                    ns(test, 1 << 20, cores, "atoll"),
+                    ns(test, 1 << 20, cores, "memcpy"),
+                ) {
                     let r = a / m;
-                    s += &format!("| {} 1 MiB, {}, within 2x of memcpy | {r:.2}x memcpy's time | {} |\n", test.to_uppercase(), cores.label(), if r <= 2.0 { "yes" } else { "no" });
+                    s += &format!(
+                        "| {} 1 MiB, {}, within 2x of memcpy | {r:.2}x memcpy's time | {} |\n",
+                        test.to_uppercase(),
+                        cores.label(),
+                        if r <= 2.0 { "yes" } else { "no" }
+                    );
                 }
             }
         }
@@ -284,7 +334,9 @@ impl IpcReport {
         let mut groups: Vec<(String, Vec<&Measure>)> = Vec::new();
         for m in &self.measures {
             let name = match m.test.as_str() {
-                t if t.starts_with("copy") => format!("{} {} {}", t.to_uppercase(), human(m.size), m.cores.label()),
+                t if t.starts_with("copy") => {
+                    format!("{} {} {}", t.to_uppercase(), human(m.size), m.cores.label())
+                }
                 t => format!("{} {}", t.to_uppercase(), m.cores.label()),
             };
             match groups.iter_mut().find(|(n, _)| *n == name) {
@@ -326,7 +378,10 @@ impl Recorded for IpcReport {
     }
 
     fn table(&self) -> String {
-        let mut s = format!("ipc (median of runs)\n  {:<10} {:>12} {:>14} {:>10}  {}\n", "", "ns/op", "ops/s", "GB/s", "atoll is");
+        let mut s = format!(
+            "ipc (median of runs)\n  {:<10} {:>12} {:>14} {:>10}  {}\n",
+            "", "ns/op", "ops/s", "GB/s", "atoll is"
+        );
         s += &self.rows(|m| {
             format!(
                 "  {:<10} {:>12.1} {:>14.0} {:>10.3}  {}\n",
@@ -351,7 +406,9 @@ impl Recorded for IpcReport {
         );
         s += &self.targets();
         for (name, ms) in self.groups() {
-            s += &format!("## {name}\n\n| | ns/op | ops/s | GB/s | atoll is |\n|---|---:|---:|---:|---:|\n");
+            s += &format!(
+                "## {name}\n\n| | ns/op | ops/s | GB/s | atoll is |\n|---|---:|---:|---:|---:|\n"
+            );
             for m in ms {
                 s += &format!(
                     "| {} | {:.1} | {:.0} | {:.3} | {} |\n",
@@ -359,7 +416,11 @@ impl Recorded for IpcReport {
                     m.ns_per_op,
                     m.ops_per_s,
                     m.gb_per_s,
-                    if m.atoll_advantage.is_some() { advantage(m) } else { "—".into() }
+                    if m.atoll_advantage.is_some() {
+                        advantage(m)
+                    } else {
+                        "—".into()
+                    }
                 );
             }
             s += "\n";
@@ -370,7 +431,10 @@ impl Recorded for IpcReport {
         // What the Linux programs said about how they measured, once each.
         let mut said: Vec<(&str, &str, Vec<&str>)> = Vec::new();
         for m in self.measures.iter().filter(|m| !m.note.is_empty()) {
-            match said.iter_mut().find(|(mech, note, _)| *mech == m.mechanism && *note == m.note) {
+            match said
+                .iter_mut()
+                .find(|(mech, note, _)| *mech == m.mechanism && *note == m.note)
+            {
                 Some((.., tests)) if tests.contains(&m.test.as_str()) => {}
                 Some((.., tests)) => tests.push(&m.test),
                 None => said.push((&m.mechanism, &m.note, vec![&m.test])),
@@ -387,16 +451,31 @@ impl Recorded for IpcReport {
             self.groups()
                 .into_iter()
                 .filter(|(_, ms)| ms[0].test.starts_with("copy") == copy)
-                .map(|(name, ms)| BarGroup { name, bars: ms.iter().map(|m| (m.mechanism.clone(), value(m))).collect() })
+                .map(|(name, ms)| BarGroup {
+                    name,
+                    bars: ms.iter().map(|m| (m.mechanism.clone(), value(m))).collect(),
+                })
                 .collect()
         };
         let ipc = bars(false, |m| m.ns_per_op);
         if !ipc.is_empty() {
-            grouped_bars(&dir.join("ipc.png"), "IPC round trip: atoll vs Linux (lower is better)", "ns per round trip", &ipc, true)?;
+            grouped_bars(
+                &dir.join("ipc.png"),
+                "IPC round trip: atoll vs Linux (lower is better)",
+                "ns per round trip",
+                &ipc,
+                true,
+            )?;
         }
         let copy = bars(true, |m| m.gb_per_s);
         if !copy.is_empty() {
-            grouped_bars(&dir.join("ipc-copy.png"), "Copy between processes: atoll vs Linux (higher is better)", "GB/s", &copy, true)?;
+            grouped_bars(
+                &dir.join("ipc-copy.png"),
+                "Copy between processes: atoll vs Linux (higher is better)",
+                "GB/s",
+                &copy,
+                true,
+            )?;
         }
         Ok(())
     }

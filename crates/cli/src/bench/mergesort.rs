@@ -28,7 +28,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
     let args = vec![a.n.to_string(), "1".into(), a.rounds.to_string()];
     let job = |prepare: bool| atoll_node::JobSpec {
         program: wasm.clone(),
-        args: std::iter::once("mergesort".to_string()).chain(args.clone()).collect(),
+        args: std::iter::once("mergesort".to_string())
+            .chain(args.clone())
+            .collect(),
         env: vec![],
         preopens: vec![],
         kernel: Some(0),
@@ -42,7 +44,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
     let mut check = |what: &str, out: String| -> anyhow::Result<()> {
         match &expected {
             None => expected = Some(out),
-            Some(e) if *e != out => anyhow::bail!("{what} printed something else than native:\n{out}\nvs\n{e}"),
+            Some(e) if *e != out => {
+                anyhow::bail!("{what} printed something else than native:\n{out}\nvs\n{e}")
+            }
             Some(_) => {}
         }
         Ok(())
@@ -59,7 +63,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
         t_prepared.push(t.as_secs_f64());
     }
     node.shutdown();
-    let (m_native, m_plain, m_prepared) = (median(&t_native), median(&t_plain), median(&t_prepared));
+    let (m_native, m_plain, m_prepared) =
+        (median(&t_native), median(&t_plain), median(&t_prepared));
     let mut report = Report {
         name: "mergesort".into(),
         command: command_line(),

@@ -119,9 +119,16 @@ impl Recorded for Report {
     }
 
     fn table(&self) -> String {
-        let mut s = format!("{} ({}; median of {} runs)\n", self.name, self.unit, self.rows.first().map_or(0, |r| r.samples.len()));
+        let mut s = format!(
+            "{} ({}; median of {} runs)\n",
+            self.name,
+            self.unit,
+            self.rows.first().map_or(0, |r| r.samples.len())
+        );
         for r in &self.rows {
-            let ratio = r.atoll_ratio.map_or(String::new(), |x| format!("   atoll is {x:.2}x"));
+            let ratio = r
+                .atoll_ratio
+                .map_or(String::new(), |x| format!("   atoll is {x:.2}x"));
             s += &format!("  {:<34} {:>14.4}{}\n", r.name, r.median, ratio);
         }
         for n in &self.notes {
@@ -131,10 +138,20 @@ impl Recorded for Report {
     }
 
     fn markdown(&self) -> String {
-        let mut s = format!("# {}\n\nCommand: `{}`\n\nMachine: {}\n\n", self.name, self.command, self.machine.describe());
-        s += &format!("| | median ({}) | atoll's advantage |\n|---|---:|---:|\n", self.unit);
+        let mut s = format!(
+            "# {}\n\nCommand: `{}`\n\nMachine: {}\n\n",
+            self.name,
+            self.command,
+            self.machine.describe()
+        );
+        s += &format!(
+            "| | median ({}) | atoll's advantage |\n|---|---:|---:|\n",
+            self.unit
+        );
         for r in &self.rows {
-            let ratio = r.atoll_ratio.map_or("—".to_string(), |x| format!("{x:.2}x"));
+            let ratio = r
+                .atoll_ratio
+                .map_or("—".to_string(), |x| format!("{x:.2}x"));
             s += &format!("| {} | {:.4} | {} |\n", r.name, r.median, ratio);
         }
         s += "\n";
@@ -148,10 +165,16 @@ impl Recorded for Report {
 impl Report {
     /// Fills in atoll's ratio to every other row, from the row named `atoll`.
     fn ratios_against(&mut self, atoll: &str) {
-        let Some(a) = self.rows.iter().find(|r| r.name == atoll).map(|r| r.median) else { return };
+        let Some(a) = self.rows.iter().find(|r| r.name == atoll).map(|r| r.median) else {
+            return;
+        };
         for r in &mut self.rows {
             if r.name != atoll && r.median > 0.0 && a > 0.0 {
-                r.atoll_ratio = Some(if self.higher_is_better { a / r.median } else { r.median / a });
+                r.atoll_ratio = Some(if self.higher_is_better {
+                    a / r.median
+                } else {
+                    r.median / a
+                });
             }
         }
     }
@@ -171,7 +194,10 @@ impl Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu = cpuinfo
             .lines()
-            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split(':').nth(1)))
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .and_then(|r| r.split(':').nth(1))
+            })
             .unwrap_or("unknown")
             .trim()
             .to_owned();
@@ -181,7 +207,10 @@ impl Machine {
             .find_map(|l| l.strip_prefix("MemTotal:"))
             .and_then(|r| r.split_whitespace().next()?.parse().ok())
             .unwrap_or(0.0);
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
         Machine {
             cpu,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -191,7 +220,10 @@ impl Machine {
     }
 
     fn describe(&self) -> String {
-        format!("{}, {} cores, {} GiB, {}", self.cpu, self.cores, self.memory_gib, self.kernel)
+        format!(
+            "{}, {} cores, {} GiB, {}",
+            self.cpu, self.cores, self.memory_gib, self.kernel
+        )
     }
 }
 
@@ -209,7 +241,10 @@ pub fn median(samples: &[f64]) -> f64 {
 pub fn artifact(build: &Path, rel: &str) -> anyhow::Result<PathBuf> {
     let p = build.join(rel);
     if !p.exists() {
-        bail!("{} is missing: run `make all` first (or pass --build DIR)", p.display());
+        bail!(
+            "{} is missing: run `make all` first (or pass --build DIR)",
+            p.display()
+        );
     }
     Ok(p)
 }
@@ -217,10 +252,17 @@ pub fn artifact(build: &Path, rel: &str) -> anyhow::Result<PathBuf> {
 /// Runs a native program; returns its stdout and the wall time.
 pub fn native(program: &Path, args: &[String]) -> anyhow::Result<(String, Duration)> {
     let t = Instant::now();
-    let out = Command::new(program).args(args).output().with_context(|| format!("running {}", program.display()))?;
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {}", program.display()))?;
     let elapsed = t.elapsed();
     if !out.status.success() {
-        bail!("{} failed: {}", program.display(), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "{} failed: {}",
+            program.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok((String::from_utf8_lossy(&out.stdout).into_owned(), elapsed))
 }
@@ -231,11 +273,21 @@ pub fn native(program: &Path, args: &[String]) -> anyhow::Result<(String, Durati
 pub fn atoll_job(node: &Node, job: &JobSpec) -> anyhow::Result<(String, Duration)> {
     let (tx, rx) = mpsc::channel();
     let t = Instant::now();
-    node.run_job(job, Box::new(Collect { out: Vec::new(), done: tx }))?;
+    node.run_job(
+        job,
+        Box::new(Collect {
+            out: Vec::new(),
+            done: tx,
+        }),
+    )?;
     let (status, out) = rx.recv().context("node stopped")?;
     let elapsed = t.elapsed();
     if status != 0 {
-        bail!("{} exited with status {status}: {}", job.program.display(), String::from_utf8_lossy(&out));
+        bail!(
+            "{} exited with status {status}: {}",
+            job.program.display(),
+            String::from_utf8_lossy(&out)
+        );
     }
     Ok((String::from_utf8_lossy(&out).into_owned(), elapsed))
 }

@@ -47,27 +47,49 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
     };
     let mut rows = Vec::new();
     let mut atoll = Vec::new();
-    let mut natives: Vec<(&str, Vec<f64>)> = vec![("fork_exec", vec![]), ("posix_spawn", vec![]), ("pthread", vec![])];
+    let mut natives: Vec<(&str, Vec<f64>)> = vec![
+        ("fork_exec", vec![]),
+        ("posix_spawn", vec![]),
+        ("pthread", vec![]),
+    ];
     // Interleave the mechanisms so drift in the machine affects all alike.
     for _ in 0..a.runs {
         let (out, _) = atoll_job(&node, &job)?;
         atoll.push(field(&out, "rate")?);
         for (mode, samples) in &mut natives {
-            let n = if *mode == "pthread" { a.native_n * 10 } else { a.native_n };
-            let args = [mode.to_string(), n.to_string(), target.display().to_string()];
+            let n = if *mode == "pthread" {
+                a.native_n * 10
+            } else {
+                a.native_n
+            };
+            let args = [
+                mode.to_string(),
+                n.to_string(),
+                target.display().to_string(),
+            ];
             let (out, _) = native(&spawn_native, &args)?;
             samples.push(field(&out, "rate")?);
         }
     }
     node.shutdown();
-    rows.push(Row { name: "atoll spawn+wait (wasm process)".into(), median: median(&atoll), samples: atoll, atoll_ratio: None });
+    rows.push(Row {
+        name: "atoll spawn+wait (wasm process)".into(),
+        median: median(&atoll),
+        samples: atoll,
+        atoll_ratio: None,
+    });
     for (mode, samples) in natives {
         let name = match mode {
             "fork_exec" => "Linux fork+exec+wait",
             "posix_spawn" => "Linux posix_spawn+wait",
             _ => "Linux pthread create+join",
         };
-        rows.push(Row { name: name.into(), median: median(&samples), samples, atoll_ratio: None });
+        rows.push(Row {
+            name: name.into(),
+            median: median(&samples),
+            samples,
+            atoll_ratio: None,
+        });
     }
     let mut report = Report {
         name: "spawn".into(),
@@ -77,8 +99,17 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
         higher_is_better: true,
         rows,
         notes: vec![
-            format!("atoll: {} children per run, {} in flight, spread over {} kernels", a.n, a.inflight, node_kernels(a.kernels)),
-            format!("Linux: {} processes per run ({} threads), one at a time", a.native_n, a.native_n * 10),
+            format!(
+                "atoll: {} children per run, {} in flight, spread over {} kernels",
+                a.n,
+                a.inflight,
+                node_kernels(a.kernels)
+            ),
+            format!(
+                "Linux: {} processes per run ({} threads), one at a time",
+                a.native_n,
+                a.native_n * 10
+            ),
             "target (issue 2): at least 50,000 processes/s on a 2-core machine".into(),
         ],
     };

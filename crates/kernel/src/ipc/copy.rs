@@ -20,9 +20,19 @@ pub struct CopyOrder {
 }
 
 impl Kernel {
-    pub(super) fn copy(&mut self, me: &mut IpcCaller<'_>, call: IpcCall, req: CopyRequest) -> IpcOutcome {
+    pub(super) fn copy(
+        &mut self,
+        me: &mut IpcCaller<'_>,
+        call: IpcCall,
+        req: CopyRequest,
+    ) -> IpcOutcome {
         let CopyRequest { src, dst, len } = req;
-        let copy = CopyOrder { requester: me.pid, domain: me.ipc.domain, seq: me.ipc.seq, req };
+        let copy = CopyOrder {
+            requester: me.pid,
+            domain: me.ipc.domain,
+            seq: me.ipc.seq,
+            req,
+        };
         let mine = |side: CopySide| match side.at {
             // The host function checked the caller's own ranges.
             CopyAddr::Direct(a) => a as usize..a as usize + len as usize,
@@ -33,17 +43,26 @@ impl Kernel {
                 me.memory.copy_within(mine(src), mine(dst).start);
                 Some(Ok(()))
             }
-            (true, false) if self.procs.contains_key(&dst.pid) => Some(self.copy_write(&copy, &me.memory[mine(src)])),
+            (true, false) if self.procs.contains_key(&dst.pid) => {
+                Some(self.copy_write(&copy, &me.memory[mine(src)]))
+            }
             (true, false) => {
                 let bytes = me.memory[mine(src)].to_vec();
-                self.route_bulk(dst.pid, NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }), bytes);
+                self.route_bulk(
+                    dst.pid,
+                    NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }),
+                    bytes,
+                );
                 None
             }
-            (false, true) if self.procs.contains_key(&src.pid) => Some(self.resolve(&copy, src, Access::READ).map(|a| {
-                let from = &self.procs[&src.pid].container.memory()[a as usize..a as usize + len as usize];
-                me.memory[mine(dst)].copy_from_slice(from);
-                self.counted(len);
-            })),
+            (false, true) if self.procs.contains_key(&src.pid) => {
+                Some(self.resolve(&copy, src, Access::READ).map(|a| {
+                    let from = &self.procs[&src.pid].container.memory()
+                        [a as usize..a as usize + len as usize];
+                    me.memory[mine(dst)].copy_from_slice(from);
+                    self.counted(len);
+                }))
+            }
             (false, _) if self.procs.contains_key(&src.pid) => self.copy_read(copy),
             (false, _) => {
                 self.route(src.pid, NocMsg::Ipc(IpcMsg::CopyRead { to: src.pid, copy }));
@@ -72,15 +91,25 @@ impl Kernel {
         };
         if !self.procs.contains_key(&dst.pid) {
             let bytes = self.procs[&src.pid].container.memory()[from].to_vec();
-            self.route_bulk(dst.pid, NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }), bytes);
+            self.route_bulk(
+                dst.pid,
+                NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }),
+                bytes,
+            );
             return None;
         }
         Some(self.resolve(&copy, dst, Access::WRITE).map(|to| {
             let to = to as usize;
             if src.pid == dst.pid {
-                self.procs.get_mut(&src.pid).expect("resolved").container.memory_mut().copy_within(from, to);
+                self.procs
+                    .get_mut(&src.pid)
+                    .expect("resolved")
+                    .container
+                    .memory_mut()
+                    .copy_within(from, to);
             } else if let [Some(s), Some(d)] = self.procs.get_disjoint_mut([&src.pid, &dst.pid]) {
-                d.container.memory_mut()[to..to + len as usize].copy_from_slice(&s.container.memory()[from]);
+                d.container.memory_mut()[to..to + len as usize]
+                    .copy_from_slice(&s.container.memory()[from]);
             }
             self.copied(&copy);
         }))
@@ -121,8 +150,16 @@ impl Kernel {
                 self.ipc.denied += 1;
                 return Err(Errno::CallDenied);
             }
-            CopyAddr::Direct(a) => u.ipc.grants.covers(copy.requester, a, len, need).map(|()| a)?,
-            CopyAddr::Grant { id, offset } => u.ipc.grants.resolve(id, copy.requester, offset, len, need)?,
+            CopyAddr::Direct(a) => u
+                .ipc
+                .grants
+                .covers(copy.requester, a, len, need)
+                .map(|()| a)?,
+            CopyAddr::Grant { id, offset } => {
+                u.ipc
+                    .grants
+                    .resolve(id, copy.requester, offset, len, need)?
+            }
         };
         match (addr as usize).checked_add(len as usize) {
             Some(end) if end <= p.container.memory().len() => Ok(addr),

@@ -29,7 +29,13 @@ pub struct Probe {
 
 impl Probe {
     pub(super) fn new(origin: Pid, seq: u64, origin_sending: bool) -> Self {
-        Probe { origin, seq, origin_sending, length: 2, via: origin_sending.then_some(origin) }
+        Probe {
+            origin,
+            seq,
+            origin_sending,
+            length: 2,
+            via: origin_sending.then_some(origin),
+        }
     }
 }
 
@@ -50,7 +56,14 @@ impl Kernel {
                 return self.route(at, NocMsg::Ipc(IpcMsg::Probe { at, probe }));
             }
             if let Some(v) = probe.via {
-                if !self.procs[&at].container.uarea().ipc.senders.iter().any(|w| w.from == v) {
+                if !self.procs[&at]
+                    .container
+                    .uarea()
+                    .ipc
+                    .senders
+                    .iter()
+                    .any(|w| w.from == v)
+                {
                     return;
                 }
             }
@@ -61,8 +74,12 @@ impl Kernel {
                 }
                 return;
             }
-            let Some(call) = self.ipc_call(at) else { return };
-            let Some(next) = call.blocked_on() else { return };
+            let Some(call) = self.ipc_call(at) else {
+                return;
+            };
+            let Some(next) = call.blocked_on() else {
+                return;
+            };
             probe.via = call.is_sending().then_some(at);
             if next != probe.origin {
                 probe.length += 1;

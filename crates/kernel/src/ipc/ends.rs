@@ -17,7 +17,13 @@ impl Kernel {
             return self.route(to, NocMsg::Ipc(IpcMsg::Withdraw { to, from, seq, why }));
         };
         s.owed.remove(&from);
-        let Some(i) = s.senders.iter().position(|w| w.from == from && w.seq == seq) else { return };
+        let Some(i) = s
+            .senders
+            .iter()
+            .position(|w| w.from == from && w.seq == seq)
+        else {
+            return;
+        };
         s.senders.remove(i);
         if why != Errno::DeadSrcDst {
             self.answer(from, seq, Err(why));
@@ -45,7 +51,13 @@ impl Kernel {
         for other in ipc.owed.into_iter().chain(ipc.watchers) {
             match self.procs.contains_key(&other) {
                 true => self.peer_dead(other, pid),
-                false => self.route(other, NocMsg::Ipc(IpcMsg::PeerDead { to: other, dead: pid })),
+                false => self.route(
+                    other,
+                    NocMsg::Ipc(IpcMsg::PeerDead {
+                        to: other,
+                        dead: pid,
+                    }),
+                ),
             }
         }
         for q in ipc.watching {
@@ -53,10 +65,19 @@ impl Kernel {
                 Some(s) => {
                     s.watchers.remove(&pid);
                 }
-                None => self.route(q, NocMsg::Ipc(IpcMsg::Unwatch { to: q, watcher: pid })),
+                None => self.route(
+                    q,
+                    NocMsg::Ipc(IpcMsg::Unwatch {
+                        to: q,
+                        watcher: pid,
+                    }),
+                ),
             }
         }
-        if let CallState::Blocked(KernelCall::Ipc(c @ (IpcCall::Send { .. } | IpcCall::SendRec { .. }))) = call {
+        if let CallState::Blocked(KernelCall::Ipc(
+            c @ (IpcCall::Send { .. } | IpcCall::SendRec { .. }),
+        )) = call
+        {
             let to = c.blocked_on().expect("a send has a destination");
             self.withdraw(to, pid, ipc.seq, Errno::DeadSrcDst);
         }
@@ -69,7 +90,14 @@ impl Kernel {
         // Senders here waiting on `pid`.
         let waiting: Vec<(usize, Pid)> = self
             .ipc_state(pid)
-            .map(|s| s.senders.iter().enumerate().filter(|(_, w)| w.msg.is_none()).map(|(i, w)| (i, w.from)).collect())
+            .map(|s| {
+                s.senders
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, w)| w.msg.is_none())
+                    .map(|(i, w)| (i, w.from))
+                    .collect()
+            })
             .unwrap_or_default();
         for (i, sender) in waiting {
             let m = self.pending_message(sender);
@@ -78,11 +106,17 @@ impl Kernel {
             }
         }
         // `pid` waiting on a receiver here.
-        let Some(c) = self.ipc_call(pid).filter(|c| c.is_sending()).cloned() else { return };
+        let Some(c) = self.ipc_call(pid).filter(|c| c.is_sending()).cloned() else {
+            return;
+        };
         let to = c.blocked_on().expect("a send has a destination");
         let m = self.pending_message(pid);
         if let Some(s) = self.ipc_state(to) {
-            if let Some(w) = s.senders.iter_mut().find(|w| w.from == pid && w.msg.is_none()) {
+            if let Some(w) = s
+                .senders
+                .iter_mut()
+                .find(|w| w.from == pid && w.msg.is_none())
+            {
                 w.msg = m;
             }
         }
@@ -90,7 +124,10 @@ impl Kernel {
 
     /// The message a sender blocked here is sending, read from its memory.
     pub(super) fn pending_message(&self, sender: Pid) -> Option<Message> {
-        let (IpcCall::Send { msg, .. } | IpcCall::SendRec { msg, .. }) = self.ipc_call(sender)? else { return None };
+        let (IpcCall::Send { msg, .. } | IpcCall::SendRec { msg, .. }) = self.ipc_call(sender)?
+        else {
+            return None;
+        };
         let mut m = read_message(self.procs.get(&sender)?.container.memory(), *msg);
         m.set_source(sender);
         Some(m)

@@ -55,11 +55,28 @@ pub use cycles::Probe;
 pub enum IpcMsg {
     /// `from` sends `msg` to `to`. `reply`: `to` waits in `sendrec` for
     /// exactly this, and the sender did not wait for an answer.
-    Deliver { to: Pid, from: Pid, domain: Option<DomainId>, kind: CallKind, seq: u64, reply: bool, msg: Message },
+    Deliver {
+        to: Pid,
+        from: Pid,
+        domain: Option<DomainId>,
+        kind: CallKind,
+        seq: u64,
+        reply: bool,
+        msg: Message,
+    },
     /// `from` notifies `to`.
-    Notify { to: Pid, from: Pid, domain: Option<DomainId>, seq: u64 },
+    Notify {
+        to: Pid,
+        from: Pid,
+        domain: Option<DomainId>,
+        seq: u64,
+    },
     /// The answer to call `seq` of `to` (a send, notify or copy).
-    Done { to: Pid, seq: u64, result: Result<(), Errno> },
+    Done {
+        to: Pid,
+        seq: u64,
+        result: Result<(), Errno>,
+    },
     /// `watcher` is blocked receiving from `to` by name.
     Watch { to: Pid, watcher: Pid },
     /// `watcher` no longer needs to hear that `to` ended.
@@ -68,7 +85,12 @@ pub enum IpcMsg {
     PeerDead { to: Pid, dead: Pid },
     /// Take call `seq` of `from` off `to`'s waiting senders (and off the
     /// replies `to` owes); if it was still there, answer it with `why`.
-    Withdraw { to: Pid, from: Pid, seq: u64, why: Errno },
+    Withdraw {
+        to: Pid,
+        from: Pid,
+        seq: u64,
+        why: Errno,
+    },
     /// Follow the wait-for chain from `at`.
     Probe { at: Pid, probe: Probe },
     /// Read the source side of a copy (`to` owns it).
@@ -99,8 +121,12 @@ impl KernelLink for Kernel {
     fn ipc(&mut self, mut me: IpcCaller<'_>, call: IpcCall) -> IpcOutcome {
         match call {
             IpcCall::Send { to, msg, kind } => self.send_message(&mut me, call, to, msg, kind),
-            IpcCall::SendRec { to, msg, .. } => self.send_message(&mut me, call, to, msg, CallKind::SendRec),
-            IpcCall::Receive { from, msg, status } => self.receive(&mut me, call, from, msg, status),
+            IpcCall::SendRec { to, msg, .. } => {
+                self.send_message(&mut me, call, to, msg, CallKind::SendRec)
+            }
+            IpcCall::Receive { from, msg, status } => {
+                self.receive(&mut me, call, from, msg, status)
+            }
             IpcCall::Notify { to } => self.notify(&mut me, call, to),
             IpcCall::Copy(req) => self.copy(&mut me, call, req),
         }
@@ -111,11 +137,24 @@ impl Kernel {
     /// The IPC handler of the NoC dispatcher, for a process that runs here.
     pub(crate) fn on_ipc(&mut self, msg: IpcMsg, bulk: Option<Vec<u8>>) {
         match msg {
-            IpcMsg::Deliver { to, from, domain, kind, seq, reply, msg } => {
+            IpcMsg::Deliver {
+                to,
+                from,
+                domain,
+                kind,
+                seq,
+                reply,
+                msg,
+            } => {
                 self.ipc.remote_in += 1;
                 self.deliver_remote(to, from, domain, kind, seq, reply, msg);
             }
-            IpcMsg::Notify { to, from, domain, seq } => {
+            IpcMsg::Notify {
+                to,
+                from,
+                domain,
+                seq,
+            } => {
                 let result = self.post_notification(to, from, domain);
                 self.answer(from, seq, result);
             }
@@ -150,10 +189,22 @@ impl Kernel {
     pub(crate) fn ipc_undeliverable(&mut self, msg: IpcMsg) {
         self.ipc.dead += 1;
         match msg {
-            IpcMsg::Deliver { from, seq, reply: false, .. } | IpcMsg::Notify { from, seq, .. } => {
+            IpcMsg::Deliver {
+                from,
+                seq,
+                reply: false,
+                ..
+            }
+            | IpcMsg::Notify { from, seq, .. } => {
                 self.answer(from, seq, Err(Errno::DeadSrcDst));
             }
-            IpcMsg::Watch { to, watcher } => self.route(watcher, NocMsg::Ipc(IpcMsg::PeerDead { to: watcher, dead: to })),
+            IpcMsg::Watch { to, watcher } => self.route(
+                watcher,
+                NocMsg::Ipc(IpcMsg::PeerDead {
+                    to: watcher,
+                    dead: to,
+                }),
+            ),
             IpcMsg::CopyRead { copy, .. } | IpcMsg::CopyWrite { copy, .. } => {
                 self.answer(copy.requester, copy.seq, Err(Errno::DeadSrcDst));
             }
@@ -194,6 +245,8 @@ impl Kernel {
 }
 
 fn read_message(memory: &[u8], addr: u32) -> Message {
-    let bytes: &[u8; MESSAGE_SIZE] = memory[addr as usize..addr as usize + MESSAGE_SIZE].try_into().expect("checked at the call");
+    let bytes: &[u8; MESSAGE_SIZE] = memory[addr as usize..addr as usize + MESSAGE_SIZE]
+        .try_into()
+        .expect("checked at the call");
     Message::from_bytes(bytes)
 }

@@ -10,14 +10,32 @@ use crate::kernel::Kernel;
 use crate::msg::NocMsg;
 
 impl Kernel {
-    pub(super) fn send_message(&mut self, me: &mut IpcCaller<'_>, call: IpcCall, to: Pid, addr: u32, kind: CallKind) -> IpcOutcome {
+    pub(super) fn send_message(
+        &mut self,
+        me: &mut IpcCaller<'_>,
+        call: IpcCall,
+        to: Pid,
+        addr: u32,
+        kind: CallKind,
+    ) -> IpcOutcome {
         let (domain, seq) = (me.ipc.domain, me.ipc.seq);
         let mut msg = read_message(me.memory, addr);
         msg.set_source(me.pid);
         let reply = me.ipc.owed.remove(&to);
         if !self.procs.contains_key(&to) {
             self.ipc.remote_out += 1;
-            self.route(to, NocMsg::Ipc(IpcMsg::Deliver { to, from: me.pid, domain, kind, seq, reply, msg }));
+            self.route(
+                to,
+                NocMsg::Ipc(IpcMsg::Deliver {
+                    to,
+                    from: me.pid,
+                    domain,
+                    kind,
+                    seq,
+                    reply,
+                    msg,
+                }),
+            );
             if reply && kind != CallKind::SendRec {
                 me.ipc.stats.sent += 1;
                 return IpcOutcome::Done(Ok(()));
@@ -33,7 +51,11 @@ impl Kernel {
             me.ipc.stats.sent += 1;
             self.hand_over(to, me.pid, kind, &msg);
             return match call {
-                IpcCall::SendRec { to, msg, .. } => IpcOutcome::Block(IpcCall::SendRec { to, msg, phase: Phase::AwaitingReply }),
+                IpcCall::SendRec { to, msg, .. } => IpcOutcome::Block(IpcCall::SendRec {
+                    to,
+                    msg,
+                    phase: Phase::AwaitingReply,
+                }),
                 _ => IpcOutcome::Done(Ok(())),
             };
         }
@@ -41,7 +63,12 @@ impl Kernel {
             return IpcOutcome::Done(Err(Errno::NotReady));
         }
         if let Some(s) = self.ipc_state(to) {
-            s.senders.push_back(WaitingSender { from: me.pid, kind, seq, msg: None });
+            s.senders.push_back(WaitingSender {
+                from: me.pid,
+                kind,
+                seq,
+                msg: None,
+            });
         }
         self.walk(to, Probe::new(me.pid, seq, true));
         IpcOutcome::Block(call)
@@ -49,7 +76,16 @@ impl Kernel {
 
     /// A message from another kernel for `to`, which runs here.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn deliver_remote(&mut self, to: Pid, from: Pid, domain: Option<DomainId>, kind: CallKind, seq: u64, reply: bool, msg: Message) {
+    pub(super) fn deliver_remote(
+        &mut self,
+        to: Pid,
+        from: Pid,
+        domain: Option<DomainId>,
+        kind: CallKind,
+        seq: u64,
+        reply: bool,
+        msg: Message,
+    ) {
         if domain.is_none() || self.domain_of(to) != domain {
             self.ipc.denied += 1;
             return self.answer(from, seq, Err(Errno::CallDenied));
@@ -65,7 +101,12 @@ impl Kernel {
             return self.answer(from, seq, Err(Errno::NotReady));
         }
         if let Some(s) = self.ipc_state(to) {
-            s.senders.push_back(WaitingSender { from, kind, seq, msg: Some(msg) });
+            s.senders.push_back(WaitingSender {
+                from,
+                kind,
+                seq,
+                msg: Some(msg),
+            });
         }
         self.walk(to, Probe::new(from, seq, true));
     }
@@ -73,13 +114,17 @@ impl Kernel {
     /// The sender `pid`'s call `seq` handed its message over: a send
     /// returns, a sendrec now waits for the reply.
     fn sent(&mut self, pid: Pid, seq: u64) {
-        let Some(p) = self.procs.get_mut(&pid) else { return };
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
         let u = p.container.uarea_mut();
         if u.ipc.seq != seq {
             return;
         }
         match &mut u.call {
-            CallState::Blocked(KernelCall::Ipc(IpcCall::SendRec { phase, .. })) if *phase == Phase::Sending => {
+            CallState::Blocked(KernelCall::Ipc(IpcCall::SendRec { phase, .. }))
+                if *phase == Phase::Sending =>
+            {
                 u.ipc.stats.sent += 1;
                 *phase = Phase::AwaitingReply;
             }
@@ -97,7 +142,11 @@ impl Kernel {
             return;
         }
         match result {
-            Ok(()) if self.ipc_call(pid).is_some_and(|c| matches!(c, IpcCall::Send { .. } | IpcCall::SendRec { .. })) => {
+            Ok(())
+                if self.ipc_call(pid).is_some_and(|c| {
+                    matches!(c, IpcCall::Send { .. } | IpcCall::SendRec { .. })
+                }) =>
+            {
                 self.sent(pid, seq)
             }
             result => self.finish(pid, result),
@@ -109,11 +158,25 @@ impl Kernel {
         if self.procs.contains_key(&pid) {
             self.sender_done(pid, seq, result);
         } else {
-            self.route(pid, NocMsg::Ipc(IpcMsg::Done { to: pid, seq, result }));
+            self.route(
+                pid,
+                NocMsg::Ipc(IpcMsg::Done {
+                    to: pid,
+                    seq,
+                    result,
+                }),
+            );
         }
     }
 
-    pub(super) fn receive(&mut self, me: &mut IpcCaller<'_>, call: IpcCall, from: Option<Pid>, addr: u32, status: u32) -> IpcOutcome {
+    pub(super) fn receive(
+        &mut self,
+        me: &mut IpcCaller<'_>,
+        call: IpcCall,
+        from: Option<Pid>,
+        addr: u32,
+        status: u32,
+    ) -> IpcOutcome {
         let taken = if let Some(source) = me.ipc.take_notification(from) {
             self.ipc.notifications += 1;
             Some((Message::notification(source), CallKind::Notify))
@@ -123,7 +186,8 @@ impl Kernel {
                 None => {
                     self.ipc.local += 1;
                     // Never `None`: a sender here leaves the queue when it ends or moves.
-                    self.pending_message(w.from).unwrap_or_else(|| Message::notification(w.from))
+                    self.pending_message(w.from)
+                        .unwrap_or_else(|| Message::notification(w.from))
                 }
             };
             if w.kind == CallKind::SendRec {
@@ -136,18 +200,27 @@ impl Kernel {
         };
         if let Some((msg, kind)) = taken {
             me.memory[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(msg.as_bytes());
-            me.memory[status as usize..status as usize + 4].copy_from_slice(&kind.status().to_le_bytes());
+            me.memory[status as usize..status as usize + 4]
+                .copy_from_slice(&kind.status().to_le_bytes());
             me.ipc.stats.received += 1;
             return IpcOutcome::Done(Ok(()));
         }
-        let Some(q) = from else { return IpcOutcome::Block(call) };
+        let Some(q) = from else {
+            return IpcOutcome::Block(call);
+        };
         self.walk(q, Probe::new(me.pid, me.ipc.seq, false));
         if me.ipc.watching.insert(q) {
             match self.ipc_state(q) {
                 Some(qs) => {
                     qs.watchers.insert(me.pid);
                 }
-                None => self.route(q, NocMsg::Ipc(IpcMsg::Watch { to: q, watcher: me.pid })),
+                None => self.route(
+                    q,
+                    NocMsg::Ipc(IpcMsg::Watch {
+                        to: q,
+                        watcher: me.pid,
+                    }),
+                ),
             }
         }
         IpcOutcome::Block(call)
@@ -159,7 +232,9 @@ impl Kernel {
     fn admits(&self, pid: Pid, from: Pid, reply: bool) -> bool {
         match self.ipc_call(pid) {
             Some(IpcCall::Receive { from: want, .. }) => want.is_none_or(|w| w == from),
-            Some(&IpcCall::SendRec { to, phase, .. }) => to == from && (phase == Phase::AwaitingReply || reply),
+            Some(&IpcCall::SendRec { to, phase, .. }) => {
+                to == from && (phase == Phase::AwaitingReply || reply)
+            }
             _ => false,
         }
     }
@@ -174,7 +249,9 @@ impl Kernel {
         }) else {
             return;
         };
-        let Some(r) = self.procs.get_mut(&receiver) else { return };
+        let Some(r) = self.procs.get_mut(&receiver) else {
+            return;
+        };
         let mem = r.container.memory_mut();
         mem[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(msg.as_bytes());
         if let Some(status) = status {
@@ -198,18 +275,32 @@ impl Kernel {
         }
         self.ipc.remote_out += 1;
         let (domain, seq) = (me.ipc.domain, me.ipc.seq);
-        self.route(to, NocMsg::Ipc(IpcMsg::Notify { to, from: me.pid, domain, seq }));
+        self.route(
+            to,
+            NocMsg::Ipc(IpcMsg::Notify {
+                to,
+                from: me.pid,
+                domain,
+                seq,
+            }),
+        );
         IpcOutcome::Block(call)
     }
 
     /// A notification from `from` for `to`, which runs here: delivered if
     /// `to` is receiving, otherwise left pending (coalesced).
-    pub(super) fn post_notification(&mut self, to: Pid, from: Pid, domain: Option<DomainId>) -> Result<(), Errno> {
+    pub(super) fn post_notification(
+        &mut self,
+        to: Pid,
+        from: Pid,
+        domain: Option<DomainId>,
+    ) -> Result<(), Errno> {
         if domain.is_none() || self.domain_of(to) != domain {
             self.ipc.denied += 1;
             return Err(Errno::CallDenied);
         }
-        if matches!(self.ipc_call(to), Some(IpcCall::Receive { from: want, .. }) if want.is_none_or(|w| w == from)) {
+        if matches!(self.ipc_call(to), Some(IpcCall::Receive { from: want, .. }) if want.is_none_or(|w| w == from))
+        {
             self.ipc.notifications += 1;
             self.hand_over(to, from, CallKind::Notify, &Message::notification(from));
         } else if let Some(s) = self.ipc_state(to) {

@@ -25,7 +25,15 @@ pub fn node(kernels: u16) -> Node {
 pub fn job(name: &str, args: &[&str]) -> JobSpec {
     let mut argv = vec![name.to_string()];
     argv.extend(args.iter().map(|s| s.to_string()));
-    JobSpec { program: support::guest(name), args: argv, env: vec![], preopens: vec![], kernel: None, prepare: true, domain: None }
+    JobSpec {
+        program: support::guest(name),
+        args: argv,
+        env: vec![],
+        preopens: vec![],
+        kernel: None,
+        prepare: true,
+        domain: None,
+    }
 }
 
 /// A job's output so far, shared with the test, and its end.
@@ -67,7 +75,15 @@ impl JobSink for Sink {
 pub fn start(node: &Node, spec: &JobSpec) -> (Pid, Output, Receiver<i32>) {
     let out = Output::default();
     let (tx, rx) = mpsc::channel();
-    let pid = node.run_job(spec, Box::new(Sink { out: out.clone(), done: tx })).expect("job starts");
+    let pid = node
+        .run_job(
+            spec,
+            Box::new(Sink {
+                out: out.clone(),
+                done: tx,
+            }),
+        )
+        .expect("job starts");
     (pid, out, rx)
 }
 
@@ -76,7 +92,6 @@ pub fn run(node: &Node, spec: &JobSpec) -> (i32, Output) {
     let status = rx.recv_timeout(HANG).expect("job ends");
     (status, out)
 }
-
 
 /// A sink for jobs that are expected not to start.
 pub struct NullSink;

@@ -20,8 +20,12 @@ const M: &str = "atoll";
 const MAX_ARGV_BYTES: u32 = 1 << 20;
 
 pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
-    linker.func_wrap(M, "getpid", |c: Caller<'_, ProcCtx>| c.data().uarea.pid.to_abi())?;
-    linker.func_wrap(M, "kernel", |c: Caller<'_, ProcCtx>| c.data().host.kernel.to_abi())?;
+    linker.func_wrap(M, "getpid", |c: Caller<'_, ProcCtx>| {
+        c.data().uarea.pid.to_abi()
+    })?;
+    linker.func_wrap(M, "kernel", |c: Caller<'_, ProcCtx>| {
+        c.data().host.kernel.to_abi()
+    })?;
     linker.func_wrap(M, "kernel_count", |c: Caller<'_, ProcCtx>| {
         c.data().host.kernel_count as i32
     })?;
@@ -65,7 +69,10 @@ fn spawn(
         mem.slice_mut(pid_out, 8)?;
         let module = match module_len {
             0 => SpawnModule::Same,
-            _ => SpawnModule::File(resolve_module(&ctx.uarea.fds, mem.str(module_ptr, module_len)?)?),
+            _ => SpawnModule::File(resolve_module(
+                &ctx.uarea.fds,
+                mem.str(module_ptr, module_len)?,
+            )?),
         };
         if argv_len > MAX_ARGV_BYTES {
             return Err(Errno::TooBig);
@@ -76,16 +83,27 @@ fn spawn(
             k if (0..ctx.host.kernel_count as i32).contains(&k) => Some(k as u16),
             _ => return Err(Errno::Inval),
         };
-        request = Some(SpawnRequest { module, args, kernel });
+        request = Some(SpawnRequest {
+            module,
+            args,
+            kernel,
+        });
         Ok(())
     });
     match request {
-        Some(r) => Ok(enter_kernel(&mut c, KernelCall::Spawn(r)).map_or_else(|e| e.raw() as i32, |()| 0)),
+        Some(r) => {
+            Ok(enter_kernel(&mut c, KernelCall::Spawn(r)).map_or_else(|e| e.raw() as i32, |()| 0))
+        }
         None => Ok(rc),
     }
 }
 
-fn wait(mut c: Caller<'_, ProcCtx>, pid: i64, status_out: u32, pid_out: u32) -> wasmtime::Result<i32> {
+fn wait(
+    mut c: Caller<'_, ProcCtx>,
+    pid: i64,
+    status_out: u32,
+    pid_out: u32,
+) -> wasmtime::Result<i32> {
     let write = |mem: &mut GuestMemory<'_>, (child, st): (Pid, i32)| {
         mem.write_u32(status_out, st as u32)?;
         mem.write_u64(pid_out, child.to_abi() as u64)
@@ -111,7 +129,10 @@ fn wait(mut c: Caller<'_, ProcCtx>, pid: i64, status_out: u32, pid_out: u32) -> 
         }
     });
     match block_on {
-        Some(pid) => Ok(enter_kernel(&mut c, KernelCall::Wait { pid }).map_or_else(|e| e.raw() as i32, |()| 0)),
+        Some(pid) => {
+            Ok(enter_kernel(&mut c, KernelCall::Wait { pid })
+                .map_or_else(|e| e.raw() as i32, |()| 0))
+        }
         None => Ok(rc),
     }
 }
@@ -125,14 +146,23 @@ fn kill(mut c: Caller<'_, ProcCtx>, pid: i64, signal: i32) -> wasmtime::Result<i
         });
     }
     c.data_mut().uarea.accounting.syscalls += 1;
-    let Some(target) = Pid::from_abi(pid) else { return Ok(Errno::Srch.raw() as i32) };
+    let Some(target) = Pid::from_abi(pid) else {
+        return Ok(Errno::Srch.raw() as i32);
+    };
     if !(1..=64).contains(&signal) {
         return Ok(Errno::Inval.raw() as i32);
     }
     if target == c.data().uarea.pid {
         return Err(ProcExit(status::killed(signal)).into());
     }
-    Ok(enter_kernel(&mut c, KernelCall::Kill { pid: target, signal }).map_or_else(|e| e.raw() as i32, |()| 0))
+    Ok(enter_kernel(
+        &mut c,
+        KernelCall::Kill {
+            pid: target,
+            signal,
+        },
+    )
+    .map_or_else(|e| e.raw() as i32, |()| 0))
 }
 
 fn unreachable_reply(call: &str, reply: &Reply) -> Result<(), Errno> {
@@ -156,7 +186,11 @@ fn decode_argv(mem: &GuestMemory<'_>, ptr: u32, len: u32) -> Result<Vec<String>,
     }
     bytes
         .split(|&b| b == 0)
-        .map(|s| std::str::from_utf8(s).map(str::to_owned).map_err(|_| Errno::Ilseq))
+        .map(|s| {
+            std::str::from_utf8(s)
+                .map(str::to_owned)
+                .map_err(|_| Errno::Ilseq)
+        })
         .collect()
 }
 
@@ -178,7 +212,11 @@ fn resolve_module(fds: &FdTable, guest: &str) -> Result<PathBuf, Errno> {
     let rest = rest.to_str().ok_or(Errno::Ilseq)?;
     let host = crate::fs::resolve(&dir.root, &dir.host, rest, crate::fs::Follow::Yes)?;
     if !host.is_file() {
-        return Err(if host.exists() { Errno::NoExec } else { Errno::NoEnt });
+        return Err(if host.exists() {
+            Errno::NoExec
+        } else {
+            Errno::NoEnt
+        });
     }
     Ok(host)
 }
@@ -206,10 +244,22 @@ mod tests {
         std::fs::write(dir.path().join("secret.wasm"), b"").unwrap();
         let bin = dir.path().join("bin");
         std::os::unix::fs::symlink(dir.path().join("secret.wasm"), bin.join("link.wasm")).unwrap();
-        let fds = FdTable::new(&[Preopen { host: bin.clone(), guest: "/bin".into() }]);
-        assert_eq!(resolve_module(&fds, "/bin/a.wasm").unwrap(), bin.canonicalize().unwrap().join("a.wasm"));
-        assert_eq!(resolve_module(&fds, "/bin/../secret.wasm"), Err(Errno::NotCapable));
-        assert_eq!(resolve_module(&fds, "/bin/link.wasm"), Err(Errno::NotCapable));
+        let fds = FdTable::new(&[Preopen {
+            host: bin.clone(),
+            guest: "/bin".into(),
+        }]);
+        assert_eq!(
+            resolve_module(&fds, "/bin/a.wasm").unwrap(),
+            bin.canonicalize().unwrap().join("a.wasm")
+        );
+        assert_eq!(
+            resolve_module(&fds, "/bin/../secret.wasm"),
+            Err(Errno::NotCapable)
+        );
+        assert_eq!(
+            resolve_module(&fds, "/bin/link.wasm"),
+            Err(Errno::NotCapable)
+        );
         assert_eq!(resolve_module(&fds, "/etc/passwd"), Err(Errno::NotCapable));
         assert_eq!(resolve_module(&fds, "/bin/none.wasm"), Err(Errno::NoEnt));
         std::fs::create_dir(bin.join("sub")).unwrap();

@@ -13,7 +13,9 @@
 //! The guest-side declarations are in `sdk/include/atoll.h`.
 
 use atoll_abi::{Errno, Pid};
-use atoll_ipc::{Access, CallKind, CopyAddr, CopyRequest, CopySide, Grant, IpcCall, Phase, MESSAGE_SIZE};
+use atoll_ipc::{
+    Access, CallKind, CopyAddr, CopyRequest, CopySide, Grant, IpcCall, Phase, MESSAGE_SIZE,
+};
 use wasmtime::{Caller, Linker};
 
 use super::{enter_kernel, take_reply, with_memory};
@@ -27,30 +29,48 @@ const M: &str = "atoll";
 const MAX_DOMAIN_NAME: u32 = 64;
 
 pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
-    linker.func_wrap(M, "ipc_send", |mut c: Caller<'_, ProcCtx>, to: i64, msg: u32| {
-        send(&mut c, to, msg, CallKind::Send)
-    })?;
-    linker.func_wrap(M, "ipc_sendnb", |mut c: Caller<'_, ProcCtx>, to: i64, msg: u32| {
-        send(&mut c, to, msg, CallKind::SendNb)
-    })?;
-    linker.func_wrap(M, "ipc_sendrec", |mut c: Caller<'_, ProcCtx>, to: i64, msg: u32| {
-        send(&mut c, to, msg, CallKind::SendRec)
-    })?;
+    linker.func_wrap(
+        M,
+        "ipc_send",
+        |mut c: Caller<'_, ProcCtx>, to: i64, msg: u32| send(&mut c, to, msg, CallKind::Send),
+    )?;
+    linker.func_wrap(
+        M,
+        "ipc_sendnb",
+        |mut c: Caller<'_, ProcCtx>, to: i64, msg: u32| send(&mut c, to, msg, CallKind::SendNb),
+    )?;
+    linker.func_wrap(
+        M,
+        "ipc_sendrec",
+        |mut c: Caller<'_, ProcCtx>, to: i64, msg: u32| send(&mut c, to, msg, CallKind::SendRec),
+    )?;
     linker.func_wrap(M, "ipc_receive", receive)?;
     linker.func_wrap(M, "ipc_notify", notify)?;
     linker.func_wrap(M, "grant", grant)?;
     linker.func_wrap(M, "revoke", |mut c: Caller<'_, ProcCtx>, id: u32| {
-        Ok(with_memory(&mut c, |_, ctx| ctx.uarea.ipc.grants.revoke(id)))
+        Ok(with_memory(&mut c, |_, ctx| {
+            ctx.uarea.ipc.grants.revoke(id)
+        }))
     })?;
     linker.func_wrap(M, "vcopy", vcopy)?;
-    linker.func_wrap(M, "safecopy_from", |mut c: Caller<'_, ProcCtx>, owner: i64, grant: u32, offset: u32, addr: u32, len: u32| {
-        safecopy(&mut c, owner, grant, offset, addr, len, Direction::From)
-    })?;
-    linker.func_wrap(M, "safecopy_to", |mut c: Caller<'_, ProcCtx>, owner: i64, grant: u32, offset: u32, addr: u32, len: u32| {
-        safecopy(&mut c, owner, grant, offset, addr, len, Direction::To)
-    })?;
+    linker.func_wrap(
+        M,
+        "safecopy_from",
+        |mut c: Caller<'_, ProcCtx>, owner: i64, grant: u32, offset: u32, addr: u32, len: u32| {
+            safecopy(&mut c, owner, grant, offset, addr, len, Direction::From)
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        "safecopy_to",
+        |mut c: Caller<'_, ProcCtx>, owner: i64, grant: u32, offset: u32, addr: u32, len: u32| {
+            safecopy(&mut c, owner, grant, offset, addr, len, Direction::To)
+        },
+    )?;
     linker.func_wrap(M, "bind", bind)?;
-    linker.func_wrap(M, "unbind", |mut c: Caller<'_, ProcCtx>| kernel_call(&mut c, |_, _| Ok(KernelCall::Bind { domain: None })))?;
+    linker.func_wrap(M, "unbind", |mut c: Caller<'_, ProcCtx>| {
+        kernel_call(&mut c, |_, _| Ok(KernelCall::Bind { domain: None }))
+    })?;
     linker.func_wrap(M, "domain", |c: Caller<'_, ProcCtx>| {
         c.data().uarea.ipc.domain.map_or(-1, |d| i64::from(d.0))
     })?;
@@ -69,7 +89,10 @@ fn kernel_call(
             Reply::Ipc(Ok(())) => 0,
             Reply::Ipc(Err(e)) => e.raw() as i32,
             other => {
-                tracing::error!(?other, "kernel answered an IPC call with the wrong kind of reply");
+                tracing::error!(
+                    ?other,
+                    "kernel answered an IPC call with the wrong kind of reply"
+                );
                 Errno::Io.raw() as i32
             }
         });
@@ -82,8 +105,14 @@ fn kernel_call(
             return Ok(());
         };
         ctx.uarea.ipc.seq += 1;
-        let Some(mut link) = ctx.link else { return Err(Errno::NoSys) };
-        let me = IpcCaller { pid: ctx.uarea.pid, ipc: &mut ctx.uarea.ipc, memory: mem.bytes_mut() };
+        let Some(mut link) = ctx.link else {
+            return Err(Errno::NoSys);
+        };
+        let me = IpcCaller {
+            pid: ctx.uarea.pid,
+            ipc: &mut ctx.uarea.ipc,
+            memory: mem.bytes_mut(),
+        };
         // SAFETY: the kernel lent itself for this slice (`Container::run`),
         // and nothing else holds it while the guest runs.
         match unsafe { link.as_mut() }.ipc(me, call) {
@@ -128,10 +157,18 @@ fn send(c: &mut Caller<'_, ProcCtx>, to: i64, msg: u32, kind: CallKind) -> wasmt
         message_at(mem, msg)?;
         // Sending to oneself would wait for ever: a cycle of one.
         if to == ctx.uarea.pid {
-            return Err(if kind == CallKind::SendNb { Errno::NotReady } else { Errno::Locked });
+            return Err(if kind == CallKind::SendNb {
+                Errno::NotReady
+            } else {
+                Errno::Locked
+            });
         }
         Ok(KernelCall::Ipc(match kind {
-            CallKind::SendRec => IpcCall::SendRec { to, msg, phase: Phase::Sending },
+            CallKind::SendRec => IpcCall::SendRec {
+                to,
+                msg,
+                phase: Phase::Sending,
+            },
             kind => IpcCall::Send { to, msg, kind },
         }))
     })
@@ -162,7 +199,14 @@ fn notify(mut c: Caller<'_, ProcCtx>, to: i64) -> wasmtime::Result<i32> {
     })
 }
 
-fn grant(mut c: Caller<'_, ProcCtx>, grantee: i64, addr: u32, len: u32, access: u32, id_out: u32) -> wasmtime::Result<i32> {
+fn grant(
+    mut c: Caller<'_, ProcCtx>,
+    grantee: i64,
+    addr: u32,
+    len: u32,
+    access: u32,
+    id_out: u32,
+) -> wasmtime::Result<i32> {
     Ok(with_memory(&mut c, |mem, ctx| {
         check_bound(ctx)?;
         let grantee = match grantee {
@@ -172,27 +216,52 @@ fn grant(mut c: Caller<'_, ProcCtx>, grantee: i64, addr: u32, len: u32, access: 
         let access = Access::from_bits(access).ok_or(Errno::Inval)?;
         mem.slice(addr, len)?;
         mem.slice_mut(id_out, 4)?;
-        let id = ctx.uarea.ipc.grants.create(Grant { grantee, addr, len, access })?;
+        let id = ctx.uarea.ipc.grants.create(Grant {
+            grantee,
+            addr,
+            len,
+            access,
+        })?;
         mem.write_u32(id_out, id)
     }))
 }
 
 /// One side of a copy the caller names by address: its own memory is
 /// checked here, another process's by that process's kernel.
-fn side(mem: &GuestMemory<'_>, ctx: &ProcCtx, ep: i64, addr: u32, len: u32) -> Result<CopySide, Errno> {
+fn side(
+    mem: &GuestMemory<'_>,
+    ctx: &ProcCtx,
+    ep: i64,
+    addr: u32,
+    len: u32,
+) -> Result<CopySide, Errno> {
     let pid = endpoint(ctx, ep)?;
     if pid == ctx.uarea.pid {
         mem.slice(addr, len)?;
     }
-    Ok(CopySide { pid, at: CopyAddr::Direct(addr) })
+    Ok(CopySide {
+        pid,
+        at: CopyAddr::Direct(addr),
+    })
 }
 
-fn vcopy(mut c: Caller<'_, ProcCtx>, src: i64, src_addr: u32, dst: i64, dst_addr: u32, len: u32) -> wasmtime::Result<i32> {
+fn vcopy(
+    mut c: Caller<'_, ProcCtx>,
+    src: i64,
+    src_addr: u32,
+    dst: i64,
+    dst_addr: u32,
+    len: u32,
+) -> wasmtime::Result<i32> {
     kernel_call(&mut c, |mem, ctx| {
         check_bound(ctx)?;
         let src = side(mem, ctx, src, src_addr, len)?;
         let dst = side(mem, ctx, dst, dst_addr, len)?;
-        Ok(KernelCall::Ipc(IpcCall::Copy(CopyRequest { src, dst, len })))
+        Ok(KernelCall::Ipc(IpcCall::Copy(CopyRequest {
+            src,
+            dst,
+            len,
+        })))
     })
 }
 
@@ -203,17 +272,32 @@ enum Direction {
     To,
 }
 
-fn safecopy(c: &mut Caller<'_, ProcCtx>, owner: i64, grant: u32, offset: u32, addr: u32, len: u32, dir: Direction) -> wasmtime::Result<i32> {
+fn safecopy(
+    c: &mut Caller<'_, ProcCtx>,
+    owner: i64,
+    grant: u32,
+    offset: u32,
+    addr: u32,
+    len: u32,
+    dir: Direction,
+) -> wasmtime::Result<i32> {
     kernel_call(c, |mem, ctx| {
         check_bound(ctx)?;
         let owner = endpoint(ctx, owner)?;
         let mine = side(mem, ctx, Pid::SELF_ABI, addr, len)?;
-        let theirs = CopySide { pid: owner, at: CopyAddr::Grant { id: grant, offset } };
+        let theirs = CopySide {
+            pid: owner,
+            at: CopyAddr::Grant { id: grant, offset },
+        };
         let (src, dst) = match dir {
             Direction::From => (theirs, mine),
             Direction::To => (mine, theirs),
         };
-        Ok(KernelCall::Ipc(IpcCall::Copy(CopyRequest { src, dst, len })))
+        Ok(KernelCall::Ipc(IpcCall::Copy(CopyRequest {
+            src,
+            dst,
+            len,
+        })))
     })
 }
 
@@ -222,6 +306,8 @@ fn bind(mut c: Caller<'_, ProcCtx>, name: u32, name_len: u32) -> wasmtime::Resul
         if name_len > MAX_DOMAIN_NAME {
             return Err(Errno::NameTooLong);
         }
-        Ok(KernelCall::Bind { domain: Some(mem.str(name, name_len)?.to_owned()) })
+        Ok(KernelCall::Bind {
+            domain: Some(mem.str(name, name_len)?.to_owned()),
+        })
     })
 }

@@ -61,7 +61,10 @@ pub(crate) fn with_memory(
 ///
 /// # Errors
 /// `ENOTSUP` for a module run without preparation, which cannot unwind.
-pub(crate) fn enter_kernel(caller: &mut Caller<'_, ProcCtx>, call: KernelCall) -> Result<(), Errno> {
+pub(crate) fn enter_kernel(
+    caller: &mut Caller<'_, ProcCtx>,
+    call: KernelCall,
+) -> Result<(), Errno> {
     let ctx = caller.data();
     let Some(asyncify) = ctx.exports().asyncify.clone() else {
         return Err(Errno::NotSup);
@@ -70,13 +73,18 @@ pub(crate) fn enter_kernel(caller: &mut Caller<'_, ProcCtx>, call: KernelCall) -
     // hides from the program (wasi-libc's malloc would take any other page).
     let memory = ctx.exports().memory;
     let reserved = atoll_prepare::conventions::ASYNCIFY_RESERVED_PAGES as usize * PAGE_SIZE;
-    let area = StackArea { addr: (memory.data_size(&*caller) - reserved) as u32, len: reserved as u32 };
+    let area = StackArea {
+        addr: (memory.data_size(&*caller) - reserved) as u32,
+        len: reserved as u32,
+    };
     caller.data_mut().uarea.stack_area = Some(area);
     // Asyncify's data header: {current, end}; unwinding fills from current.
     let mut header = [0u8; 8];
     header[..4].copy_from_slice(&(area.addr + 8).to_le_bytes());
     header[4..].copy_from_slice(&(area.addr + area.len).to_le_bytes());
-    memory.write(&mut *caller, area.addr as usize, &header).map_err(|_| Errno::Fault)?;
+    memory
+        .write(&mut *caller, area.addr as usize, &header)
+        .map_err(|_| Errno::Fault)?;
     asyncify
         .start_unwind
         .call(&mut *caller, area.addr as i32)
@@ -97,7 +105,11 @@ pub(crate) fn take_reply(caller: &mut Caller<'_, ProcCtx>) -> wasmtime::Result<O
         CallState::Replied(r) => r,
         other => wasmtime::bail!("rewound into a system call without a reply ({other:?})"),
     };
-    let asyncify = ctx.exports().asyncify.clone().expect("rewinding implies asyncify");
+    let asyncify = ctx
+        .exports()
+        .asyncify
+        .clone()
+        .expect("rewinding implies asyncify");
     asyncify.stop_rewind.call(&mut *caller, ())?;
     Ok(Some(reply))
 }

@@ -20,28 +20,52 @@ const CLOCK_PROCESS_CPUTIME: u32 = 2;
 const CLOCK_THREAD_CPUTIME: u32 = 3;
 
 pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
-    linker.func_wrap(M, "args_sizes_get", |mut c: Caller<'_, ProcCtx>, argc: u32, size: u32| {
-        with_memory(&mut c, |mem, ctx| sizes(mem, &ctx.uarea.args, argc, size))
-    })?;
-    linker.func_wrap(M, "args_get", |mut c: Caller<'_, ProcCtx>, argv: u32, buf: u32| {
-        with_memory(&mut c, |mem, ctx| mem.write_string_table(argv, buf, &ctx.uarea.args))
-    })?;
-    linker.func_wrap(M, "environ_sizes_get", |mut c: Caller<'_, ProcCtx>, n: u32, size: u32| {
-        with_memory(&mut c, |mem, ctx| sizes(mem, &ctx.uarea.env, n, size))
-    })?;
-    linker.func_wrap(M, "environ_get", |mut c: Caller<'_, ProcCtx>, env: u32, buf: u32| {
-        with_memory(&mut c, |mem, ctx| mem.write_string_table(env, buf, &ctx.uarea.env))
-    })?;
-    linker.func_wrap(M, "clock_res_get", |mut c: Caller<'_, ProcCtx>, id: u32, out: u32| {
-        with_memory(&mut c, |mem, _| {
-            let res = match id {
-                CLOCK_REALTIME | CLOCK_MONOTONIC => 1,
-                CLOCK_PROCESS_CPUTIME | CLOCK_THREAD_CPUTIME => 1_000,
-                _ => return Err(Errno::Inval),
-            };
-            mem.write_u64(out, res)
-        })
-    })?;
+    linker.func_wrap(
+        M,
+        "args_sizes_get",
+        |mut c: Caller<'_, ProcCtx>, argc: u32, size: u32| {
+            with_memory(&mut c, |mem, ctx| sizes(mem, &ctx.uarea.args, argc, size))
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        "args_get",
+        |mut c: Caller<'_, ProcCtx>, argv: u32, buf: u32| {
+            with_memory(&mut c, |mem, ctx| {
+                mem.write_string_table(argv, buf, &ctx.uarea.args)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        "environ_sizes_get",
+        |mut c: Caller<'_, ProcCtx>, n: u32, size: u32| {
+            with_memory(&mut c, |mem, ctx| sizes(mem, &ctx.uarea.env, n, size))
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        "environ_get",
+        |mut c: Caller<'_, ProcCtx>, env: u32, buf: u32| {
+            with_memory(&mut c, |mem, ctx| {
+                mem.write_string_table(env, buf, &ctx.uarea.env)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        "clock_res_get",
+        |mut c: Caller<'_, ProcCtx>, id: u32, out: u32| {
+            with_memory(&mut c, |mem, _| {
+                let res = match id {
+                    CLOCK_REALTIME | CLOCK_MONOTONIC => 1,
+                    CLOCK_PROCESS_CPUTIME | CLOCK_THREAD_CPUTIME => 1_000,
+                    _ => return Err(Errno::Inval),
+                };
+                mem.write_u64(out, res)
+            })
+        },
+    )?;
     linker.func_wrap(
         M,
         "clock_time_get",
@@ -57,24 +81,36 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
             })
         },
     )?;
-    linker.func_wrap(M, "random_get", |mut c: Caller<'_, ProcCtx>, buf: u32, len: u32| {
-        with_memory(&mut c, |mem, _| {
-            getrandom::fill(mem.slice_mut(buf, len)?).map_err(|_| Errno::Io)
-        })
-    })?;
-    linker.func_wrap(M, "sched_yield", |mut c: Caller<'_, ProcCtx>| -> wasmtime::Result<i32> {
-        if take_reply(&mut c)?.is_some() {
-            return Ok(0);
-        }
-        c.data_mut().uarea.accounting.syscalls += 1;
-        // A module that cannot unwind just carries on: yielding is advice.
-        let _ = enter_kernel(&mut c, KernelCall::Yield);
-        Ok(0)
-    })?;
+    linker.func_wrap(
+        M,
+        "random_get",
+        |mut c: Caller<'_, ProcCtx>, buf: u32, len: u32| {
+            with_memory(&mut c, |mem, _| {
+                getrandom::fill(mem.slice_mut(buf, len)?).map_err(|_| Errno::Io)
+            })
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        "sched_yield",
+        |mut c: Caller<'_, ProcCtx>| -> wasmtime::Result<i32> {
+            if take_reply(&mut c)?.is_some() {
+                return Ok(0);
+            }
+            c.data_mut().uarea.accounting.syscalls += 1;
+            // A module that cannot unwind just carries on: yielding is advice.
+            let _ = enter_kernel(&mut c, KernelCall::Yield);
+            Ok(0)
+        },
+    )?;
     linker.func_wrap(M, "poll_oneoff", poll_oneoff)?;
-    linker.func_wrap(M, "proc_exit", |_: Caller<'_, ProcCtx>, code: u32| -> wasmtime::Result<()> {
-        Err(ProcExit(code as i32).into())
-    })?;
+    linker.func_wrap(
+        M,
+        "proc_exit",
+        |_: Caller<'_, ProcCtx>, code: u32| -> wasmtime::Result<()> {
+            Err(ProcExit(code as i32).into())
+        },
+    )?;
 
     // Signals and sockets are not part of atoll's WASI: ENOSYS.
     use ValType::{I32, I64};
@@ -112,7 +148,11 @@ const SUBCLOCKFLAG_ABSTIME: u16 = 1;
 enum Sub {
     /// Wakes at this monotonic time.
     Clock { userdata: u64, deadline_ns: u64 },
-    Fd { userdata: u64, kind: u8, error: Option<Errno> },
+    Fd {
+        userdata: u64,
+        kind: u8,
+        error: Option<Errno>,
+    },
 }
 
 /// `poll_oneoff`: descriptors are always ready (files never block; stdin is
@@ -131,7 +171,10 @@ fn poll_oneoff(
         if nsubs == 0 {
             return Err(Errno::Inval);
         }
-        mem.slice_mut(events_ptr, nsubs.checked_mul(EVENT_SIZE).ok_or(Errno::Fault)?)?;
+        mem.slice_mut(
+            events_ptr,
+            nsubs.checked_mul(EVENT_SIZE).ok_or(Errno::Fault)?,
+        )?;
         mem.slice(nevents_ptr, 4)?;
         let subs = (0..nsubs)
             .map(|i| decode_subscription(mem, ctx, subs_ptr + i * SUBSCRIPTION_SIZE))
@@ -151,10 +194,15 @@ fn poll_oneoff(
         let mut n = 0;
         for s in &subs {
             let (userdata, kind, error) = match *s {
-                Sub::Clock { userdata, deadline_ns } if !has_fd && fired(deadline_ns) => {
-                    (userdata, EVENTTYPE_CLOCK, None)
-                }
-                Sub::Fd { userdata, kind, error } => (userdata, kind, error),
+                Sub::Clock {
+                    userdata,
+                    deadline_ns,
+                } if !has_fd && fired(deadline_ns) => (userdata, EVENTTYPE_CLOCK, None),
+                Sub::Fd {
+                    userdata,
+                    kind,
+                    error,
+                } => (userdata, kind, error),
                 Sub::Clock { .. } => continue,
             };
             let at = events_ptr + n * EVENT_SIZE;
@@ -197,7 +245,10 @@ fn decode_subscription(mem: &GuestMemory<'_>, ctx: &ProcCtx, at: u32) -> Result<
             if !matches!(id, CLOCK_MONOTONIC | CLOCK_REALTIME) {
                 return Err(Errno::Inval);
             }
-            Ok(Sub::Clock { userdata, deadline_ns })
+            Ok(Sub::Clock {
+                userdata,
+                deadline_ns,
+            })
         }
         kind @ (EVENTTYPE_FD_READ | EVENTTYPE_FD_WRITE) => {
             let fd = mem.u32(at + 16)?;
@@ -206,7 +257,11 @@ fn decode_subscription(mem: &GuestMemory<'_>, ctx: &ProcCtx, at: u32) -> Result<
                 Ok(_) => None,
                 Err(e) => Some(e),
             };
-            Ok(Sub::Fd { userdata, kind, error })
+            Ok(Sub::Fd {
+                userdata,
+                kind,
+                error,
+            })
         }
         _ => Err(Errno::Inval),
     }
