@@ -73,6 +73,9 @@ fn a_process_stopped_mid_run_and_restored_on_another_kernel_prints_the_same() {
     let (pid, out, done) = start(&node, &spec);
     wait_for_lines(&out, 5);
     let image = node.capture(pid).expect("capture");
+    // Output written before the capture may still be on its way through the
+    // console service: let it arrive before taking the snapshot.
+    std::thread::sleep(Duration::from_millis(100));
     let printed = out.stdout();
     assert!(
         !printed.contains("done"),
