@@ -157,6 +157,7 @@ int32_t __atoll_spawn(const char *module, int32_t module_len,
 int32_t __atoll_wait(atoll_pid_t pid, int32_t *status_out, atoll_pid_t *pid_out)
     ATOLL_IMPORT_("wait");
 int32_t __atoll_kill(atoll_pid_t pid, int32_t signal) ATOLL_IMPORT_("kill");
+int32_t __atoll_migrate_to(int32_t kernel) ATOLL_IMPORT_("migrate_to");
 
 int32_t __atoll_ipc_send(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_send");
 int32_t __atoll_ipc_sendnb(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendnb");
@@ -292,6 +293,21 @@ static inline int atoll_kill(atoll_pid_t pid, int signal)
 {
     return __atoll_kill(pid, signal);
 }
+
+/*
+ * Moves this process to kernel `kernel` (an index on this node) and returns
+ * there: the pid, open files, IPC state and output stay the same. Returns 0
+ * (also when it already runs there), EINVAL for a kernel that does not
+ * exist, or EAGAIN when the destination could not take it (the process then
+ * goes on where it was).
+ */
+static inline int atoll_migrate_to(int kernel)
+{
+    return __atoll_migrate_to(kernel);
+}
+
+/* Nanvix's name. */
+#define kmigrate_to atoll_migrate_to
 
 /* ------------------------------------------------ IPC (Minix 3) */
 

@@ -74,7 +74,9 @@ struct Departure {
     /// The `Immigrate` request this departure waits on.
     req: u64,
     process: Process,
-    reply: Sender<Result<MoveReport, String>>,
+    /// The node request that asked for the move; `None` when the process
+    /// asked itself (`kmigrate_to`) and is answered where it ends up.
+    reply: Option<Sender<Result<MoveReport, String>>>,
     stopped: Instant,
     bytes: usize,
     /// Messages for the process that arrived while it was in flight; they
@@ -638,7 +640,11 @@ impl Kernel {
                 let pid = image.uarea.pid;
                 let _ = reply.send(self.restore(*image).map(|()| pid));
             }
-            Control::Move { pid, to, reply } => self.move_out(pid, to, reply),
+            Control::Move { pid, to, reply } => {
+                if let Err(why) = self.move_out(pid, to, Some(reply.clone())) {
+                    let _ = reply.send(Err(why));
+                }
+            }
             Control::Locate { pid, reply } => {
                 let at = if self.procs.contains_key(&pid) {
                     Some(self.id)
@@ -708,52 +714,53 @@ impl Kernel {
     }
 
     /// Sends a process to kernel `to` through the portal. It stays here,
-    /// stopped, until `to` confirms; if restoring fails there, it resumes here.
-    fn move_out(&mut self, pid: Pid, to: KernelId, reply: Sender<Result<MoveReport, String>>) {
+    /// stopped, until `to` confirms; if restoring fails there, it resumes
+    /// here. `reply` (if any) hears how it went, unless this fails at once.
+    pub(crate) fn move_out(
+        &mut self,
+        pid: Pid,
+        to: KernelId,
+        reply: Option<Sender<Result<MoveReport, String>>>,
+    ) -> Result<(), String> {
         if to == self.id {
+            if !self.procs.contains_key(&pid) {
+                return Err(self.not_here(pid));
+            }
             let stay = MoveReport {
                 bytes: 0,
                 stopped_us: 0,
             };
-            let _ = reply.send(if self.procs.contains_key(&pid) {
-                Ok(stay)
-            } else {
-                Err(self.not_here(pid))
-            });
-            return;
+            if let Some(reply) = reply {
+                let _ = reply.send(Ok(stay));
+            }
+            return Ok(());
         }
         if to.node != self.id.node || to.index >= self.noc.kernel_count() {
-            let _ = reply.send(Err(format!("kernel {to} does not exist")));
-            return;
+            return Err(format!("kernel {to} does not exist"));
         }
         let stopped = Instant::now();
-        match self.take_out(pid) {
-            Ok((image, process)) => {
-                let req = self.next_request();
-                let bytes = image.encode();
-                let departure = Departure {
-                    req,
-                    process,
-                    reply,
-                    stopped,
-                    bytes: bytes.len(),
-                    held: Vec::new(),
-                    to,
-                };
-                self.departures.insert(pid, departure);
-                let packet = Packet {
-                    hops: 0,
-                    msg: NocMsg::Immigrate { pid, req },
-                    bulk: None,
-                };
-                if let Err(e) = self.noc.send_bulk(to, packet, bytes) {
-                    self.on_immigrated(pid, req, Err(e.to_string()));
-                }
-            }
-            Err(why) => {
-                let _ = reply.send(Err(why));
-            }
+        let (image, process) = self.take_out(pid)?;
+        let req = self.next_request();
+        let bytes = image.encode();
+        let departure = Departure {
+            req,
+            process,
+            reply,
+            stopped,
+            bytes: bytes.len(),
+            held: Vec::new(),
+            to,
+        };
+        self.departures.insert(pid, departure);
+        let packet = Packet {
+            hops: 0,
+            msg: NocMsg::Immigrate { pid, req },
+            bulk: None,
+        };
+        if let Err(e) = self.noc.send_bulk(to, packet, bytes) {
+            self.on_immigrated(pid, req, Err(e.to_string()));
         }
+        Ok(())
     }
 
     fn on_immigrated(&mut self, pid: Pid, req: u64, result: Result<(), String>) {
@@ -768,19 +775,32 @@ impl Kernel {
                 for packet in d.held {
                     self.transmit(d.to, packet);
                 }
-                let _ = d.reply.send(Ok(MoveReport {
-                    bytes: d.bytes,
-                    stopped_us,
-                }));
+                if let Some(reply) = d.reply {
+                    let _ = reply.send(Ok(MoveReport {
+                        bytes: d.bytes,
+                        stopped_us,
+                    }));
+                }
             }
             Err(why) => {
                 tracing::warn!(kernel = %self.id, %pid, "move failed, process resumes here: {why}");
                 self.procs.insert(pid, d.process);
+                // A process that asked to move learns that it stayed.
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    if matches!(
+                        p.container.uarea().call,
+                        CallState::Blocked(KernelCall::Migrate { .. })
+                    ) {
+                        p.container.reply(Reply::Migrated(Err(Errno::Again)));
+                    }
+                }
                 self.schedule(pid);
                 for packet in d.held {
                     self.deliver(pid, packet);
                 }
-                let _ = d.reply.send(Err(why));
+                if let Some(reply) = d.reply {
+                    let _ = reply.send(Err(why));
+                }
             }
         }
     }
@@ -840,6 +860,11 @@ impl Kernel {
             }
             CallState::Blocked(KernelCall::Yield) => {
                 p.container.reply(Reply::Done);
+                self.run_queue.push_back(pid);
+            }
+            // It asked to come here, and it is here.
+            CallState::Blocked(KernelCall::Migrate { .. }) => {
+                p.container.reply(Reply::Migrated(Ok(())));
                 self.run_queue.push_back(pid);
             }
             // Answers to spawn, kill and IPC are routed to wherever the

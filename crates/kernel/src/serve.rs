@@ -48,6 +48,12 @@ impl Kernel {
             // Served through the KernelLink before the process unwound: it
             // waits where the call left it (queued, watched, awaited).
             KernelCall::Ipc(_) => {}
+            KernelCall::Migrate { to } => {
+                if let Err(why) = self.move_out(pid, KernelId::new(self.id.node, to), None) {
+                    self.diagnose(pid, &format!("cannot migrate: {why}"));
+                    self.reply_now(pid, Reply::Migrated(Err(Errno::Again)));
+                }
+            }
             KernelCall::Bind { domain } => {
                 let result = self.bind(pid, domain.as_deref());
                 self.reply_now(pid, Reply::Ipc(result));

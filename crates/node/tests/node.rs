@@ -287,3 +287,17 @@ fn a_parent_moved_while_its_children_end_hears_from_every_child() {
         out.stdout()
     );
 }
+
+#[test]
+fn a_process_moves_itself_to_every_kernel_with_kmigrate_to() {
+    let node = node(4);
+    let mut spec = job("hop", &["25"]);
+    spec.kernel = Some(0);
+    let (status, out) = run(&node, &spec);
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    let text = out.stdout();
+    assert_eq!(text.lines().count(), 101, "{text}");
+    assert!(text.contains("hop 24.3: on kernel 0\n"), "{text}");
+    // The running sum of kernels visited, kept in memory across the moves.
+    assert!(text.ends_with("\nhop: ok 1371639310\n"), "{text}");
+}

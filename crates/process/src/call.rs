@@ -44,6 +44,8 @@ pub enum KernelCall {
     Ipc(IpcCall),
     /// Join the named domain, or leave the current one (`None`).
     Bind { domain: Option<String> },
+    /// Move this process to kernel `to` of its node (`kmigrate_to`).
+    Migrate { to: u16 },
 }
 
 impl KernelCall {
@@ -58,6 +60,7 @@ impl KernelCall {
             KernelCall::Kill { pid, .. } => format!("killing {pid}"),
             KernelCall::Ipc(c) => c.describe(),
             KernelCall::Bind { .. } => "binding".into(),
+            KernelCall::Migrate { to } => format!("migrating to kernel {to}"),
         }
     }
 }
@@ -91,6 +94,8 @@ pub enum Reply {
     Killed(Result<(), Errno>),
     /// IPC calls and bind: the message, if any, is already in the caller's memory.
     Ipc(Result<(), Errno>),
+    /// `Migrate`: the process now runs on its destination, or (`Err`) stayed.
+    Migrated(Result<(), Errno>),
 }
 
 /// The kernel, as a running process's IPC calls see it.

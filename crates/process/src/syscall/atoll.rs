@@ -33,6 +33,7 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
     linker.func_wrap(M, "spawn", spawn)?;
     linker.func_wrap(M, "wait", wait)?;
     linker.func_wrap(M, "kill", kill)?;
+    linker.func_wrap(M, "migrate_to", migrate_to)?;
     Ok(())
 }
 
@@ -163,6 +164,30 @@ fn kill(mut c: Caller<'_, ProcCtx>, pid: i64, signal: i32) -> wasmtime::Result<i
         },
     )
     .map_or_else(|e| e.raw() as i32, |()| 0))
+}
+
+/// Moves the calling process to kernel `kernel` of its node; it returns
+/// there (or, if the destination could not take it, here with `EAGAIN`).
+fn migrate_to(mut c: Caller<'_, ProcCtx>, kernel: i32) -> wasmtime::Result<i32> {
+    if let Some(reply) = take_reply(&mut c)? {
+        return Ok(match reply {
+            Reply::Migrated(Ok(())) => 0,
+            Reply::Migrated(Err(e)) => e.raw() as i32,
+            other => {
+                unreachable_reply("migrate_to", &other).map_or_else(|e| e.raw() as i32, |()| 0)
+            }
+        });
+    }
+    c.data_mut().uarea.accounting.syscalls += 1;
+    let host = &c.data().host;
+    if !(0..i32::from(host.kernel_count)).contains(&kernel) {
+        return Ok(Errno::Inval.raw() as i32);
+    }
+    if kernel == i32::from(host.kernel.index) {
+        return Ok(0);
+    }
+    let call = KernelCall::Migrate { to: kernel as u16 };
+    Ok(enter_kernel(&mut c, call).map_or_else(|e| e.raw() as i32, |()| 0))
 }
 
 fn unreachable_reply(call: &str, reply: &Reply) -> Result<(), Errno> {
