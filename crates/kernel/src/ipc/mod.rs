@@ -53,17 +53,8 @@ pub use cycles::Probe;
 /// `target`) and is routed to wherever that process runs.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum IpcMsg {
-    /// `from` sends `msg` to `to`. `reply`: `to` waits in `sendrec` for
-    /// exactly this, and the sender did not wait for an answer.
-    Deliver {
-        to: Pid,
-        from: Pid,
-        domain: Option<DomainId>,
-        kind: CallKind,
-        seq: u64,
-        reply: bool,
-        msg: Message,
-    },
+    /// A message for `to`, from a sender on another kernel.
+    Deliver { to: Pid, letter: Letter },
     /// `from` notifies `to`.
     Notify {
         to: Pid,
@@ -97,6 +88,22 @@ pub enum IpcMsg {
     CopyRead { to: Pid, copy: CopyOrder },
     /// Write the destination side (`to` owns it); the bytes are the bulk.
     CopyWrite { to: Pid, copy: CopyOrder },
+}
+
+/// A message on its way from a sender on one kernel to a receiver on
+/// another.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Letter {
+    pub from: Pid,
+    /// The sender's domain, which the receiver's kernel checks.
+    pub domain: Option<DomainId>,
+    pub kind: CallKind,
+    /// The sender's call number, for the answer.
+    pub seq: u64,
+    /// The receiver waits in `sendrec` for exactly this, and the sender did
+    /// not wait for an answer.
+    pub reply: bool,
+    pub msg: Message,
 }
 
 impl IpcMsg {
@@ -137,17 +144,9 @@ impl Kernel {
     /// The IPC handler of the NoC dispatcher, for a process that runs here.
     pub(crate) fn on_ipc(&mut self, msg: IpcMsg, bulk: Option<Vec<u8>>) {
         match msg {
-            IpcMsg::Deliver {
-                to,
-                from,
-                domain,
-                kind,
-                seq,
-                reply,
-                msg,
-            } => {
+            IpcMsg::Deliver { to, letter } => {
                 self.ipc.remote_in += 1;
-                self.deliver_remote(to, from, domain, kind, seq, reply, msg);
+                self.deliver_remote(to, letter);
             }
             IpcMsg::Notify {
                 to,
@@ -190,9 +189,13 @@ impl Kernel {
         self.ipc.dead += 1;
         match msg {
             IpcMsg::Deliver {
-                from,
-                seq,
-                reply: false,
+                letter:
+                    Letter {
+                        from,
+                        seq,
+                        reply: false,
+                        ..
+                    },
                 ..
             }
             | IpcMsg::Notify { from, seq, .. } => {

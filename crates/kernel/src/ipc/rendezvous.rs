@@ -5,7 +5,7 @@ use atoll_abi::{Errno, Pid};
 use atoll_ipc::{CallKind, DomainId, IpcCall, Message, Phase, WaitingSender, MESSAGE_SIZE};
 use atoll_process::{CallState, IpcCaller, IpcOutcome, KernelCall};
 
-use super::{read_message, IpcMsg, Probe};
+use super::{read_message, IpcMsg, Letter, Probe};
 use crate::kernel::Kernel;
 use crate::msg::NocMsg;
 
@@ -28,12 +28,14 @@ impl Kernel {
                 to,
                 NocMsg::Ipc(IpcMsg::Deliver {
                     to,
-                    from: me.pid,
-                    domain,
-                    kind,
-                    seq,
-                    reply,
-                    msg,
+                    letter: Letter {
+                        from: me.pid,
+                        domain,
+                        kind,
+                        seq,
+                        reply,
+                        msg,
+                    },
                 }),
             );
             if reply && kind != CallKind::SendRec {
@@ -75,17 +77,15 @@ impl Kernel {
     }
 
     /// A message from another kernel for `to`, which runs here.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn deliver_remote(
-        &mut self,
-        to: Pid,
-        from: Pid,
-        domain: Option<DomainId>,
-        kind: CallKind,
-        seq: u64,
-        reply: bool,
-        msg: Message,
-    ) {
+    pub(super) fn deliver_remote(&mut self, to: Pid, letter: Letter) {
+        let Letter {
+            from,
+            domain,
+            kind,
+            seq,
+            reply,
+            msg,
+        } = letter;
         if domain.is_none() || self.domain_of(to) != domain {
             self.ipc.denied += 1;
             return self.answer(from, seq, Err(Errno::CallDenied));
