@@ -60,9 +60,15 @@ impl Homes {
     }
 
     /// Records that `pid` now runs on `at`.
-    pub fn relocate(&mut self, pid: Pid, at: KernelId) {
-        if let Some(s) = self.slot(pid) {
-            s.location = Some(at);
+    /// Records that `pid` now runs on `at`; false if `pid` is not a live
+    /// process of this home.
+    pub fn relocate(&mut self, pid: Pid, at: KernelId) -> bool {
+        match self.slot(pid) {
+            Some(s) => {
+                s.location = Some(at);
+                true
+            }
+            None => false,
         }
     }
 

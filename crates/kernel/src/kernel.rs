@@ -85,6 +85,23 @@ struct Departure {
     to: KernelId,
 }
 
+/// A process restored here and waiting for its home kernel to commit its
+/// new location before it runs.
+struct Arriving {
+    process: Process,
+    arrival: Arrival,
+    /// Messages for it that came before the commit.
+    held: Vec<Packet>,
+}
+
+/// Who is answered when an arrival is committed.
+enum Arrival {
+    /// The kernel that sent the process (`Immigrate` request `req`).
+    Moved { from: KernelId, req: u64 },
+    /// A node request to restore an image here.
+    Restored(Sender<Result<Pid, String>>),
+}
+
 pub(crate) struct Kernel {
     pub id: KernelId,
     noc: Endpoint<Packet>,
@@ -106,6 +123,8 @@ pub(crate) struct Kernel {
     pending_kills: HashMap<u64, Sender<Result<(), Errno>>>,
     /// Processes in flight to another kernel, at most one departure each.
     departures: FxHashMap<Pid, Departure>,
+    /// Processes restored here, not yet committed at their home.
+    arrivals: FxHashMap<Pid, Arriving>,
     next_req: u64,
     /// Next kernel for a spawn that names none (round robin).
     pub next_target: u16,
@@ -146,6 +165,7 @@ impl Kernel {
             homes: Homes::new(id),
             pending_kills: HashMap::new(),
             departures: FxHashMap::default(),
+            arrivals: FxHashMap::default(),
             next_req: 0,
             next_target: id.index,
             slices: 0,
@@ -438,6 +458,9 @@ impl Kernel {
         if let Some(d) = self.departures.get_mut(&pid) {
             return d.held.push(packet);
         }
+        if let Some(a) = self.arrivals.get_mut(&pid) {
+            return a.held.push(packet);
+        }
         let next = if pid.home == self.id {
             match self.homes.locate(pid) {
                 Some(at) if at != self.id => at,
@@ -524,11 +547,24 @@ impl Kernel {
                 self.route(parent, NocMsg::Spawned { parent, result });
             }
             NocMsg::Killed { reply_to, result } => self.on_killed(reply_to, result),
-            NocMsg::Located { pid, at } => self.homes.relocate(pid, at),
+            NocMsg::Commit { pid, at } => {
+                let result = self.commit(pid, at);
+                self.send(at, NocMsg::Committed { pid, result });
+            }
+            NocMsg::Committed { pid, result } => self.on_committed(pid, result),
             NocMsg::Ended { pid } => self.homes.release(pid),
             NocMsg::Immigrate { pid, req } => {
-                let result = self.immigrate(bulk.unwrap_or_default());
-                self.send(from, NocMsg::Immigrated { pid, req, result });
+                let arrival = Arrival::Moved { from, req };
+                if let Err(why) = self.immigrate(bulk.unwrap_or_default(), arrival) {
+                    self.send(
+                        from,
+                        NocMsg::Immigrated {
+                            pid,
+                            req,
+                            result: Err(why),
+                        },
+                    );
+                }
             }
             NocMsg::Immigrated { pid, req, result } => self.on_immigrated(pid, req, result),
             m @ (NocMsg::Spawned { .. }
@@ -637,8 +673,9 @@ impl Kernel {
                 let _ = reply.send(self.take_out(pid).map(|(image, _)| image));
             }
             Control::Restore { image, reply } => {
-                let pid = image.uarea.pid;
-                let _ = reply.send(self.restore(*image).map(|()| pid));
+                if let Err(why) = self.restore(*image, Arrival::Restored(reply.clone())) {
+                    let _ = reply.send(Err(why));
+                }
             }
             Control::Move { pid, to, reply } => {
                 if let Err(why) = self.move_out(pid, to, Some(reply.clone())) {
@@ -805,39 +842,99 @@ impl Kernel {
         }
     }
 
-    fn immigrate(&mut self, bytes: Vec<u8>) -> Result<(), String> {
+    fn immigrate(&mut self, bytes: Vec<u8>, arrival: Arrival) -> Result<(), String> {
         let image = ProcessImage::decode(&bytes).map_err(|e| e.to_string())?;
-        self.restore(image)
+        self.restore(image, arrival)
     }
 
-    /// Rebuilds a captured process here, tells its home, and schedules it
-    /// according to where it stopped.
-    fn restore(&mut self, image: ProcessImage) -> Result<(), String> {
+    /// Rebuilds a captured process here and asks its home kernel to record
+    /// where it now runs. It runs, and whoever asked for it is answered,
+    /// only once the home has committed; until then the kernel it came from
+    /// still holds it, and messages for it wait here. An error means it was
+    /// not restored (and nobody was answered).
+    fn restore(&mut self, image: ProcessImage, arrival: Arrival) -> Result<(), String> {
         let pid = image.uarea.pid;
-        if self.procs.contains_key(&pid) {
+        if self.procs.contains_key(&pid) || self.arrivals.contains_key(&pid) {
             return Err(format!("process {pid} already runs on kernel {}", self.id));
         }
         let mut container = Container::restore(&self.runtime, image, self.host.clone())
             .map_err(|e| e.to_string())?;
         container.uarea_mut().accounting.moves += 1;
-        self.procs.insert(pid, Process { container });
+        let process = Process { container };
+        self.arrivals.insert(
+            pid,
+            Arriving {
+                process,
+                arrival,
+                held: Vec::new(),
+            },
+        );
         if pid.home == self.id {
-            self.homes.relocate(pid, self.id);
+            let result = self.commit(pid, self.id);
+            self.on_committed(pid, result);
         } else {
-            self.send(pid.home, NocMsg::Located { pid, at: self.id });
-        }
-        self.schedule(pid);
-        // Its domain may have ended while it was between kernels.
-        if self.procs[&pid]
-            .container
-            .uarea()
-            .ipc
-            .domain
-            .is_some_and(|d| !self.domains.contains(d))
-        {
-            self.end(pid, status::killed(status::SIGKILL));
+            self.send(pid.home, NocMsg::Commit { pid, at: self.id });
         }
         Ok(())
+    }
+
+    /// At the home kernel: records that `pid` runs on `at`.
+    fn commit(&mut self, pid: Pid, at: KernelId) -> Result<(), String> {
+        if self.homes.relocate(pid, at) {
+            Ok(())
+        } else {
+            Err(format!("home kernel {} knows no process {pid}", self.id))
+        }
+    }
+
+    /// The home committed (or refused) the arrival of `pid`: it runs here
+    /// now, or is dropped; either way whoever asked is answered.
+    fn on_committed(&mut self, pid: Pid, result: Result<(), String>) {
+        let Some(Arriving {
+            process,
+            arrival,
+            held,
+        }) = self.arrivals.remove(&pid)
+        else {
+            return;
+        };
+        if result.is_ok() {
+            self.procs.insert(pid, process);
+            self.schedule(pid);
+        }
+        match arrival {
+            Arrival::Moved { from, req } => self.send(
+                from,
+                NocMsg::Immigrated {
+                    pid,
+                    req,
+                    result: result.clone(),
+                },
+            ),
+            Arrival::Restored(reply) => {
+                let _ = reply.send(result.clone().map(|()| pid));
+            }
+        }
+        if result.is_err() {
+            // The process stays where it came from; so do its messages.
+            for packet in held {
+                self.forward(pid, packet);
+            }
+            return;
+        }
+        for packet in held {
+            self.deliver(pid, packet);
+        }
+        // Its domain may have ended while it was between kernels.
+        if self.procs.get(&pid).is_some_and(|p| {
+            p.container
+                .uarea()
+                .ipc
+                .domain
+                .is_some_and(|d| !self.domains.contains(d))
+        }) {
+            self.end(pid, status::killed(status::SIGKILL));
+        }
     }
 
     /// Puts a process that arrived (or came back) where its state says.

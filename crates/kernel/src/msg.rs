@@ -76,8 +76,15 @@ pub enum NocMsg {
         reply_to: ReplyTo,
         result: Result<(), Errno>,
     },
-    /// For the home kernel: `pid` now runs on `at`.
-    Located { pid: Pid, at: KernelId },
+    /// For the home kernel: `pid` was restored on `at` and runs there once
+    /// the home has recorded it (commit at the home kernel).
+    Commit { pid: Pid, at: KernelId },
+    /// The home's answer to `Commit`, for the kernel that restored `pid`:
+    /// an error if the home knows no such process.
+    Committed {
+        pid: Pid,
+        result: Result<(), String>,
+    },
     /// For the home kernel: `pid` ended; its slot may be reused.
     Ended { pid: Pid },
     /// A stopped process, as an encoded [`ProcessImage`] in the portal:
