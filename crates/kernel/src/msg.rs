@@ -158,7 +158,7 @@ pub struct IpcCounters {
     /// Copies finished here, and their bytes.
     pub copies: u64,
     pub copied_bytes: u64,
-    /// Calls refused with ELOCKED, EDEADSRCDST and ECALLDENIED.
+    /// Calls that failed with ELOCKED, EDEADSRCDST and ECALLDENIED.
     pub locked: u64,
     pub dead: u64,
     pub denied: u64,

@@ -46,6 +46,7 @@ impl Kernel {
     /// what it left waiting elsewhere. Its UArea and last call are given.
     pub(crate) fn ipc_ended(&mut self, pid: Pid, ipc: IpcState, call: &CallState) {
         for w in ipc.senders {
+            self.ipc.dead += 1;
             self.answer(w.from, w.seq, Err(Errno::DeadSrcDst));
         }
         for other in ipc.owed.into_iter().chain(ipc.watchers) {

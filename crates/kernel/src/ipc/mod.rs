@@ -186,7 +186,6 @@ impl Kernel {
     /// A message for a process that no longer exists: the sender learns
     /// that its peer is dead.
     pub(crate) fn ipc_undeliverable(&mut self, msg: IpcMsg) {
-        self.ipc.dead += 1;
         match msg {
             IpcMsg::Deliver {
                 letter:
@@ -199,6 +198,7 @@ impl Kernel {
                 ..
             }
             | IpcMsg::Notify { from, seq, .. } => {
+                self.ipc.dead += 1;
                 self.answer(from, seq, Err(Errno::DeadSrcDst));
             }
             IpcMsg::Watch { to, watcher } => self.route(
@@ -209,6 +209,7 @@ impl Kernel {
                 }),
             ),
             IpcMsg::CopyRead { copy, .. } | IpcMsg::CopyWrite { copy, .. } => {
+                self.ipc.dead += 1;
                 self.answer(copy.requester, copy.seq, Err(Errno::DeadSrcDst));
             }
             // Replies to the dead, answers to the dead and bookkeeping.
