@@ -201,15 +201,9 @@ impl Kernel {
             }
             while let Some(m) = self.noc.try_recv() {
                 self.messages += 1;
-                let Packet { hops, msg, .. } = m.msg;
-                self.on_noc(
-                    m.from,
-                    Packet {
-                        hops,
-                        msg,
-                        bulk: m.bulk,
-                    },
-                );
+                let mut packet = m.msg;
+                packet.bulk = m.bulk;
+                self.on_noc(m.from, packet);
             }
             let backlog = self.noc.flush();
             self.fire_timers();
@@ -398,26 +392,10 @@ impl Kernel {
 
     /// Puts a packet on the NoC: its message in the mailbox, its bulk bytes
     /// (if any) in the portal.
-    fn transmit(&mut self, to: KernelId, packet: Packet) {
-        let Packet { hops, msg, bulk } = packet;
-        let sent = match bulk {
-            None => self.noc.send(
-                to,
-                Packet {
-                    hops,
-                    msg,
-                    bulk: None,
-                },
-            ),
-            Some(b) => self.noc.send_bulk(
-                to,
-                Packet {
-                    hops,
-                    msg,
-                    bulk: None,
-                },
-                b,
-            ),
+    fn transmit(&mut self, to: KernelId, mut packet: Packet) {
+        let sent = match packet.bulk.take() {
+            None => self.noc.send(to, packet),
+            Some(bulk) => self.noc.send_bulk(to, packet, bulk),
         };
         if let Err(e) = sent {
             tracing::error!(kernel = %self.id, "dropping NoC message: {e}");
@@ -694,15 +672,9 @@ impl Kernel {
                 self.domains = table;
                 let gone: Vec<Pid> = self
                     .procs
-                    .iter()
-                    .filter(|(_, p)| {
-                        p.container
-                            .uarea()
-                            .ipc
-                            .domain
-                            .is_some_and(|d| !self.domains.contains(d))
-                    })
-                    .map(|(&pid, _)| pid)
+                    .keys()
+                    .copied()
+                    .filter(|&pid| self.in_ended_domain(pid))
                     .collect();
                 for pid in gone {
                     tracing::info!(kernel = %self.id, %pid, "domain ended: ending its process");
@@ -822,15 +794,6 @@ impl Kernel {
             Err(why) => {
                 tracing::warn!(kernel = %self.id, %pid, "move failed, process resumes here: {why}");
                 self.procs.insert(pid, d.process);
-                // A process that asked to move learns that it stayed.
-                if let Some(p) = self.procs.get_mut(&pid) {
-                    if matches!(
-                        p.container.uarea().call,
-                        CallState::Blocked(KernelCall::Migrate { .. })
-                    ) {
-                        p.container.reply(Reply::Migrated(Err(Errno::Again)));
-                    }
-                }
                 self.schedule(pid);
                 for packet in d.held {
                     self.deliver(pid, packet);
@@ -876,6 +839,17 @@ impl Kernel {
             self.send(pid.home, NocMsg::Commit { pid, at: self.id });
         }
         Ok(())
+    }
+
+    /// Whether `pid` (running here) belongs to a domain that has ended.
+    fn in_ended_domain(&self, pid: Pid) -> bool {
+        self.procs.get(&pid).is_some_and(|p| {
+            p.container
+                .uarea()
+                .ipc
+                .domain
+                .is_some_and(|d| !self.domains.contains(d))
+        })
     }
 
     /// At the home kernel: records that `pid` runs on `at`.
@@ -926,13 +900,7 @@ impl Kernel {
             self.deliver(pid, packet);
         }
         // Its domain may have ended while it was between kernels.
-        if self.procs.get(&pid).is_some_and(|p| {
-            p.container
-                .uarea()
-                .ipc
-                .domain
-                .is_some_and(|d| !self.domains.contains(d))
-        }) {
+        if self.in_ended_domain(pid) {
             self.end(pid, status::killed(status::SIGKILL));
         }
     }
@@ -959,9 +927,15 @@ impl Kernel {
                 p.container.reply(Reply::Done);
                 self.run_queue.push_back(pid);
             }
-            // It asked to come here, and it is here.
-            CallState::Blocked(KernelCall::Migrate { .. }) => {
-                p.container.reply(Reply::Migrated(Ok(())));
+            // It asked to move: it is where it asked to be, or (the move
+            // failed and it came back) it stayed.
+            CallState::Blocked(KernelCall::Migrate { to }) => {
+                let result = if to == self.id.index {
+                    Ok(())
+                } else {
+                    Err(Errno::Again)
+                };
+                p.container.reply(Reply::Migrated(result));
                 self.run_queue.push_back(pid);
             }
             // Answers to spawn, kill and IPC are routed to wherever the
