@@ -373,10 +373,6 @@ impl Recorded for IpcReport {
         &self.name
     }
 
-    fn json(&self) -> serde_json::Result<String> {
-        serde_json::to_string_pretty(self)
-    }
-
     fn table(&self) -> String {
         let mut s = format!(
             "ipc (median of runs)\n  {:<10} {:>12} {:>14} {:>10}  {}\n",

@@ -51,21 +51,31 @@ enum Which {
 }
 
 pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
-    let report: Box<dyn Recorded> = match a.which {
-        Which::Spawn(s) => Box::new(spawn::run(ctx, &a.build, s)?),
-        Which::Mergesort(m) => Box::new(mergesort::run(ctx, &a.build, m)?),
-        Which::Ipc(i) => Box::new(ipc::run(ctx, &a.build, i)?),
-    };
-    if a.json {
-        println!("{}", report.json()?);
+    let (json, record) = (a.json, a.record.as_deref());
+    match a.which {
+        Which::Spawn(s) => emit(&spawn::run(ctx, &a.build, s)?, json, record),
+        Which::Mergesort(m) => emit(&mergesort::run(ctx, &a.build, m)?, json, record),
+        Which::Ipc(i) => emit(&ipc::run(ctx, &a.build, i)?, json, record),
+    }
+}
+
+/// Prints a report (as a table, or JSON) and records it into `record`.
+fn emit<R: Recorded + Serialize>(
+    report: &R,
+    json: bool,
+    record: Option<&Path>,
+) -> anyhow::Result<()> {
+    let as_json = serde_json::to_string_pretty(report)?;
+    if json {
+        println!("{as_json}");
     } else {
         print!("{}", report.table());
     }
-    if let Some(dir) = a.record {
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join(format!("{}.json", report.name())), report.json()?)?;
+    if let Some(dir) = record {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join(format!("{}.json", report.name())), as_json)?;
         std::fs::write(dir.join(format!("{}.md", report.name())), report.markdown())?;
-        report.write_extra(&dir)?;
+        report.write_extra(dir)?;
         eprintln!("atoll: recorded {}/{}.*", dir.display(), report.name());
     }
     Ok(())
@@ -74,7 +84,6 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
 /// A benchmark's result as it is printed and recorded.
 pub trait Recorded {
     fn name(&self) -> &str;
-    fn json(&self) -> serde_json::Result<String>;
     fn table(&self) -> String;
     /// The recorded page, with the command and the machine.
     fn markdown(&self) -> String;
@@ -112,10 +121,6 @@ pub struct Row {
 impl Recorded for Report {
     fn name(&self) -> &str {
         &self.name
-    }
-
-    fn json(&self) -> serde_json::Result<String> {
-        serde_json::to_string_pretty(self)
     }
 
     fn table(&self) -> String {
