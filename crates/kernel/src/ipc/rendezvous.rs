@@ -22,7 +22,7 @@ impl Kernel {
         let mut msg = read_message(me.memory, addr);
         msg.set_source(me.pid);
         let reply = me.ipc.owed.remove(&to);
-        if !self.procs.contains_key(&to) {
+        let Some(to_domain) = self.procs.get(&to).map(|p| p.container.uarea().ipc.domain) else {
             self.ipc.remote_out += 1;
             self.route(
                 to,
@@ -43,8 +43,8 @@ impl Kernel {
                 return IpcOutcome::Done(Ok(()));
             }
             return IpcOutcome::Block(call);
-        }
-        if self.domain_of(to) != domain {
+        };
+        if to_domain != domain {
             self.ipc.denied += 1;
             return IpcOutcome::Done(Err(Errno::CallDenied));
         }
