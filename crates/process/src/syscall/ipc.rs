@@ -141,6 +141,14 @@ fn endpoint(ctx: &ProcCtx, v: i64) -> Result<Pid, Errno> {
     Ok(pid)
 }
 
+/// An endpoint, or `None` for ANY (receive from, or grant to, any process).
+fn endpoint_or_any(ctx: &ProcCtx, v: i64) -> Result<Option<Pid>, Errno> {
+    match v {
+        Pid::ANY_ABI => Ok(None),
+        v => endpoint(ctx, v).map(Some),
+    }
+}
+
 /// IPC needs a domain (M3-IPC: only processes bound to a VM take part).
 fn check_bound(ctx: &ProcCtx) -> Result<(), Errno> {
     ctx.uarea.ipc.domain.map(|_| ()).ok_or(Errno::CallDenied)
@@ -177,10 +185,7 @@ fn send(c: &mut Caller<'_, ProcCtx>, to: i64, msg: u32, kind: CallKind) -> wasmt
 fn receive(mut c: Caller<'_, ProcCtx>, from: i64, msg: u32, status: u32) -> wasmtime::Result<i32> {
     kernel_call(&mut c, |mem, ctx| {
         check_bound(ctx)?;
-        let from = match from {
-            Pid::ANY_ABI => None,
-            v => Some(endpoint(ctx, v)?),
-        };
+        let from = endpoint_or_any(ctx, from)?;
         message_at(mem, msg)?;
         mem.slice_mut(status, 4)?;
         if from == Some(ctx.uarea.pid) {
@@ -209,10 +214,7 @@ fn grant(
 ) -> wasmtime::Result<i32> {
     Ok(with_memory(&mut c, |mem, ctx| {
         check_bound(ctx)?;
-        let grantee = match grantee {
-            Pid::ANY_ABI => None,
-            v => Some(endpoint(ctx, v)?),
-        };
+        let grantee = endpoint_or_any(ctx, grantee)?;
         let access = Access::from_bits(access).ok_or(Errno::Inval)?;
         mem.slice(addr, len)?;
         mem.slice_mut(id_out, 4)?;
