@@ -10,6 +10,10 @@ pub const TRAPPED: i32 = 134;
 /// Signal number of the default `kill`, as in Unix.
 pub const SIGKILL: i32 = 9;
 
+/// Signal number a checkpointed process is reported stopped with (its job
+/// ends with 128+SIGSTOP, as when CRIU dumps a process).
+pub const SIGSTOP: i32 = 19;
+
 /// Status of a process ended by `signal`.
 pub fn killed(signal: i32) -> i32 {
     128 + signal

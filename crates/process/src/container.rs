@@ -70,16 +70,23 @@ impl Container {
         Container::instantiate(runtime, program, uarea, host)
     }
 
-    /// Rebuilds a stopped process from its image, on whatever kernel `host` names.
+    /// Rebuilds a stopped process from a complete image, on whatever kernel
+    /// `host` names.
     ///
     /// # Errors
     /// [`ContainerError::UnknownModule`] if the image's code is not loaded
-    /// here; [`ContainerError::BadImage`] if the image does not match it.
+    /// here; [`ContainerError::BadImage`] if the image is a delta or does
+    /// not match the module.
     pub fn restore(
         runtime: &Arc<Runtime>,
         image: ProcessImage,
         host: Host,
     ) -> Result<Self, ContainerError> {
+        if !image.memory.complete {
+            return Err(ContainerError::BadImage(
+                "a delta image cannot start a process".into(),
+            ));
+        }
         let program = runtime
             .program(&image.uarea.module)
             .ok_or_else(|| ContainerError::UnknownModule(image.uarea.module.to_string()))?;
@@ -89,32 +96,61 @@ impl Container {
             memory,
         } = image;
         let mut c = Container::instantiate(runtime, program, uarea, host)?;
-        let asyncify = c
+        c.load(&globals, &memory)?;
+        Ok(c)
+    }
+
+    /// Brings a restored process up to date with a later image of it (the
+    /// next frame of its migration stream): memory blocks, globals and UArea.
+    ///
+    /// # Errors
+    /// [`ContainerError::BadImage`] if the image is of another program or
+    /// does not fit. The container may then be partly updated; a migration
+    /// drops it.
+    pub fn apply(&mut self, image: ProcessImage) -> Result<(), ContainerError> {
+        if image.uarea.module != self.uarea().module || image.uarea.pid != self.uarea().pid {
+            return Err(ContainerError::BadImage(format!(
+                "image of {} does not continue process {}",
+                image.uarea.pid,
+                self.uarea().pid
+            )));
+        }
+        self.load(&image.globals, &image.memory)?;
+        self.store.data_mut().uarea = image.uarea;
+        Ok(())
+    }
+
+    fn load(
+        &mut self,
+        globals: &[(String, GlobalValue)],
+        memory: &MemoryImage,
+    ) -> Result<(), ContainerError> {
+        let asyncify = self
             .store
             .data()
             .exports()
             .asyncify
             .clone()
             .ok_or(ContainerError::NotPrepared)?;
-        c.write_memory(&memory)?;
+        self.write_memory(memory)?;
         for (name, value) in globals {
             let global = asyncify
                 .globals
                 .iter()
-                .find(|(n, _)| *n == name)
+                .find(|(n, _)| n == name)
                 .map(|(_, g)| *g)
                 .ok_or_else(|| ContainerError::BadImage(format!("no global `{name}`")))?;
-            let value = match value {
+            let value = match *value {
                 GlobalValue::I32(v) => Val::I32(v),
                 GlobalValue::I64(v) => Val::I64(v),
                 GlobalValue::F32(v) => Val::F32(v),
                 GlobalValue::F64(v) => Val::F64(v),
             };
             global
-                .set(&mut c.store, value)
+                .set(&mut self.store, value)
                 .map_err(|e| ContainerError::BadImage(format!("global `{name}`: {e}")))?;
         }
-        Ok(c)
+        Ok(())
     }
 
     fn instantiate(
@@ -248,6 +284,22 @@ impl Container {
     /// [`ContainerError::NotPrepared`] for modules run without preparation;
     /// [`ContainerError::NotStopped`] if the process is not at a safepoint.
     pub fn capture(&mut self) -> Result<ProcessImage, ContainerError> {
+        self.capture_with(MemoryImage::capture)
+    }
+
+    /// Captures the process with only the given memory blocks (ascending):
+    /// the delta on top of an earlier image, for migration.
+    ///
+    /// # Errors
+    /// As [`capture`](Self::capture).
+    pub fn capture_delta(&mut self, blocks: &[u32]) -> Result<ProcessImage, ContainerError> {
+        self.capture_with(|bytes| MemoryImage::capture_blocks(bytes, blocks.iter().copied()))
+    }
+
+    fn capture_with(
+        &mut self,
+        memory: impl FnOnce(&[u8]) -> MemoryImage,
+    ) -> Result<ProcessImage, ContainerError> {
         let exports = self.store.data().exports().clone();
         let asyncify = exports
             .asyncify
@@ -275,7 +327,7 @@ impl Container {
                 Ok((name.clone(), v))
             })
             .collect::<Result<_, _>>()?;
-        let memory = MemoryImage::capture(exports.memory.data(&self.store));
+        let memory = memory(exports.memory.data(&self.store));
         Ok(ProcessImage {
             uarea: self.store.data().uarea.clone(),
             globals,
@@ -288,7 +340,7 @@ impl Container {
         let have = memory.size(&self.store);
         if (image.pages as u64) < have {
             return Err(ContainerError::BadImage(format!(
-                "image has {} pages, the module starts with {have}",
+                "image has {} pages, the process has {have}",
                 image.pages
             )));
         }
@@ -296,17 +348,12 @@ impl Container {
             .grow(&mut self.store, image.pages as u64 - have)
             .map_err(|e| ContainerError::BadImage(format!("cannot grow memory: {e}")))?;
         let bytes = memory.data_mut(&mut self.store);
-        // Pages the image leaves out are zero; only the module's initial
-        // pages can hold anything else.
-        bytes[..have as usize * PAGE_SIZE].fill(0);
-        for (index, page) in &image.data {
-            let at = *index as usize * PAGE_SIZE;
-            let dst = bytes
-                .get_mut(at..at + page.len())
-                .ok_or_else(|| ContainerError::BadImage(format!("page {index} is out of range")))?;
-            dst.copy_from_slice(page);
-        }
-        Ok(())
+        // Pages just grown are zero: a complete image need only clear the
+        // pages the process had.
+        let fresh = have as usize * PAGE_SIZE;
+        image
+            .write_into(bytes, fresh)
+            .map_err(ContainerError::BadImage)
     }
 
     /// Points the process at the kernel it now runs on (after a move).

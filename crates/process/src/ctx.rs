@@ -59,6 +59,12 @@ pub struct ProcCtx {
     pub(crate) link: Option<NonNull<dyn KernelLink>>,
 }
 
+// SAFETY: `link` is the only field that is not `Send`. It is set only for
+// the length of one slice, by the thread that runs the slice, and is `None`
+// whenever a container can change threads (between slices, when a kernel
+// hands it over to another kernel).
+unsafe impl Send for ProcCtx {}
+
 impl ProcCtx {
     pub(crate) fn new(uarea: UArea, host: Host, limits: StoreLimits) -> Self {
         ProcCtx {

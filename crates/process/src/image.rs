@@ -1,10 +1,14 @@
 //! A process image: everything a process is, as bytes.
 //!
 //! An image holds the UArea, the values of the module's mutable globals and
-//! the non-zero pages of linear memory (which include the saved stack). The
-//! code is not in it: it is named by the UArea's content hash and is the same
-//! on every kernel. Images are what a process is restored from, on any
-//! kernel, and the payload of migration and checkpoint files.
+//! linear memory (which includes the saved stack). The code is not in it: it
+//! is named by the UArea's content hash and is the same on every kernel.
+//!
+//! One format serves checkpoint files and the migration stream. A
+//! *complete* image (a checkpoint, or the first frame of a migration) holds
+//! every block of memory that is not all zero; a *delta* (a later pre-copy
+//! round, or the stop-and-copy) holds only the blocks written since the
+//! previous frame, and is applied on top of it.
 //!
 //! Encoding: `ATOLLIMG`, a format version (u16 LE), the payload length (u64
 //! LE), a CRC-32 of the payload (u32 LE), then the payload (postcard). A
@@ -17,8 +21,12 @@ use crate::uarea::UArea;
 /// Bytes in one WebAssembly page.
 pub const PAGE_SIZE: usize = 65536;
 
+/// Memory travels in blocks of the size dirty tracking works with.
+pub use atoll_migration::BLOCK;
+
 const MAGIC: &[u8; 8] = b"ATOLLIMG";
-const VERSION: u16 = 1;
+/// 2: memory in runs of 4 KiB blocks, complete or delta.
+const VERSION: u16 = 2;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.
@@ -39,32 +47,105 @@ pub enum GlobalValue {
     F64(u64),
 }
 
-/// Linear memory: its size, and the pages that are not all zero.
+/// Linear memory, or what changed in it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemoryImage {
+    /// Size in WebAssembly pages.
     pub pages: u32,
-    pub data: Vec<(u32, Vec<u8>)>,
+    /// `true`: blocks left out are zero. `false` (a delta): they are as the
+    /// previous frame left them.
+    pub complete: bool,
+    /// Runs of consecutive blocks, in increasing order.
+    pub runs: Vec<Run>,
+}
+
+/// Consecutive blocks of memory, starting at byte `at`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub at: u32,
+    #[serde(with = "serde_bytes")]
+    pub bytes: Vec<u8>,
 }
 
 impl MemoryImage {
-    /// Captures `bytes` (a whole linear memory), leaving zero pages out.
+    /// Captures `bytes` (a whole linear memory), leaving zero blocks out.
     pub fn capture(bytes: &[u8]) -> Self {
-        let data = bytes
-            .chunks(PAGE_SIZE)
+        let blocks = bytes
+            .chunks(BLOCK)
             .enumerate()
-            .filter(|(_, page)| page.iter().any(|&b| b != 0))
-            .map(|(i, page)| (i as u32, page.to_vec()))
-            .collect();
+            .filter(|(_, block)| !is_zero(block))
+            .map(|(i, _)| i as u32);
         MemoryImage {
-            pages: bytes.len().div_ceil(PAGE_SIZE) as u32,
-            data,
+            complete: true,
+            ..MemoryImage::capture_blocks(bytes, blocks)
         }
     }
 
-    /// Bytes of page data the image carries.
-    pub fn data_bytes(&self) -> usize {
-        self.data.iter().map(|(_, p)| p.len()).sum()
+    /// Captures the given blocks of `bytes` (ascending) as a delta.
+    pub fn capture_blocks(bytes: &[u8], blocks: impl IntoIterator<Item = u32>) -> Self {
+        let mut runs: Vec<Run> = Vec::new();
+        for b in blocks {
+            let at = b as usize * BLOCK;
+            let Some(block) = bytes.get(at..(at + BLOCK).min(bytes.len())) else {
+                continue;
+            };
+            match runs.last_mut() {
+                Some(run) if run.at as usize + run.bytes.len() == at => {
+                    run.bytes.extend_from_slice(block)
+                }
+                _ => runs.push(Run {
+                    at: at as u32,
+                    bytes: block.to_vec(),
+                }),
+            }
+        }
+        MemoryImage {
+            pages: bytes.len().div_ceil(PAGE_SIZE) as u32,
+            complete: false,
+            runs,
+        }
     }
+
+    /// Bytes of memory the image carries.
+    pub fn data_bytes(&self) -> usize {
+        self.runs.iter().map(|r| r.bytes.len()).sum()
+    }
+
+    /// Blocks the image carries.
+    pub fn blocks(&self) -> usize {
+        self.runs
+            .iter()
+            .map(|r| r.bytes.len().div_ceil(BLOCK))
+            .sum()
+    }
+
+    /// Writes the image into `memory`, which already has its size and is
+    /// zero from byte `zero_from` on: a complete image first clears the
+    /// bytes before that.
+    ///
+    /// # Errors
+    /// A run outside `memory`, with what it names.
+    pub fn write_into(&self, memory: &mut [u8], zero_from: usize) -> Result<(), String> {
+        if self.complete {
+            let end = zero_from.min(memory.len());
+            memory[..end].fill(0);
+        }
+        for run in &self.runs {
+            let at = run.at as usize;
+            memory
+                .get_mut(at..at + run.bytes.len())
+                .ok_or_else(|| format!("memory run at {at} is out of range"))?
+                .copy_from_slice(&run.bytes);
+        }
+        Ok(())
+    }
+}
+
+/// Whether a block is all zero; written so that it vectorizes.
+fn is_zero(block: &[u8]) -> bool {
+    block
+        .chunks(64)
+        .all(|c| c.iter().fold(0u8, |a, &b| a | b) == 0)
 }
 
 /// Why an image could not be decoded.
@@ -87,13 +168,16 @@ pub enum ImageError {
 impl ProcessImage {
     /// Encodes the image with its header and checksum.
     pub fn encode(&self) -> Vec<u8> {
-        let payload = postcard::to_stdvec(self).expect("images always serialize");
-        let mut out = Vec::with_capacity(HEADER + payload.len());
+        let mut out = Vec::with_capacity(HEADER + self.memory.data_bytes() + 4096);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        out.extend_from_slice(&payload);
+        out.extend_from_slice(&[0; 12]);
+        let mut out = postcard::to_extend(self, out).expect("images always serialize");
+        let payload = &out[HEADER..];
+        let len = (payload.len() as u64).to_le_bytes();
+        let crc = crc32fast::hash(payload).to_le_bytes();
+        out[10..18].copy_from_slice(&len);
+        out[18..22].copy_from_slice(&crc);
         out
     }
 
@@ -159,6 +243,8 @@ mod tests {
         );
         let mut mem = vec![0u8; 3 * PAGE_SIZE];
         mem[PAGE_SIZE + 5] = 9;
+        mem[PAGE_SIZE + BLOCK + 1] = 8;
+        mem[2 * PAGE_SIZE] = 7;
         ProcessImage {
             uarea,
             globals: vec![("atoll_global_0".into(), GlobalValue::I32(-4))],
@@ -167,14 +253,37 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_keeps_only_nonzero_pages() {
+    fn round_trip_keeps_only_nonzero_blocks_in_runs() {
         let img = image();
         assert_eq!(img.memory.pages, 3);
-        assert_eq!(img.memory.data.len(), 1);
+        assert!(img.memory.complete);
+        // Two adjacent blocks make one run; the third block is alone.
+        assert_eq!(img.memory.blocks(), 3);
+        assert_eq!(img.memory.runs.len(), 2);
+        assert_eq!(img.memory.runs[0].at as usize, PAGE_SIZE);
         let back = ProcessImage::decode(&img.encode()).unwrap();
         assert_eq!(back.memory, img.memory);
         assert_eq!(back.globals, img.globals);
         assert_eq!(back.uarea.pid, img.uarea.pid);
+    }
+
+    #[test]
+    fn a_delta_changes_only_its_blocks() {
+        let mut mem = vec![1u8; 4 * BLOCK];
+        let mut copy = mem.clone();
+        mem[BLOCK] = 2;
+        mem[3 * BLOCK + 7] = 3;
+        let delta = MemoryImage::capture_blocks(&mem, [1, 3]);
+        assert!(!delta.complete);
+        assert_eq!(delta.runs.len(), 2);
+        delta.write_into(&mut copy, 0).unwrap();
+        assert_eq!(copy, mem);
+        let complete = MemoryImage::capture(&[0u8; 2 * BLOCK]);
+        complete
+            .write_into(&mut copy[..2 * BLOCK], 2 * BLOCK)
+            .unwrap();
+        assert!(copy[..2 * BLOCK].iter().all(|&b| b == 0));
+        assert!(delta.write_into(&mut [0u8; BLOCK], 0).is_err());
     }
 
     #[test]
@@ -198,11 +307,11 @@ mod tests {
             ProcessImage::decode(&flipped),
             Err(ImageError::Checksum)
         ));
-        let mut v2 = bytes.clone();
-        v2[8] = 2;
+        let mut v1 = bytes.clone();
+        v1[8] = 1;
         assert!(matches!(
-            ProcessImage::decode(&v2),
-            Err(ImageError::Version(2))
+            ProcessImage::decode(&v1),
+            Err(ImageError::Version(1))
         ));
     }
 

@@ -33,6 +33,6 @@ pub use call::{
 pub use container::{Container, ContainerError, Slice};
 pub use ctx::{Console, Host, Stream};
 pub use fd::{DirFd, Fd, FdTable, FileFd, Preopen};
-pub use image::{GlobalValue, ImageError, MemoryImage, ProcessImage, PAGE_SIZE};
+pub use image::{GlobalValue, ImageError, MemoryImage, ProcessImage, Run, BLOCK, PAGE_SIZE};
 pub use runtime::{LoadError, Program, Runtime, RuntimeConfig};
 pub use uarea::{Accounting, Children, ConsoleId, StackArea, UArea};

@@ -34,9 +34,31 @@ impl<'a> GuestMemory<'a> {
         Ok(&self.bytes[r])
     }
 
+    /// A range the caller will write. Each host page of it is first written
+    /// once from here, so that a page write-protected for migration's dirty
+    /// tracking is recorded and unprotected by a fault in user code; a
+    /// system call (`read`, `getrandom`) writing into it would otherwise
+    /// fail with `EFAULT`.
     pub fn slice_mut(&mut self, ptr: u32, len: u32) -> Result<&mut [u8], Errno> {
         let r = self.range(ptr, len)?;
-        Ok(&mut self.bytes[r])
+        let out = &mut self.bytes[r];
+        for i in (0..out.len()).step_by(atoll_migration::BLOCK) {
+            // SAFETY: `i` is inside `out`; volatile so the store of the
+            // unchanged value is not elided.
+            unsafe {
+                let p = out.as_mut_ptr().add(i);
+                p.write_volatile(p.read_volatile());
+            }
+        }
+        if let Some(last) = out.len().checked_sub(1) {
+            // SAFETY: as above; the last byte may lie on a page the loop
+            // did not touch.
+            unsafe {
+                let p = out.as_mut_ptr().add(last);
+                p.write_volatile(p.read_volatile());
+            }
+        }
+        Ok(out)
     }
 
     /// Reads UTF-8 text; invalid text is `EILSEQ`.

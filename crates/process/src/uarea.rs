@@ -159,6 +159,8 @@ pub struct Accounting {
     pub moves: u32,
     /// The kernel the process last ran on.
     pub last_kernel: Option<KernelId>,
+    /// How its last migration went (written by the destination).
+    pub last_migration: Option<atoll_migration::MigrationReport>,
 }
 
 #[cfg(test)]
