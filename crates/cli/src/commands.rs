@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use atoll_abi::{status, KernelId, Pid};
 use atoll_ipc::DomainInfo;
+use atoll_migration::Mode;
 use atoll_node::daemon::{self, Client, Request, Response};
 use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
 use atoll_process::{Preopen, Stream};
@@ -149,7 +150,7 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
                     ctx.socket.display()
                 );
             }
-            return run_remote(client, job);
+            return follow_job(client, &Request::Run(job));
         }
     }
     let node = Node::start(ctx.node_config(a.kernels, a.quantum_ms))?;
@@ -162,8 +163,10 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
     Ok(status & 0xff)
 }
 
-fn run_remote(mut client: Client, job: JobSpec) -> anyhow::Result<i32> {
-    client.send(&Request::Run(job))?;
+/// Starts a job on the node (`Run` or `Restore`) and shows its output
+/// until it ends; returns its exit status.
+fn follow_job(mut client: Client, request: &Request) -> anyhow::Result<i32> {
+    client.send(request)?;
     loop {
         match client.recv()? {
             Response::Output { stream, bytes } => write_out(stream, &bytes),
@@ -208,10 +211,15 @@ pub struct NodeArgs {
     /// Longest a process runs before yielding, in milliseconds
     #[arg(long, default_value_t = 10, value_name = "MS")]
     quantum_ms: u64,
+    /// How `kmigrate_to` moves a process: `handover` or `copy`
+    #[arg(long, default_value = "handover")]
+    migrate_mode: Mode,
 }
 
 pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
-    let node = Arc::new(Node::start(ctx.node_config(a.kernels, a.quantum_ms))?);
+    let mut config = ctx.node_config(a.kernels, a.quantum_ms);
+    config.migration.mode = a.migrate_mode;
+    let node = Arc::new(Node::start(config)?);
     eprintln!(
         "atoll: node with {} kernels listening on {}",
         node.kernel_count(),
@@ -283,6 +291,11 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
             );
         }
     }
+    for p in reports.iter().flat_map(|r| &r.processes) {
+        if let Some(m) = &p.last_migration {
+            println!("last migration of {}", m.summary());
+        }
+    }
     for r in &reports {
         eprintln!(
             "kernel {}: {} processes, {} runnable, {} KiB, {} slices, {} NoC messages",
@@ -326,31 +339,93 @@ pub struct MigrateArgs {
     /// The kernel to move it to (NODE.INDEX or INDEX)
     #[arg(long)]
     to: KernelId,
+    /// `handover` (the container changes kernel, nothing is copied) or
+    /// `copy` (pre-copy rounds, then stop-and-copy through the portal)
+    /// [default: the node's]
+    #[arg(long)]
+    mode: Option<Mode>,
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
 }
 
-/// Moves a process by stopping it at its next safepoint, sending its image
-/// through the NoC and restoring it on the destination (stop-and-copy; the
-/// process resumes on its source if the destination fails).
+/// Migrates a running process and prints how it went: downtime (frozen
+/// until running again), total time, bytes and rounds. It resumes on its
+/// source if anything fails before the destination commits.
 pub fn migrate(ctx: &Context, a: MigrateArgs) -> anyhow::Result<()> {
-    match ctx.ask(
-        &Request::Move {
-            pid: a.pid,
-            to: a.to,
-        },
-        &format!("no process {}", a.pid),
-    )? {
-        Response::Moved(m) => {
-            println!(
-                "moved {} to kernel {}: {} KiB image, stopped for {} us",
-                a.pid,
-                a.to,
-                m.bytes / 1024,
-                m.stopped_us
-            );
+    let request = Request::Migrate {
+        pid: a.pid,
+        to: a.to,
+        mode: a.mode,
+    };
+    match ctx.ask(&request, &format!("no process {}", a.pid))? {
+        Response::Migrated(m) if a.json => {
+            println!("{}", serde_json::to_string_pretty(&m)?);
+            Ok(())
+        }
+        Response::Migrated(m) => {
+            println!("migrated {}", m.summary());
             Ok(())
         }
         other => Err(unexpected(other)),
     }
+}
+
+#[derive(Args)]
+pub struct CheckpointArgs {
+    /// The process (NODE.KERNEL:SLOT:GENERATION)
+    pid: Pid,
+    /// The checkpoint file to write
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Keep the process running (by default it stops for good, and its
+    /// job ends with status 128+SIGSTOP)
+    #[arg(long)]
+    leave_running: bool,
+}
+
+/// Writes a process to a file, in the format of the migration stream.
+pub fn checkpoint(ctx: &Context, a: CheckpointArgs) -> anyhow::Result<()> {
+    let request = Request::Checkpoint {
+        pid: a.pid,
+        path: std::path::absolute(&a.output)?,
+        leave_running: a.leave_running,
+    };
+    match ctx.ask(&request, &format!("no process {}", a.pid))? {
+        Response::Checkpointed(bytes) => {
+            println!("{} -> {} ({} KiB)", a.pid, a.output.display(), bytes / 1024);
+            Ok(())
+        }
+        other => Err(unexpected(other)),
+    }
+}
+
+#[derive(Args)]
+pub struct RestoreArgs {
+    /// A file written by `atoll checkpoint`
+    file: PathBuf,
+    /// The program it was taken from, if the node has not loaded it
+    program: Option<PathBuf>,
+    /// Kernel to restore on [default: the one it last ran on]
+    #[arg(long)]
+    on: Option<u16>,
+}
+
+/// Restores a checkpoint as a job of the running node, attached to this
+/// terminal; exits with the process's status.
+pub fn restore(ctx: &Context, a: RestoreArgs) -> anyhow::Result<i32> {
+    let Some(client) = ctx.client() else {
+        bail!(
+            "restore: no node is running at {} (start one with `atoll node`)",
+            ctx.socket.display()
+        );
+    };
+    let request = Request::Restore {
+        path: std::path::absolute(&a.file)?,
+        program: a.program.as_deref().map(std::path::absolute).transpose()?,
+        kernel: a.on,
+    };
+    follow_job(client, &request)
 }
 
 #[derive(Args)]

@@ -41,8 +41,12 @@ enum Command {
     Ps(commands::PsArgs),
     /// End a process of the running node
     Kill(commands::KillArgs),
-    /// Move a running process of the running node to another kernel
+    /// Move a running process of the running node to another kernel, live
     Migrate(commands::MigrateArgs),
+    /// Write a process of the running node to a file
+    Checkpoint(commands::CheckpointArgs),
+    /// Run a checkpoint file on the running node, attached to this terminal
+    Restore(commands::RestoreArgs),
     /// Create, list and end domains (isolation compartments for IPC)
     Domain(commands::DomainArgs),
     /// Per-kernel IPC counters of the running node
@@ -74,6 +78,8 @@ fn main() {
         Command::Ps(a) => commands::ps(&ctx, a).map(|()| 0),
         Command::Kill(a) => commands::kill(&ctx, a).map(|()| 0),
         Command::Migrate(a) => commands::migrate(&ctx, a).map(|()| 0),
+        Command::Checkpoint(a) => commands::checkpoint(&ctx, a).map(|()| 0),
+        Command::Restore(a) => commands::restore(&ctx, a),
         Command::Domain(a) => commands::domain(&ctx, a).map(|()| 0),
         Command::Ipc(a) => commands::ipc(&ctx, a).map(|()| 0),
         Command::Prepare(a) => commands::prepare(a).map(|()| 0),

@@ -72,6 +72,29 @@ impl Homes {
         }
     }
 
+    /// Gives a restored checkpoint its PID back: its slot must be free (the
+    /// process ended when it was checkpointed, or this is another run of
+    /// the node). The slot takes the PID's generation, so the PID names the
+    /// process again.
+    pub fn adopt(&mut self, pid: Pid, at: KernelId) -> Result<(), String> {
+        let slot = pid.slot as usize;
+        while self.slots.len() <= slot {
+            self.free.push_back(self.slots.len() as u16);
+            self.slots.push(Slot::default());
+        }
+        let s = &mut self.slots[slot];
+        if s.location.is_some() {
+            return Err(format!(
+                "PID {pid} is taken: slot {} holds a running process (generation {})",
+                pid.slot, s.generation
+            ));
+        }
+        s.generation = pid.generation;
+        s.location = Some(at);
+        self.free.retain(|&f| f != pid.slot);
+        Ok(())
+    }
+
     /// Frees the slot of a process that ended.
     pub fn release(&mut self, pid: Pid) {
         if let Some(s) = self.slot(pid) {

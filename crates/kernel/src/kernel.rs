@@ -9,17 +9,20 @@ use std::time::{Duration, Instant};
 
 use atoll_abi::{status, Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainTable, IpcState};
+use atoll_migration::{Mode, RoundPolicy};
 use atoll_noc::{Doorbell, Endpoint};
+pub(crate) use atoll_process::clock::monotonic_ns;
 use atoll_process::{
-    clock::monotonic_ns, CallState, Console, Container, FdTable, Host, KernelCall, ProcessImage,
-    Reply, Runtime, Slice, Stream, UArea,
+    CallState, Console, Container, FdTable, Host, KernelCall, ProcessImage, Reply, Runtime, Slice,
+    Stream, UArea,
 };
 use rustc_hash::FxHashMap;
 
 use crate::homes::Homes;
+pub(crate) use crate::migration::Process;
+use crate::migration::{Arriving, Departure, Incoming};
 use crate::msg::{
-    Control, IpcCounters, KernelReport, MoveReport, NocMsg, NodeEvent, Packet, ProcInfo,
-    ProcessSpec, ReplyTo,
+    Control, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo,
 };
 
 /// A message looking for its process gives up after this many forwards
@@ -40,6 +43,14 @@ pub struct KernelParams {
     pub spin: Duration,
     /// Pin the thread to core `index % cores`.
     pub pin: bool,
+    pub migration: MigrationConfig,
+}
+
+/// How this kernel migrates processes when the request does not say.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MigrationConfig {
+    pub mode: Mode,
+    pub policy: RoundPolicy,
 }
 
 /// Starts a kernel thread.
@@ -63,52 +74,13 @@ fn pin_to_core(index: u16) {
     }
 }
 
-/// A process this kernel runs.
-pub(crate) struct Process {
-    pub container: Container,
-}
-
-/// A process sent to another kernel and kept, stopped, until it is restored
-/// there: if that fails, it runs here again.
-struct Departure {
-    /// The `Immigrate` request this departure waits on.
-    req: u64,
-    process: Process,
-    /// The node request that asked for the move; `None` when the process
-    /// asked itself (`kmigrate_to`) and is answered where it ends up.
-    reply: Option<Sender<Result<MoveReport, String>>>,
-    stopped: Instant,
-    bytes: usize,
-    /// Messages for the process that arrived while it was in flight; they
-    /// follow it to its destination, or are delivered here if it stays.
-    held: Vec<Packet>,
-    to: KernelId,
-}
-
-/// A process restored here and waiting for its home kernel to commit its
-/// new location before it runs.
-struct Arriving {
-    process: Process,
-    arrival: Arrival,
-    /// Messages for it that came before the commit.
-    held: Vec<Packet>,
-}
-
-/// Who is answered when an arrival is committed.
-enum Arrival {
-    /// The kernel that sent the process (`Immigrate` request `req`).
-    Moved { from: KernelId, req: u64 },
-    /// A node request to restore an image here.
-    Restored(Sender<Result<Pid, String>>),
-}
-
 pub(crate) struct Kernel {
     pub id: KernelId,
     noc: Endpoint<Packet>,
     control: Receiver<Control>,
     events: Sender<NodeEvent>,
     pub runtime: Arc<Runtime>,
-    host: Host,
+    pub(crate) host: Host,
     quantum: Duration,
     /// How long an idle kernel polls before it sleeps.
     spin: Duration,
@@ -118,13 +90,18 @@ pub(crate) struct Kernel {
     pub run_queue: VecDeque<Pid>,
     /// Sleeping processes by wake-up time.
     pub timers: BinaryHeap<Reverse<(u64, Pid)>>,
-    homes: Homes,
+    pub(crate) homes: Homes,
     /// Node requests waiting for an answer from another kernel.
     pending_kills: HashMap<u64, Sender<Result<(), Errno>>>,
-    /// Processes in flight to another kernel, at most one departure each.
-    departures: FxHashMap<Pid, Departure>,
+    pub(crate) migration: MigrationConfig,
+    /// Processes migrating to another kernel, at most one departure each.
+    pub(crate) departures: FxHashMap<Pid, Departure>,
+    /// Processes whose pre-copy rounds are arriving here.
+    pub(crate) incoming: FxHashMap<Pid, Incoming>,
     /// Processes restored here, not yet committed at their home.
-    arrivals: FxHashMap<Pid, Arriving>,
+    pub(crate) arrivals: FxHashMap<Pid, Arriving>,
+    /// Migrations to refuse before they commit (`Control::FailArrivals`).
+    pub(crate) faults: u32,
     next_req: u64,
     /// Next kernel for a spawn that names none (round robin).
     pub next_target: u16,
@@ -164,8 +141,11 @@ impl Kernel {
             timers: BinaryHeap::new(),
             homes: Homes::new(id),
             pending_kills: HashMap::new(),
+            migration: p.migration,
             departures: FxHashMap::default(),
+            incoming: FxHashMap::default(),
             arrivals: FxHashMap::default(),
+            faults: 0,
             next_req: 0,
             next_target: id.index,
             slices: 0,
@@ -302,6 +282,9 @@ impl Kernel {
         for packet in std::mem::take(&mut self.deferred) {
             self.forward(pid, packet);
         }
+        if self.departures.contains_key(&pid) {
+            self.precopy_step(pid);
+        }
     }
 
     /// Creates a process here. The caller has loaded its program.
@@ -346,9 +329,12 @@ impl Kernel {
 
     /// Ends a process: tells whoever waits for it and frees its PID.
     pub(crate) fn end(&mut self, pid: Pid, code: i32) {
-        let Some(mut p) = self.procs.remove(&pid) else {
+        if !self.procs.contains_key(&pid) {
             return;
-        };
+        }
+        // Before the container goes: pre-copy may have write-protected it.
+        self.abandon_departure(pid, code);
+        let mut p = self.procs.remove(&pid).expect("checked above");
         let ipc = std::mem::replace(&mut p.container.uarea_mut().ipc, IpcState::new(None));
         self.ipc_ended(pid, ipc, &p.container.uarea().call);
         let u = p.container.uarea();
@@ -380,19 +366,12 @@ impl Kernel {
     /// Sends a message to a kernel; a send to a kernel that does not exist
     /// is a bug in the sender, logged and dropped.
     pub(crate) fn send(&mut self, to: KernelId, msg: NocMsg) {
-        self.transmit(
-            to,
-            Packet {
-                hops: 0,
-                msg,
-                bulk: None,
-            },
-        );
+        self.transmit(to, Packet::new(msg));
     }
 
     /// Puts a packet on the NoC: its message in the mailbox, its bulk bytes
     /// (if any) in the portal.
-    fn transmit(&mut self, to: KernelId, mut packet: Packet) {
+    pub(crate) fn transmit(&mut self, to: KernelId, mut packet: Packet) {
         let sent = match packet.bulk.take() {
             None => self.noc.send(to, packet),
             Some(bulk) => self.noc.send_bulk(to, packet, bulk),
@@ -404,14 +383,7 @@ impl Kernel {
 
     /// Sends a message for process `pid` towards wherever it runs.
     pub(crate) fn route(&mut self, pid: Pid, msg: NocMsg) {
-        self.forward(
-            pid,
-            Packet {
-                hops: 0,
-                msg,
-                bulk: None,
-            },
-        );
+        self.forward(pid, Packet::new(msg));
     }
 
     /// Like [`route`](Self::route), with bytes that travel in the portal.
@@ -419,14 +391,13 @@ impl Kernel {
         self.forward(
             pid,
             Packet {
-                hops: 0,
-                msg,
                 bulk: Some(bulk),
+                ..Packet::new(msg)
             },
         );
     }
 
-    fn forward(&mut self, pid: Pid, mut packet: Packet) {
+    pub(crate) fn forward(&mut self, pid: Pid, mut packet: Packet) {
         if self.running == Some(pid) {
             return self.deferred.push(packet);
         }
@@ -515,7 +486,7 @@ impl Kernel {
         if let Some(pid) = packet.msg.target() {
             return self.forward(pid, packet);
         }
-        let bulk = packet.bulk;
+        let Packet { bulk, handover, .. } = packet;
         match packet.msg {
             NocMsg::Spawn { parent, spec } => {
                 let result = self.create(spec, Some(parent)).map_err(|(errno, why)| {
@@ -525,26 +496,13 @@ impl Kernel {
                 self.route(parent, NocMsg::Spawned { parent, result });
             }
             NocMsg::Killed { reply_to, result } => self.on_killed(reply_to, result),
-            NocMsg::Commit { pid, at } => {
-                let result = self.commit(pid, at);
+            NocMsg::Commit { pid, at, adopt } => {
+                let result = self.commit(pid, at, adopt);
                 self.send(at, NocMsg::Committed { pid, result });
             }
             NocMsg::Committed { pid, result } => self.on_committed(pid, result),
             NocMsg::Ended { pid } => self.homes.release(pid),
-            NocMsg::Immigrate { pid, req } => {
-                let arrival = Arrival::Moved { from, req };
-                if let Err(why) = self.immigrate(bulk.unwrap_or_default(), arrival) {
-                    self.send(
-                        from,
-                        NocMsg::Immigrated {
-                            pid,
-                            req,
-                            result: Err(why),
-                        },
-                    );
-                }
-            }
-            NocMsg::Immigrated { pid, req, result } => self.on_immigrated(pid, req, result),
+            NocMsg::Migration(m) => self.on_migration(from, m, bulk, handover),
             m @ (NocMsg::Spawned { .. }
             | NocMsg::ChildExited { .. }
             | NocMsg::Kill { .. }
@@ -555,7 +513,7 @@ impl Kernel {
     }
 
     /// Handles a message for a process that runs here.
-    fn deliver(&mut self, pid: Pid, packet: Packet) {
+    pub(crate) fn deliver(&mut self, pid: Pid, packet: Packet) {
         match packet.msg {
             NocMsg::Spawned { result, .. } => {
                 if let (Ok(child), Some(p)) = (result, self.procs.get_mut(&pid)) {
@@ -647,19 +605,29 @@ impl Kernel {
                     },
                 );
             }
-            Control::Capture { pid, reply } => {
-                let _ = reply.send(self.take_out(pid).map(|(image, _)| image));
+            Control::Checkpoint {
+                pid,
+                leave_running,
+                reply,
+            } => {
+                let _ = reply.send(self.checkpoint(pid, leave_running));
             }
             Control::Restore { image, reply } => {
-                if let Err(why) = self.restore(*image, Arrival::Restored(reply.clone())) {
+                if let Err(why) = self.restore(*image, reply.clone()) {
                     let _ = reply.send(Err(why));
                 }
             }
-            Control::Move { pid, to, reply } => {
-                if let Err(why) = self.move_out(pid, to, Some(reply.clone())) {
+            Control::Migrate {
+                pid,
+                to,
+                mode,
+                reply,
+            } => {
+                if let Err(why) = self.migrate(pid, to, mode, Some(reply.clone())) {
                     let _ = reply.send(Err(why));
                 }
             }
+            Control::FailArrivals { count } => self.faults = count,
             Control::Locate { pid, reply } => {
                 let at = if self.procs.contains_key(&pid) {
                     Some(self.id)
@@ -685,32 +653,39 @@ impl Kernel {
         }
     }
 
-    fn next_request(&mut self) -> u64 {
+    pub(crate) fn next_request(&mut self) -> u64 {
         self.next_req += 1;
         self.next_req
     }
 
-    /// Stops a process that runs here and captures it; it leaves the run
-    /// queue and timers (stale timer entries are skipped when they fire).
-    fn take_out(&mut self, pid: Pid) -> Result<(ProcessImage, Process), String> {
+    /// Captures a process that runs here (it is between slices, so at a
+    /// safepoint) for a checkpoint file; unless `leave_running`, it then
+    /// ends as a process stopped for good (128+SIGSTOP).
+    fn checkpoint(&mut self, pid: Pid, leave_running: bool) -> Result<ProcessImage, String> {
         if !self.procs.contains_key(&pid) {
             return Err(self.not_here(pid));
         }
-        self.ipc_detach(pid);
-        let mut p = self.procs.remove(&pid).expect("checked above");
-        match p.container.capture() {
-            Ok(image) => {
-                self.run_queue.retain(|&q| q != pid);
-                Ok((image, p))
-            }
-            Err(e) => {
-                self.procs.insert(pid, p);
-                Err(format!("cannot capture {pid}: {e}"))
-            }
+        if self.departures.contains_key(&pid) {
+            return Err(format!("process {pid} is migrating"));
         }
+        self.ipc_detach(pid);
+        let p = self.procs.get_mut(&pid).expect("checked above");
+        let image = p
+            .container
+            .capture()
+            .map_err(|e| format!("cannot capture {pid}: {e}"))?;
+        if !leave_running {
+            let u = p.container.uarea();
+            let line = format!("atoll: process {pid} ({}) checkpointed\n", u.name());
+            self.host
+                .console
+                .write(u.console, Stream::Stderr, line.as_bytes());
+            self.end(pid, status::killed(status::SIGSTOP));
+        }
+        Ok(image)
     }
 
-    fn not_here(&mut self, pid: Pid) -> String {
+    pub(crate) fn not_here(&mut self, pid: Pid) -> String {
         match (pid.home == self.id)
             .then(|| self.homes.locate(pid))
             .flatten()
@@ -722,127 +697,8 @@ impl Kernel {
         }
     }
 
-    /// Sends a process to kernel `to` through the portal. It stays here,
-    /// stopped, until `to` confirms; if restoring fails there, it resumes
-    /// here. `reply` (if any) hears how it went, unless this fails at once.
-    pub(crate) fn move_out(
-        &mut self,
-        pid: Pid,
-        to: KernelId,
-        reply: Option<Sender<Result<MoveReport, String>>>,
-    ) -> Result<(), String> {
-        if to == self.id {
-            if !self.procs.contains_key(&pid) {
-                return Err(self.not_here(pid));
-            }
-            let stay = MoveReport {
-                bytes: 0,
-                stopped_us: 0,
-            };
-            if let Some(reply) = reply {
-                let _ = reply.send(Ok(stay));
-            }
-            return Ok(());
-        }
-        if to.node != self.id.node || to.index >= self.noc.kernel_count() {
-            return Err(format!("kernel {to} does not exist"));
-        }
-        let stopped = Instant::now();
-        let (image, process) = self.take_out(pid)?;
-        let req = self.next_request();
-        let bytes = image.encode();
-        let departure = Departure {
-            req,
-            process,
-            reply,
-            stopped,
-            bytes: bytes.len(),
-            held: Vec::new(),
-            to,
-        };
-        self.departures.insert(pid, departure);
-        let packet = Packet {
-            hops: 0,
-            msg: NocMsg::Immigrate { pid, req },
-            bulk: None,
-        };
-        if let Err(e) = self.noc.send_bulk(to, packet, bytes) {
-            self.on_immigrated(pid, req, Err(e.to_string()));
-        }
-        Ok(())
-    }
-
-    fn on_immigrated(&mut self, pid: Pid, req: u64, result: Result<(), String>) {
-        if self.departures.get(&pid).is_none_or(|d| d.req != req) {
-            return;
-        }
-        let d = self.departures.remove(&pid).expect("checked above");
-        match result {
-            Ok(()) => {
-                let stopped_us = d.stopped.elapsed().as_micros() as u64;
-                tracing::info!(kernel = %self.id, %pid, bytes = d.bytes, stopped_us, "process moved");
-                for packet in d.held {
-                    self.transmit(d.to, packet);
-                }
-                if let Some(reply) = d.reply {
-                    let _ = reply.send(Ok(MoveReport {
-                        bytes: d.bytes,
-                        stopped_us,
-                    }));
-                }
-            }
-            Err(why) => {
-                tracing::warn!(kernel = %self.id, %pid, "move failed, process resumes here: {why}");
-                self.procs.insert(pid, d.process);
-                self.schedule(pid);
-                for packet in d.held {
-                    self.deliver(pid, packet);
-                }
-                if let Some(reply) = d.reply {
-                    let _ = reply.send(Err(why));
-                }
-            }
-        }
-    }
-
-    fn immigrate(&mut self, bytes: Vec<u8>, arrival: Arrival) -> Result<(), String> {
-        let image = ProcessImage::decode(&bytes).map_err(|e| e.to_string())?;
-        self.restore(image, arrival)
-    }
-
-    /// Rebuilds a captured process here and asks its home kernel to record
-    /// where it now runs. It runs, and whoever asked for it is answered,
-    /// only once the home has committed; until then the kernel it came from
-    /// still holds it, and messages for it wait here. An error means it was
-    /// not restored (and nobody was answered).
-    fn restore(&mut self, image: ProcessImage, arrival: Arrival) -> Result<(), String> {
-        let pid = image.uarea.pid;
-        if self.procs.contains_key(&pid) || self.arrivals.contains_key(&pid) {
-            return Err(format!("process {pid} already runs on kernel {}", self.id));
-        }
-        let mut container = Container::restore(&self.runtime, image, self.host.clone())
-            .map_err(|e| e.to_string())?;
-        container.uarea_mut().accounting.moves += 1;
-        let process = Process { container };
-        self.arrivals.insert(
-            pid,
-            Arriving {
-                process,
-                arrival,
-                held: Vec::new(),
-            },
-        );
-        if pid.home == self.id {
-            let result = self.commit(pid, self.id);
-            self.on_committed(pid, result);
-        } else {
-            self.send(pid.home, NocMsg::Commit { pid, at: self.id });
-        }
-        Ok(())
-    }
-
     /// Whether `pid` (running here) belongs to a domain that has ended.
-    fn in_ended_domain(&self, pid: Pid) -> bool {
+    pub(crate) fn in_ended_domain(&self, pid: Pid) -> bool {
         self.procs.get(&pid).is_some_and(|p| {
             p.container
                 .uarea()
@@ -852,61 +708,8 @@ impl Kernel {
         })
     }
 
-    /// At the home kernel: records that `pid` runs on `at`.
-    fn commit(&mut self, pid: Pid, at: KernelId) -> Result<(), String> {
-        if self.homes.relocate(pid, at) {
-            Ok(())
-        } else {
-            Err(format!("home kernel {} knows no process {pid}", self.id))
-        }
-    }
-
-    /// The home committed (or refused) the arrival of `pid`: it runs here
-    /// now, or is dropped; either way whoever asked is answered.
-    fn on_committed(&mut self, pid: Pid, result: Result<(), String>) {
-        let Some(Arriving {
-            process,
-            arrival,
-            held,
-        }) = self.arrivals.remove(&pid)
-        else {
-            return;
-        };
-        if result.is_ok() {
-            self.procs.insert(pid, process);
-            self.schedule(pid);
-        }
-        match arrival {
-            Arrival::Moved { from, req } => self.send(
-                from,
-                NocMsg::Immigrated {
-                    pid,
-                    req,
-                    result: result.clone(),
-                },
-            ),
-            Arrival::Restored(reply) => {
-                let _ = reply.send(result.clone().map(|()| pid));
-            }
-        }
-        if result.is_err() {
-            // The process stays where it came from; so do its messages.
-            for packet in held {
-                self.forward(pid, packet);
-            }
-            return;
-        }
-        for packet in held {
-            self.deliver(pid, packet);
-        }
-        // Its domain may have ended while it was between kernels.
-        if self.in_ended_domain(pid) {
-            self.end(pid, status::killed(status::SIGKILL));
-        }
-    }
-
     /// Puts a process that arrived (or came back) where its state says.
-    fn schedule(&mut self, pid: Pid) {
+    pub(crate) fn schedule(&mut self, pid: Pid) {
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
@@ -971,6 +774,7 @@ impl Kernel {
                     syscalls: u.accounting.syscalls,
                     moves: u.accounting.moves,
                     ipc: u.ipc.stats.clone(),
+                    last_migration: u.accounting.last_migration.clone(),
                 }
             })
             .collect();

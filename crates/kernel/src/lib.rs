@@ -9,17 +9,20 @@
 //!
 //! Reading order: [`msg`] (what kernels say), `kernel.rs` (the loop and the
 //! dispatchers), `serve.rs` (system calls that need the kernel),
-//! `homes.rs` (PIDs and where their processes are).
+//! `homes.rs` (PIDs and where their processes are), `migration/` (a process
+//! leaving this kernel, `source.rs`, or arriving, `destination.rs`).
 
 mod homes;
 mod ipc;
 mod kernel;
+mod migration;
 pub mod msg;
 mod serve;
 
 pub use ipc::IpcMsg;
+pub use kernel::MigrationConfig;
 pub use kernel::{start, KernelParams};
 pub use msg::{
-    Control, IpcCounters, KernelReport, MoveReport, NocMsg, NodeEvent, Packet, ProcInfo,
-    ProcessSpec, ReplyTo,
+    Control, Handover, IpcCounters, KernelReport, MigrationMsg, NocMsg, NodeEvent, Packet,
+    ProcInfo, ProcessSpec, ReplyTo, Times,
 };

@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainTable, IpcStats};
+use atoll_migration::{MigrationReport, Mode};
 use atoll_prepare::ContentHash;
-use atoll_process::{ConsoleId, Preopen, ProcessImage};
+use atoll_process::{ConsoleId, Container, Preopen, ProcessImage};
 use serde::{Deserialize, Serialize};
 
 /// Everything needed to start a process on any kernel.
@@ -37,14 +38,38 @@ pub enum ReplyTo {
     Control { kernel: KernelId, req: u64 },
 }
 
-/// A NoC message with its routing budget, and the bytes that travel with it
-/// through the portal (process images, copied memory).
+/// A NoC message with its routing budget, and what travels with it: bytes
+/// through the portal (process images, copied memory), or a whole container
+/// handed over between kernels of one node.
 #[derive(Debug)]
 pub struct Packet {
     /// Times the message has been forwarded while looking for its process.
     pub hops: u8,
     pub msg: NocMsg,
     pub bulk: Option<Vec<u8>>,
+    pub handover: Option<Handover>,
+}
+
+impl Packet {
+    pub fn new(msg: NocMsg) -> Self {
+        Packet {
+            hops: 0,
+            msg,
+            bulk: None,
+            handover: None,
+        }
+    }
+}
+
+/// A container in transit from one kernel to another of the same node: its
+/// wasmtime store, memory and UArea change owner, and nothing is copied.
+/// It never leaves the machine (a network link refuses it).
+pub struct Handover(pub(crate) Box<Container>);
+
+impl std::fmt::Debug for Handover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Handover({})", self.0.uarea().pid)
+    }
 }
 
 /// A message from one kernel to another.
@@ -77,8 +102,9 @@ pub enum NocMsg {
         result: Result<(), Errno>,
     },
     /// For the home kernel: `pid` was restored on `at` and runs there once
-    /// the home has recorded it (commit at the home kernel).
-    Commit { pid: Pid, at: KernelId },
+    /// the home has recorded it (commit at the home kernel). `adopt`: it
+    /// comes from a checkpoint and may take its PID's free slot back.
+    Commit { pid: Pid, at: KernelId, adopt: bool },
     /// The home's answer to `Commit`, for the kernel that restored `pid`:
     /// an error if the home knows no such process.
     Committed {
@@ -87,15 +113,8 @@ pub enum NocMsg {
     },
     /// For the home kernel: `pid` ended; its slot may be reused.
     Ended { pid: Pid },
-    /// A stopped process, as an encoded [`ProcessImage`] in the portal:
-    /// restore it here and run it.
-    Immigrate { pid: Pid, req: u64 },
-    /// The answer to `Immigrate`, for the kernel that sent the process.
-    Immigrated {
-        pid: Pid,
-        req: u64,
-        result: Result<(), String>,
-    },
+    /// A process moving between kernels (the `migration` module).
+    Migration(MigrationMsg),
     /// Minix IPC between processes on different kernels.
     Ipc(crate::ipc::IpcMsg),
 }
@@ -117,6 +136,51 @@ impl NocMsg {
     }
 }
 
+/// The migration protocol between a source and a destination kernel. `req`
+/// names one migration: a late message of an earlier one is ignored.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum MigrationMsg {
+    /// A pre-copy round while the process still runs at the source: an
+    /// encoded [`ProcessImage`] in the portal, complete for round 0 and a
+    /// delta after that.
+    Round { pid: Pid, req: u64, round: u32 },
+    /// The stop-and-copy: the process is frozen at the source and this is
+    /// the rest of it (a delta on the rounds, or a complete image if there
+    /// were none), in the portal. `report` is the migration so far.
+    Final {
+        pid: Pid,
+        req: u64,
+        report: Box<MigrationReport>,
+        times: Times,
+    },
+    /// The frozen container itself, in the packet's `handover`.
+    Handover {
+        pid: Pid,
+        req: u64,
+        report: Box<MigrationReport>,
+        times: Times,
+    },
+    /// The source gives up a migration still in pre-copy (the process
+    /// ended): the destination drops what it has.
+    Abort { pid: Pid, req: u64 },
+    /// The destination's answer: the process runs there (the report is
+    /// complete), or it failed and the source resumes it. A handed-over
+    /// container comes back in the packet's `handover`.
+    Done {
+        pid: Pid,
+        req: u64,
+        result: Result<Box<MigrationReport>, String>,
+    },
+}
+
+/// When a migration was asked for and when its process was frozen, on the
+/// machine's monotonic clock (kernels of one node share it).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Times {
+    pub requested_ns: u64,
+    pub frozen_ns: u64,
+}
+
 /// One process, as `atoll ps` shows it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProcInfo {
@@ -131,6 +195,8 @@ pub struct ProcInfo {
     pub syscalls: u64,
     pub moves: u32,
     pub ipc: IpcStats,
+    /// The process's last migration.
+    pub last_migration: Option<MigrationReport>,
 }
 
 /// One kernel's answer to `ps`.
@@ -179,23 +245,29 @@ pub enum Control {
         signal: i32,
         reply: Sender<Result<(), Errno>>,
     },
-    /// Stop a process at its safepoint and return its image; the process no
-    /// longer runs. It must run on this kernel.
-    Capture {
+    /// Capture a process that runs here at its safepoint, for a checkpoint
+    /// file. Unless `leave_running`, it then ends (status 128+SIGSTOP).
+    Checkpoint {
         pid: Pid,
+        leave_running: bool,
         reply: Sender<Result<ProcessImage, String>>,
     },
-    /// Restore a captured process here and run it.
+    /// Restore a checkpointed process here and run it.
     Restore {
         image: Box<ProcessImage>,
         reply: Sender<Result<Pid, String>>,
     },
-    /// Move a process that runs here to kernel `to`, through the NoC.
-    Move {
+    /// Migrate a process that runs here to kernel `to` (`mode`: the
+    /// kernel's default when `None`).
+    Migrate {
         pid: Pid,
         to: KernelId,
-        reply: Sender<Result<MoveReport, String>>,
+        mode: Option<Mode>,
+        reply: Sender<Result<MigrationReport, String>>,
     },
+    /// Make the next `count` migrations arriving here fail just before
+    /// they would commit, as if the destination broke (failure tests).
+    FailArrivals { count: u32 },
     /// Where a process homed here runs (`None`: it ended or never existed).
     Locate {
         pid: Pid,
@@ -206,16 +278,6 @@ pub enum Control {
     Domains(Arc<DomainTable>),
     /// Stop the kernel thread.
     Shutdown,
-}
-
-/// How a move went.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct MoveReport {
-    /// Bytes of process image sent through the portal.
-    pub bytes: usize,
-    /// From the capture on the source to the destination's confirmation
-    /// that the process runs there, in microseconds.
-    pub stopped_us: u64,
 }
 
 /// What a kernel tells the node.

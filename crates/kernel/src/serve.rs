@@ -49,7 +49,7 @@ impl Kernel {
             // waits where the call left it (queued, watched, awaited).
             KernelCall::Ipc(_) => {}
             KernelCall::Migrate { to } => {
-                if let Err(why) = self.move_out(pid, KernelId::new(self.id.node, to), None) {
+                if let Err(why) = self.migrate(pid, KernelId::new(self.id.node, to), None, None) {
                     self.diagnose(pid, &format!("cannot migrate: {why}"));
                     self.reply_now(pid, Reply::Migrated(Err(Errno::Again)));
                 }

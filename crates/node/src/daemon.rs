@@ -15,7 +15,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use atoll_abi::{status, KernelId, Pid};
 use atoll_ipc::DomainInfo;
-use atoll_kernel::{KernelReport, MoveReport};
+use atoll_kernel::KernelReport;
+use atoll_migration::{MigrationReport, Mode};
 use atoll_process::Stream;
 use serde::{Deserialize, Serialize};
 
@@ -28,10 +29,33 @@ const MAX_FRAME: u32 = 64 << 20;
 pub enum Request {
     Run(JobSpec),
     Ps,
-    Kill { pid: Pid, signal: i32 },
-    Move { pid: Pid, to: KernelId },
-    DomainCreate { name: String },
-    DomainEnd { name: String },
+    Kill {
+        pid: Pid,
+        signal: i32,
+    },
+    Migrate {
+        pid: Pid,
+        to: KernelId,
+        mode: Option<Mode>,
+    },
+    /// Write a checkpoint file (an absolute path, written by the node).
+    Checkpoint {
+        pid: Pid,
+        path: PathBuf,
+        leave_running: bool,
+    },
+    /// Restore a checkpoint file as a job; answered like `Run`.
+    Restore {
+        path: PathBuf,
+        program: Option<PathBuf>,
+        kernel: Option<u16>,
+    },
+    DomainCreate {
+        name: String,
+    },
+    DomainEnd {
+        name: String,
+    },
     Domains,
 }
 
@@ -48,7 +72,9 @@ pub enum Response {
     /// Every kernel's report, and the domains (to name them).
     Ps(Vec<KernelReport>, Vec<DomainInfo>),
     Domains(Vec<DomainInfo>),
-    Moved(MoveReport),
+    Migrated(MigrationReport),
+    /// A checkpoint file of this many bytes was written.
+    Checkpointed(u64),
     Done,
     Error(String),
 }
@@ -125,10 +151,27 @@ fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
         return Ok(());
     };
     let answer = match request {
-        Request::Run(job) => return run(node, job, reader, writer),
+        Request::Run(job) => {
+            return run(node, |sink| node.run_job(&job, sink), reader, writer);
+        }
+        Request::Restore {
+            path,
+            program,
+            kernel,
+        } => {
+            let start = |sink| node.restore_job(&path, program.as_deref(), kernel, sink);
+            return run(node, start, reader, writer);
+        }
         Request::Ps => node.ps().map(|r| Response::Ps(r, node.domains())),
         Request::Kill { pid, signal } => node.kill(pid, signal).map(|()| Response::Done),
-        Request::Move { pid, to } => node.move_process(pid, to).map(Response::Moved),
+        Request::Migrate { pid, to, mode } => node.migrate(pid, to, mode).map(Response::Migrated),
+        Request::Checkpoint {
+            pid,
+            path,
+            leave_running,
+        } => node
+            .checkpoint(pid, &path, leave_running)
+            .map(Response::Checkpointed),
         Request::DomainCreate { name } => node.domain_create(&name).map(|_| Response::Done),
         Request::DomainEnd { name } => node.domain_end(&name).map(|_| Response::Done),
         Request::Domains => Ok(Response::Domains(node.domains())),
@@ -140,9 +183,11 @@ fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs a job (a program, or a restored checkpoint) for a client: `start`
+/// starts it with the sink that streams its output back.
 fn run(
     node: &Node,
-    job: JobSpec,
+    start: impl FnOnce(Box<dyn JobSink>) -> anyhow::Result<Pid>,
     mut reader: impl Read,
     mut writer: UnixStream,
 ) -> anyhow::Result<()> {
@@ -151,7 +196,7 @@ fn run(
         stream: writer.try_clone()?,
         ended: ended.clone(),
     };
-    let pid = match node.run_job(&job, Box::new(sink)) {
+    let pid = match start(Box::new(sink)) {
         Ok(pid) => pid,
         Err(e) => {
             return Ok(write_frame(

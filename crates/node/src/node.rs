@@ -1,6 +1,6 @@
 //! Starting, using and stopping a node.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
@@ -10,7 +10,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainInfo, DomainTable};
-use atoll_kernel::{Control, KernelParams, KernelReport, MoveReport, ProcessSpec};
+use atoll_kernel::{Control, KernelParams, KernelReport, MigrationConfig, ProcessSpec};
+use atoll_migration::{MigrationReport, Mode};
 use atoll_noc::{Doorbell, Noc};
 use atoll_process::{ConsoleId, Preopen, ProcessImage, Runtime, RuntimeConfig};
 
@@ -27,6 +28,8 @@ pub struct NodeConfig {
     pub quantum: Duration,
     pub pin: bool,
     pub runtime: RuntimeConfig,
+    /// How processes migrate when the request does not say (`kmigrate_to`).
+    pub migration: MigrationConfig,
 }
 
 impl NodeConfig {
@@ -41,6 +44,7 @@ impl NodeConfig {
                 cache_dir,
                 ..RuntimeConfig::default()
             },
+            migration: MigrationConfig::default(),
         }
     }
 }
@@ -117,6 +121,7 @@ impl Node {
                     Duration::ZERO
                 },
                 pin: config.pin,
+                migration: config.migration,
             })?);
         }
         tracing::info!(node = config.node, kernels = config.kernels, "node started");
@@ -243,28 +248,116 @@ impl Node {
             .map_err(|e: Errno| anyhow!("cannot kill {pid}: {e}"))
     }
 
-    /// Stops `pid` at its next safepoint and takes it out of its kernel.
-    pub fn capture(&self, pid: Pid) -> anyhow::Result<ProcessImage> {
+    /// Writes `pid` to the checkpoint file `path`, captured at its next
+    /// safepoint. Unless `leave_running`, the process then ends (its job
+    /// sees status 128+SIGSTOP). Returns the file's size.
+    pub fn checkpoint(&self, pid: Pid, path: &Path, leave_running: bool) -> anyhow::Result<u64> {
         let at = self.locate(pid)?;
-        self.ask(at, |reply| Control::Capture { pid, reply })?
-            .map_err(|e| anyhow!(e))
+        let image = self
+            .ask(at, |reply| Control::Checkpoint {
+                pid,
+                leave_running,
+                reply,
+            })?
+            .map_err(|e| anyhow!(e))?;
+        let bytes = image.encode();
+        // Written aside and renamed, so a crash never leaves half a file
+        // under the name.
+        let tmp = path.with_extension("partial");
+        std::fs::write(&tmp, &bytes)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(bytes.len() as u64)
     }
 
-    /// Restores a captured process on kernel `on`.
-    pub fn restore(&self, image: ProcessImage, on: KernelId) -> anyhow::Result<Pid> {
-        self.ask(on, |reply| Control::Restore {
-            image: Box::new(image),
+    /// Restores a checkpoint file as a new job: its output and end go to
+    /// `sink`. The program is the one loaded on this node under the image's
+    /// content hash, or `program` (prepared and checked against it). It
+    /// runs on `kernel`, else where it last ran.
+    ///
+    /// # Errors
+    /// A file that is not a valid image, a program that does not match it,
+    /// a PID that is taken.
+    pub fn restore_job(
+        &self,
+        path: &Path,
+        program: Option<&Path>,
+        kernel: Option<u16>,
+        sink: Box<dyn JobSink>,
+    ) -> anyhow::Result<Pid> {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut image = ProcessImage::decode(&bytes)
+            .with_context(|| format!("cannot restore {}", path.display()))?;
+        let module = image.uarea.module;
+        if let Some(program) = program {
+            let loaded = self
+                .runtime
+                .load_file(program, true)
+                .with_context(|| format!("cannot load {}", program.display()))?;
+            if loaded.hash() != module {
+                bail!(
+                    "{} was not taken from {}: it runs module {module}",
+                    path.display(),
+                    program.display()
+                );
+            }
+        } else if self.runtime.program(&module).is_none() {
+            bail!(
+                "module {module} of {} is not loaded on this node: name its program \
+                 (atoll restore FILE PROGRAM.wasm)",
+                path.display()
+            );
+        }
+        let kernel = kernel
+            .or(image.uarea.accounting.last_kernel.map(|k| k.index))
+            .filter(|&k| k < self.kernel_count())
+            .unwrap_or(0);
+        let console = ConsoleId(self.next_console.fetch_add(1, Ordering::Relaxed));
+        self.sinks.lock().expect("sinks").insert(console, sink);
+        // The restored process is the first process of a new job.
+        image.uarea.console = console;
+        image.uarea.parent = None;
+        let on = KernelId::new(self.id, kernel);
+        let restored = self
+            .ask(on, |reply| Control::Restore {
+                image: Box::new(image),
+                reply,
+            })
+            .and_then(|r| r.map_err(|e| anyhow!(e)));
+        if restored.is_err() {
+            self.sinks.lock().expect("sinks").remove(&console);
+        }
+        restored
+    }
+
+    /// Migrates `pid` to kernel `to` while it runs (`mode`: the node's
+    /// default when `None`), and reports how it went.
+    pub fn migrate(
+        &self,
+        pid: Pid,
+        to: KernelId,
+        mode: Option<Mode>,
+    ) -> anyhow::Result<MigrationReport> {
+        self.kernel(to)?;
+        let at = self.locate(pid)?;
+        self.ask(at, |reply| Control::Migrate {
+            pid,
+            to,
+            mode,
             reply,
         })?
         .map_err(|e| anyhow!(e))
     }
 
-    /// Moves `pid` to kernel `to` through the NoC (stop, copy, restore).
-    pub fn move_process(&self, pid: Pid, to: KernelId) -> anyhow::Result<MoveReport> {
-        self.kernel(to)?;
-        let at = self.locate(pid)?;
-        self.ask(at, |reply| Control::Move { pid, to, reply })?
-            .map_err(|e| anyhow!(e))
+    /// Makes the next `count` migrations arriving at kernel `k` fail just
+    /// before they commit, as if the destination broke (failure tests).
+    pub fn fail_arrivals(&self, k: KernelId, count: u32) -> anyhow::Result<()> {
+        let i = self.kernel(k)?;
+        self.controls[i]
+            .send(Control::FailArrivals { count })
+            .map_err(|_| anyhow!("kernel {k} has stopped"))?;
+        self.doorbells[i].ring();
+        Ok(())
     }
 
     /// Stops every kernel; processes still running are dropped.

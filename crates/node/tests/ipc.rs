@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use atoll_abi::status;
 use atoll_ipc::DomainId;
@@ -89,32 +89,6 @@ fn many_pairs_across_kernels_lose_and_duplicate_no_message() {
     );
 }
 
-/// Polls `ps` until `pred` holds for some process.
-fn wait_until(
-    node: &Node,
-    what: &str,
-    pred: impl Fn(&atoll_kernel::ProcInfo) -> bool,
-) -> atoll_kernel::ProcInfo {
-    let t = Instant::now();
-    loop {
-        let found = node
-            .ps()
-            .unwrap()
-            .into_iter()
-            .flat_map(|r| r.processes)
-            .find(|p| pred(p));
-        if let Some(p) = found {
-            return p;
-        }
-        assert!(
-            t.elapsed() < HANG,
-            "never saw {what}: {:#?}",
-            node.ps().unwrap()
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 #[test]
 fn ps_shows_who_sends_to_and_receives_from_whom() {
     let node = node(2);
@@ -192,8 +166,9 @@ fn messages_follow_a_server_moved_between_kernels_mid_conversation() {
             break status;
         }
         // The server ends just before its client: a failed move is fine then.
+        let mode = [atoll_migration::Mode::Handover, atoll_migration::Mode::Copy][moves % 2];
         if node
-            .move_process(server, atoll_abi::KernelId::new(0, to))
+            .migrate(server, atoll_abi::KernelId::new(0, to), Some(mode))
             .is_ok()
         {
             moves += 1;

@@ -7,7 +7,7 @@ pub mod support;
 
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use atoll_abi::Pid;
 use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
@@ -58,6 +58,12 @@ pub struct Sink {
     done: mpsc::Sender<i32>,
 }
 
+impl Sink {
+    pub fn new(out: Output, done: mpsc::Sender<i32>) -> Self {
+        Sink { out, done }
+    }
+}
+
 impl JobSink for Sink {
     fn output(&mut self, stream: Stream, bytes: &[u8]) {
         let buf = match stream {
@@ -99,4 +105,30 @@ pub struct NullSink;
 impl JobSink for NullSink {
     fn output(&mut self, _: Stream, _: &[u8]) {}
     fn exited(&mut self, _: Pid, _: i32) {}
+}
+
+/// Polls `ps` until `pred` holds for some process.
+pub fn wait_until(
+    node: &Node,
+    what: &str,
+    pred: impl Fn(&atoll_kernel::ProcInfo) -> bool,
+) -> atoll_kernel::ProcInfo {
+    let t = Instant::now();
+    loop {
+        let found = node
+            .ps()
+            .unwrap()
+            .into_iter()
+            .flat_map(|r| r.processes)
+            .find(|p| pred(p));
+        if let Some(p) = found {
+            return p;
+        }
+        assert!(
+            t.elapsed() < HANG,
+            "never saw {what}: {:#?}",
+            node.ps().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }

@@ -1,0 +1,364 @@
+//! The destination side of a migration: rebuild the process from its
+//! rounds and final frame (or take the handed-over container), have the
+//! home kernel commit its new location, then run it.
+
+use std::sync::mpsc::Sender;
+
+use atoll_abi::{status, KernelId, Pid};
+use atoll_migration::MigrationReport;
+use atoll_process::{Container, ProcessImage};
+
+use super::Process;
+use crate::kernel::{monotonic_ns, Kernel};
+use crate::msg::{Handover, MigrationMsg, NocMsg, Packet, Times};
+
+/// A process whose pre-copy rounds are arriving: rebuilt as they come, not
+/// yet a process of this kernel.
+pub(crate) struct Incoming {
+    from: KernelId,
+    req: u64,
+    container: Container,
+}
+
+/// A process restored here and waiting for its home kernel to commit its
+/// new location before it runs.
+pub(crate) struct Arriving {
+    process: Process,
+    arrival: Arrival,
+    /// Messages for it that came before the commit.
+    pub held: Vec<Packet>,
+}
+
+/// Who is answered when an arrival is committed.
+pub(crate) enum Arrival {
+    /// The source kernel of a migration.
+    Migrated {
+        from: KernelId,
+        req: u64,
+        report: Box<MigrationReport>,
+        times: Times,
+        handed_over: bool,
+    },
+    /// A node request to restore a checkpoint here.
+    Restored(Sender<Result<Pid, String>>),
+}
+
+impl Kernel {
+    /// The migration protocol's dispatcher.
+    pub(crate) fn on_migration(
+        &mut self,
+        from: KernelId,
+        msg: MigrationMsg,
+        bulk: Option<Vec<u8>>,
+        handover: Option<Handover>,
+    ) {
+        match msg {
+            MigrationMsg::Round { pid, req, round } => {
+                if let Err(why) = self.on_round(from, pid, req, round, bulk) {
+                    self.incoming.remove(&pid);
+                    self.refuse(from, pid, req, why, None);
+                }
+            }
+            MigrationMsg::Final {
+                pid,
+                req,
+                report,
+                times,
+            } => {
+                let arrival = Arrival::Migrated {
+                    from,
+                    req,
+                    report,
+                    times,
+                    handed_over: false,
+                };
+                let container = self.on_final(from, pid, req, bulk);
+                match container.and_then(|c| self.arrive(c, arrival)) {
+                    Ok(()) => {}
+                    Err((why, _)) => self.refuse(from, pid, req, why, None),
+                }
+            }
+            MigrationMsg::Handover {
+                pid,
+                req,
+                report,
+                times,
+            } => {
+                let Some(Handover(mut container)) = handover else {
+                    return self.refuse(
+                        from,
+                        pid,
+                        req,
+                        "hand-over without a container".into(),
+                        None,
+                    );
+                };
+                container.set_host(self.host.clone());
+                let arrival = Arrival::Migrated {
+                    from,
+                    req,
+                    report,
+                    times,
+                    handed_over: true,
+                };
+                if let Err((why, back)) = self.arrive(*container, arrival) {
+                    self.refuse(from, pid, req, why, back);
+                }
+            }
+            MigrationMsg::Abort { pid, req } => {
+                if self.incoming.get(&pid).is_some_and(|i| i.req == req) {
+                    self.incoming.remove(&pid);
+                }
+            }
+            MigrationMsg::Done { pid, req, result } => {
+                self.on_migration_done(pid, req, result, handover)
+            }
+        }
+    }
+
+    fn on_round(
+        &mut self,
+        from: KernelId,
+        pid: Pid,
+        req: u64,
+        round: u32,
+        bulk: Option<Vec<u8>>,
+    ) -> Result<(), String> {
+        let image = ProcessImage::decode(&bulk.unwrap_or_default()).map_err(|e| e.to_string())?;
+        if image.uarea.pid != pid {
+            return Err(format!("round for {pid} carries {}", image.uarea.pid));
+        }
+        if round == 0 {
+            let container = Container::restore(&self.runtime, image, self.host.clone())
+                .map_err(|e| e.to_string())?;
+            self.incoming.insert(
+                pid,
+                Incoming {
+                    from,
+                    req,
+                    container,
+                },
+            );
+            return Ok(());
+        }
+        let i = self
+            .incoming
+            .get_mut(&pid)
+            .filter(|i| i.req == req && i.from == from)
+            .ok_or_else(|| format!("round {round} of {pid} without round 0"))?;
+        i.container.apply(image).map_err(|e| e.to_string())
+    }
+
+    /// The stop-and-copy frame: the container, brought up to date.
+    fn on_final(
+        &mut self,
+        from: KernelId,
+        pid: Pid,
+        req: u64,
+        bulk: Option<Vec<u8>>,
+    ) -> Result<Container, (String, Option<Handover>)> {
+        let fail = |e: String| (e, None);
+        let incoming = self
+            .incoming
+            .remove(&pid)
+            .filter(|i| i.req == req && i.from == from);
+        let image =
+            ProcessImage::decode(&bulk.unwrap_or_default()).map_err(|e| fail(e.to_string()))?;
+        if image.uarea.pid != pid {
+            return Err(fail(format!(
+                "final frame for {pid} carries {}",
+                image.uarea.pid
+            )));
+        }
+        match incoming {
+            Some(mut i) => {
+                i.container.apply(image).map_err(|e| fail(e.to_string()))?;
+                Ok(i.container)
+            }
+            None => Container::restore(&self.runtime, image, self.host.clone())
+                .map_err(|e| fail(e.to_string())),
+        }
+    }
+
+    /// Answers a migration that failed here, with the container if it was
+    /// handed over (the source resumes it).
+    fn refuse(&mut self, to: KernelId, pid: Pid, req: u64, why: String, back: Option<Handover>) {
+        tracing::warn!(kernel = %self.id, %pid, "refusing a migration: {why}");
+        self.transmit(
+            to,
+            Packet {
+                handover: back,
+                ..Packet::new(NocMsg::Migration(MigrationMsg::Done {
+                    pid,
+                    req,
+                    result: Err(why),
+                }))
+            },
+        );
+    }
+
+    /// Restores a checkpointed process here; it runs once its home commits.
+    pub(crate) fn restore(
+        &mut self,
+        image: ProcessImage,
+        reply: Sender<Result<Pid, String>>,
+    ) -> Result<(), String> {
+        let container = Container::restore(&self.runtime, image, self.host.clone())
+            .map_err(|e| e.to_string())?;
+        self.arrive(container, Arrival::Restored(reply))
+            .map_err(|(why, _)| why)
+    }
+
+    /// Holds a rebuilt process until its home kernel records that it runs
+    /// here; until then the source still holds it and messages for it wait
+    /// here. An error gives back a handed-over container.
+    fn arrive(
+        &mut self,
+        container: Container,
+        arrival: Arrival,
+    ) -> Result<(), (String, Option<Handover>)> {
+        let pid = container.uarea().pid;
+        let handed_over = matches!(
+            arrival,
+            Arrival::Migrated {
+                handed_over: true,
+                ..
+            }
+        );
+        let refuse = |why: String, container: Container| {
+            (why, handed_over.then(|| Handover(Box::new(container))))
+        };
+        if self.procs.contains_key(&pid) || self.arrivals.contains_key(&pid) {
+            return Err(refuse(
+                format!("process {pid} already runs on kernel {}", self.id),
+                container,
+            ));
+        }
+        if matches!(arrival, Arrival::Migrated { .. }) && self.faults > 0 {
+            self.faults -= 1;
+            return Err(refuse(
+                "injected fault at the destination".into(),
+                container,
+            ));
+        }
+        let restored = matches!(arrival, Arrival::Restored(_));
+        self.arrivals.insert(
+            pid,
+            Arriving {
+                process: Process { container },
+                arrival,
+                held: Vec::new(),
+            },
+        );
+        if pid.home == self.id {
+            let result = self.commit(pid, self.id, restored);
+            self.on_committed(pid, result);
+        } else {
+            self.send(
+                pid.home,
+                NocMsg::Commit {
+                    pid,
+                    at: self.id,
+                    adopt: restored,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// At the home kernel: records that `pid` runs on `at`. A restored
+    /// checkpoint (`adopt`) takes its PID back only if its slot is free: a
+    /// checkpoint of a process that still runs must not make it run twice.
+    pub(crate) fn commit(&mut self, pid: Pid, at: KernelId, adopt: bool) -> Result<(), String> {
+        if adopt {
+            self.homes.adopt(pid, at)
+        } else if self.homes.relocate(pid, at) {
+            Ok(())
+        } else {
+            Err(format!("home kernel {} knows no process {pid}", self.id))
+        }
+    }
+
+    /// The home committed (or refused) the arrival of `pid`: it runs here
+    /// now, or is dropped (a handed-over container goes back); either way
+    /// whoever asked is answered.
+    pub(crate) fn on_committed(&mut self, pid: Pid, result: Result<(), String>) {
+        let Some(Arriving {
+            mut process,
+            arrival,
+            held,
+        }) = self.arrivals.remove(&pid)
+        else {
+            return;
+        };
+        match (arrival, result) {
+            (Arrival::Restored(reply), Ok(())) => {
+                self.procs.insert(pid, process);
+                self.schedule(pid);
+                let _ = reply.send(Ok(pid));
+            }
+            (Arrival::Restored(reply), Err(why)) => {
+                let _ = reply.send(Err(why));
+            }
+            (
+                Arrival::Migrated {
+                    from,
+                    req,
+                    mut report,
+                    times,
+                    ..
+                },
+                Ok(()),
+            ) => {
+                let u = process.container.uarea_mut();
+                u.accounting.moves += 1;
+                self.procs.insert(pid, process);
+                self.schedule(pid);
+                let now = monotonic_ns();
+                report.downtime_us = now.saturating_sub(times.frozen_ns) / 1000;
+                report.total_us = now.saturating_sub(times.requested_ns) / 1000;
+                self.procs
+                    .get_mut(&pid)
+                    .expect("just inserted")
+                    .container
+                    .uarea_mut()
+                    .accounting
+                    .last_migration = Some((*report).clone());
+                self.send(
+                    from,
+                    NocMsg::Migration(MigrationMsg::Done {
+                        pid,
+                        req,
+                        result: Ok(report),
+                    }),
+                );
+            }
+            (
+                Arrival::Migrated {
+                    from,
+                    req,
+                    handed_over,
+                    ..
+                },
+                Err(why),
+            ) => {
+                let back = handed_over.then(|| Handover(Box::new(process.container)));
+                self.refuse(from, pid, req, why, back);
+            }
+        }
+        if !self.procs.contains_key(&pid) {
+            // The process stays where it came from; so do its messages.
+            for packet in held {
+                self.forward(pid, packet);
+            }
+            return;
+        }
+        for packet in held {
+            self.deliver(pid, packet);
+        }
+        // Its domain may have ended while it was between kernels.
+        if self.in_ended_domain(pid) {
+            self.end(pid, status::killed(status::SIGKILL));
+        }
+    }
+}

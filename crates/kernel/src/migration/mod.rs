@@ -1,0 +1,34 @@
+//! Live migration: a process leaves this kernel (`source.rs`) or arrives
+//! here (`destination.rs`). Seed 000's migration daemon, as a flow of steps
+//! driven by the kernel loop and by `MigrationMsg`s:
+//!
+//! 1. **request** — `atoll migrate`, `kmigrate_to` or the balancer names a
+//!    process and a destination (`Kernel::migrate`);
+//! 2. **pre-copy** (copy mode, running process) — rounds of memory go
+//!    through the portal while the process keeps running here; writes are
+//!    tracked by write protection ([`atoll_migration::DirtyTracker`]) and
+//!    [`atoll_migration::RoundPolicy`] decides when to stop;
+//! 3. **freeze** — between two slices, which is always at a safepoint;
+//! 4. **stop-and-copy** — the blocks still dirty, globals and UArea (with the
+//!    saved stack, which lives in linear memory) in one delta image; or, in
+//!    hand-over mode, the container itself;
+//! 5. **restore** on the destination, then **commit** at the home kernel;
+//! 6. **resume** there, and `Done` tells the source.
+//!
+//! Until `Done` says it runs there, the source keeps the process (frozen)
+//! and holds the messages for it; any failure before the commit rolls back
+//! and the process resumes at the source. It never runs twice and is never
+//! lost (DESIGN.md, invariant 3).
+
+mod destination;
+mod source;
+
+use atoll_process::Container;
+
+pub(crate) use destination::{Arriving, Incoming};
+pub(crate) use source::Departure;
+
+/// A process this kernel runs.
+pub(crate) struct Process {
+    pub container: Container,
+}

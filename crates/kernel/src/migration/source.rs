@@ -1,0 +1,380 @@
+//! The source side of a migration: pre-copy rounds while the process runs,
+//! the freeze, the stop-and-copy or hand-over, and the rollback.
+
+use std::sync::mpsc::Sender;
+
+use atoll_abi::{KernelId, Pid};
+use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport};
+use atoll_process::ProcessImage;
+use quanta::Instant;
+
+use super::Process;
+use crate::kernel::{monotonic_ns, Kernel};
+use crate::msg::{Handover, MigrationMsg, NocMsg, Packet, Times};
+
+/// A process on its way out. While pre-copy runs it is still in `procs`
+/// and runs; once frozen, it waits here for the destination's answer.
+pub(crate) struct Departure {
+    req: u64,
+    to: KernelId,
+    mode: Mode,
+    /// Who asked (`None`: the process itself, answered where it ends up).
+    reply: Option<Sender<Result<MigrationReport, String>>>,
+    requested_ns: u64,
+    rounds: Vec<RoundReport>,
+    phase: Phase,
+    /// Messages for the process that arrived after it froze; they follow it
+    /// to its destination, or are delivered here if it stays.
+    pub held: Vec<Packet>,
+}
+
+enum Phase {
+    /// Memory goes out in rounds while the process runs.
+    PreCopy { tracker: DirtyTracker },
+    /// Frozen and sent. The process is kept for a rollback; during a
+    /// hand-over it is in flight, and comes back in `Done` if it fails.
+    Frozen { process: Option<Process> },
+}
+
+impl Departure {
+    pub(crate) fn is_frozen(&self) -> bool {
+        matches!(self.phase, Phase::Frozen { .. })
+    }
+}
+
+impl Kernel {
+    /// Starts moving `pid`, which runs here, to kernel `to`. `reply` (if
+    /// any) hears how it went, unless this fails at once.
+    pub(crate) fn migrate(
+        &mut self,
+        pid: Pid,
+        to: KernelId,
+        mode: Option<Mode>,
+        reply: Option<Sender<Result<MigrationReport, String>>>,
+    ) -> Result<(), String> {
+        let mode = mode.unwrap_or(self.migration.mode);
+        if !self.procs.contains_key(&pid) {
+            return Err(self.not_here(pid));
+        }
+        if self.departures.contains_key(&pid) {
+            return Err(format!("process {pid} is already migrating"));
+        }
+        if to == self.id {
+            if let Some(reply) = reply {
+                let _ = reply.send(Ok(MigrationReport {
+                    pid,
+                    from: to,
+                    to,
+                    mode,
+                    rounds: Vec::new(),
+                    downtime_us: 0,
+                    total_us: 0,
+                }));
+            }
+            return Ok(());
+        }
+        if to.node != self.id.node || to.index >= self.host_kernel_count() {
+            return Err(format!("kernel {to} does not exist"));
+        }
+        let req = self.next_request();
+        let departure = Departure {
+            req,
+            to,
+            mode,
+            reply,
+            requested_ns: monotonic_ns(),
+            rounds: Vec::new(),
+            phase: Phase::Frozen { process: None },
+            held: Vec::new(),
+        };
+        self.departures.insert(pid, departure);
+        // A process that is not runnable writes nothing until it is
+        // frozen: pre-copy would only copy everything twice.
+        let runnable = self.run_queue.contains(&pid);
+        if mode == Mode::Copy && self.migration.policy.max_rounds > 0 && runnable {
+            let memory = self
+                .procs
+                .get_mut(&pid)
+                .expect("checked")
+                .container
+                .memory_mut();
+            match DirtyTracker::start(memory) {
+                Ok(tracker) => {
+                    self.departure(pid).phase = Phase::PreCopy { tracker };
+                    return self.send_round(pid, None);
+                }
+                Err(e) => tracing::warn!(kernel = %self.id, %pid,
+                    "no dirty-page tracking ({e}); migrating by stop-and-copy only"),
+            }
+        }
+        self.freeze(pid, Vec::new()).inspect_err(|_| {
+            self.departures.remove(&pid);
+        })
+    }
+
+    fn departure(&mut self, pid: Pid) -> &mut Departure {
+        self.departures.get_mut(&pid).expect("a departure")
+    }
+
+    /// Sends pre-copy round: everything for round 0, else `blocks`.
+    fn send_round(&mut self, pid: Pid, blocks: Option<Vec<u32>>) -> Result<(), String> {
+        let t = Instant::now();
+        let container = &mut self.procs.get_mut(&pid).expect("pre-copy").container;
+        let image = match &blocks {
+            None => container.capture(),
+            Some(b) => container.capture_delta(b),
+        };
+        let image = match image {
+            Ok(i) => i,
+            Err(e) => {
+                self.departures.remove(&pid);
+                return Err(format!("cannot capture {pid}: {e}"));
+            }
+        };
+        let d = self.departure(pid);
+        let round = d.rounds.len() as u32;
+        let (req, to) = (d.req, d.to);
+        let bytes = self.send_image(to, MigrationMsg::Round { pid, req, round }, &image);
+        self.departure(pid).rounds.push(RoundReport {
+            blocks: image.memory.blocks() as u64,
+            bytes,
+            us: t.elapsed().as_micros() as u64,
+        });
+        Ok(())
+    }
+
+    fn send_image(&mut self, to: KernelId, msg: MigrationMsg, image: &ProcessImage) -> u64 {
+        let bytes = image.encode();
+        let len = bytes.len() as u64;
+        self.transmit(
+            to,
+            Packet {
+                bulk: Some(bytes),
+                ..Packet::new(NocMsg::Migration(msg))
+            },
+        );
+        len
+    }
+
+    /// After a slice of a process in pre-copy: another round, or the freeze.
+    pub(crate) fn precopy_step(&mut self, pid: Pid) {
+        let Some(d) = self.departures.get_mut(&pid) else {
+            return;
+        };
+        let Phase::PreCopy { tracker } = &mut d.phase else {
+            return;
+        };
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let dirty = match tracker.take(p.container.memory_mut()) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(kernel = %self.id, %pid, "dirty tracking failed ({e}); sending all");
+                return self.freeze_or_fail(pid, None);
+            }
+        };
+        let rounds = d.rounds.len() as u32;
+        let previous = d.rounds.last().map_or(0, |r| r.blocks) * atoll_migration::BLOCK as u64;
+        let bytes = dirty.len() as u64 * atoll_migration::BLOCK as u64;
+        let runnable = self.run_queue.contains(&pid);
+        match self.migration.policy.next(rounds, previous, bytes) {
+            Next::Round if runnable => {
+                if let Err(why) = self.send_round(pid, Some(dirty)) {
+                    self.fail_departure(pid, why);
+                }
+            }
+            next => {
+                tracing::debug!(kernel = %self.id, %pid, ?next, rounds, "pre-copy done");
+                self.freeze_or_fail(pid, Some(dirty));
+            }
+        }
+    }
+
+    fn freeze_or_fail(&mut self, pid: Pid, dirty: Option<Vec<u32>>) {
+        if let Err(why) = self.freeze(pid, dirty.unwrap_or_default()) {
+            self.fail_departure(pid, why);
+        }
+    }
+
+    /// Stops `pid` (it is between slices: at a safepoint) and sends the rest
+    /// of it: the container itself, or the blocks still dirty (`dirty`, plus
+    /// what the tracker recorded since) with globals and UArea. Without
+    /// pre-copy the image is complete.
+    fn freeze(&mut self, pid: Pid, mut dirty: Vec<u32>) -> Result<(), String> {
+        let frozen_ns = monotonic_ns();
+        let t = Instant::now();
+        // Messages its senders here still keep in their memories go into
+        // its queue first: the queue is in the UArea and travels.
+        self.ipc_detach(pid);
+        let d = self.departures.get_mut(&pid).expect("a departure");
+        let phase = std::mem::replace(&mut d.phase, Phase::Frozen { process: None });
+        let container = &mut self
+            .procs
+            .get_mut(&pid)
+            .expect("migrating from here")
+            .container;
+        // Dropped only once the frame is sent (unprotecting a large memory
+        // takes milliseconds): memory must be writable again for a rollback.
+        let mut tracker = match phase {
+            Phase::PreCopy { tracker } => Some(tracker),
+            Phase::Frozen { .. } => None,
+        };
+        let image = match (d.mode, &mut tracker) {
+            (Mode::Handover, _) => None,
+            (Mode::Copy, Some(tracker)) => {
+                let more = tracker
+                    .take(container.memory_mut())
+                    .map_err(|e| format!("dirty tracking failed: {e}"))?;
+                dirty.extend(more);
+                dirty.sort_unstable();
+                dirty.dedup();
+                Some(container.capture_delta(&dirty))
+            }
+            (Mode::Copy, None) => Some(container.capture()),
+        };
+        let image = image
+            .transpose()
+            .map_err(|e| format!("cannot capture {pid}: {e}"))?;
+        let p = self.procs.remove(&pid).expect("checked above");
+        self.run_queue.retain(|&q| q != pid);
+        let d = self.departures.get_mut(&pid).expect("a departure");
+        let times = Times {
+            requested_ns: d.requested_ns,
+            frozen_ns,
+        };
+        let (req, to) = (d.req, d.to);
+        let mut report = Box::new(MigrationReport {
+            pid,
+            from: self.id,
+            to,
+            mode: d.mode,
+            rounds: std::mem::take(&mut d.rounds),
+            downtime_us: 0,
+            total_us: 0,
+        });
+        let Some(image) = image else {
+            let packet = Packet {
+                handover: Some(Handover(Box::new(p.container))),
+                ..Packet::new(NocMsg::Migration(MigrationMsg::Handover {
+                    pid,
+                    req,
+                    report,
+                    times,
+                }))
+            };
+            self.transmit(to, packet);
+            return Ok(());
+        };
+        let bytes = image.encode();
+        report.rounds.push(RoundReport {
+            blocks: image.memory.blocks() as u64,
+            bytes: bytes.len() as u64,
+            us: t.elapsed().as_micros() as u64,
+        });
+        d.phase = Phase::Frozen { process: Some(p) };
+        self.transmit(
+            to,
+            Packet {
+                bulk: Some(bytes),
+                ..Packet::new(NocMsg::Migration(MigrationMsg::Final {
+                    pid,
+                    req,
+                    report,
+                    times,
+                }))
+            },
+        );
+        // While the destination restores.
+        drop(tracker);
+        Ok(())
+    }
+
+    /// A migration that failed before its process froze (or that could not
+    /// freeze it): the process goes on running here.
+    fn fail_departure(&mut self, pid: Pid, why: String) {
+        if let Some(d) = self.departures.remove(&pid) {
+            tracing::warn!(kernel = %self.id, %pid, "migration failed, process stays: {why}");
+            self.send(
+                d.to,
+                NocMsg::Migration(MigrationMsg::Abort { pid, req: d.req }),
+            );
+            if let Some(reply) = d.reply {
+                let _ = reply.send(Err(why));
+            }
+            self.answer_self_migration(pid);
+        }
+    }
+
+    /// `pid` ends (exits, is killed) here while in pre-copy: the migration
+    /// is abandoned.
+    pub(crate) fn abandon_departure(&mut self, pid: Pid, status: i32) {
+        if self.departures.get(&pid).is_some_and(|d| !d.is_frozen()) {
+            self.fail_departure(
+                pid,
+                format!("process ended during the migration (status {status})"),
+            );
+        }
+    }
+
+    /// The destination answered: the process runs there, or it resumes here.
+    pub(crate) fn on_migration_done(
+        &mut self,
+        pid: Pid,
+        req: u64,
+        result: Result<Box<MigrationReport>, String>,
+        returned: Option<Handover>,
+    ) {
+        if self.departures.get(&pid).is_none_or(|d| d.req != req) {
+            return;
+        }
+        let d = self.departures.remove(&pid).expect("checked above");
+        match result {
+            Ok(report) => {
+                tracing::info!(kernel = %self.id, "migrated {}", report.summary());
+                for packet in d.held {
+                    self.transmit(d.to, packet);
+                }
+                if let Some(reply) = d.reply {
+                    let _ = reply.send(Ok(*report));
+                }
+            }
+            Err(why) => {
+                let process = match d.phase {
+                    Phase::Frozen { process: Some(p) } => Some(p),
+                    Phase::Frozen { process: None } => {
+                        returned.map(|Handover(c)| Process { container: *c })
+                    }
+                    // Refused while still in pre-copy: it never stopped.
+                    Phase::PreCopy { .. } => None,
+                };
+                tracing::warn!(kernel = %self.id, %pid, "migration failed, process resumes here: {why}");
+                match process {
+                    Some(mut p) => {
+                        p.container.set_host(self.host.clone());
+                        self.procs.insert(pid, p);
+                        self.schedule(pid);
+                        for packet in d.held {
+                            self.deliver(pid, packet);
+                        }
+                    }
+                    None if self.procs.contains_key(&pid) => self.answer_self_migration(pid),
+                    None => tracing::error!(kernel = %self.id, %pid,
+                        "a handed-over process did not come back from a failed migration"),
+                }
+                if let Some(reply) = d.reply {
+                    let _ = reply.send(Err(why));
+                }
+            }
+        }
+    }
+
+    /// A process that asked to move and stays is told so.
+    fn answer_self_migration(&mut self, pid: Pid) {
+        self.reply_if_blocked(
+            pid,
+            |c| matches!(c, atoll_process::KernelCall::Migrate { .. }),
+            atoll_process::Reply::Migrated(Err(atoll_abi::Errno::Again)),
+        );
+    }
+}

@@ -1,0 +1,405 @@
+//! Live migration of real programs between the kernels of a node, in both
+//! transfer modes: mid-run, under IPC load, with open files, several at
+//! once, failing destinations, exits mid-migration, and checkpoints.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use atoll_abi::{status, KernelId, Pid};
+use atoll_migration::Mode;
+use atoll_node::{JobSpec, Node};
+use common::*;
+
+const MODES: [Mode; 2] = [Mode::Handover, Mode::Copy];
+
+fn k(index: u16) -> KernelId {
+    KernelId::new(0, index)
+}
+
+fn on(mut spec: JobSpec, kernel: u16) -> JobSpec {
+    spec.kernel = Some(kernel);
+    spec
+}
+
+/// Runs a job to completion for the output a migrated run must match.
+fn reference(node: &Node, spec: &JobSpec) -> String {
+    let (status, out) = run(node, spec);
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    out.stdout()
+}
+
+/// Waits until the job has printed at least `lines` lines.
+fn wait_for_lines(out: &Output, lines: usize) {
+    let t = Instant::now();
+    while out.stdout().lines().count() < lines {
+        assert!(t.elapsed() < HANG, "no progress: {}", out.stdout());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A migration that failed only because the process had just ended.
+fn ended(e: &anyhow::Error) -> bool {
+    let e = e.to_string();
+    e.contains("no process") || e.contains("ended during the migration")
+}
+
+/// Migrates `pid` around `kernels` kernels, `mode`s in turn, until it ends or
+/// `limit` migrations succeeded; returns the successful ones.
+fn keep_migrating(
+    node: &Node,
+    pid: Pid,
+    done: &std::sync::mpsc::Receiver<i32>,
+    kernels: u16,
+    modes: &[Mode],
+    limit: usize,
+) -> (usize, Option<i32>) {
+    let mut moved = 0;
+    for i in 1.. {
+        if let Ok(status) = done.try_recv() {
+            return (moved, Some(status));
+        }
+        if moved == limit {
+            return (moved, None);
+        }
+        let to = k((i % kernels as usize) as u16);
+        match node.migrate(pid, to, Some(modes[i % modes.len()])) {
+            Ok(report) => {
+                moved += usize::from(report.from != report.to);
+                // Committed at the home before it was reported (unless it
+                // has just ended).
+                if let Ok(at) = node.locate(pid) {
+                    assert_eq!(at, to);
+                }
+            }
+            Err(e) => assert!(ended(&e), "{e:#}"),
+        }
+        // Slices between migrations: a process moved nonstop never runs.
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    unreachable!()
+}
+
+#[test]
+fn a_compute_program_migrated_100_times_mid_run_prints_what_an_unmigrated_run_prints() {
+    let node = node(2);
+    // About 3 s unmigrated: enough for 100 migrations in copy mode, where
+    // each one waits for a slice of pre-copy.
+    let spec = on(job("progress", &["4000", "400000"]), 0);
+    let expected = reference(&node, &spec);
+    for mode in MODES {
+        let (pid, out, done) = start(&node, &spec);
+        wait_for_lines(&out, 1);
+        let (moved, ended) = keep_migrating(&node, pid, &done, 2, &[mode], 100);
+        assert_eq!(ended, None, "{mode}: it ended after {moved} migrations");
+        assert_eq!(moved, 100);
+        assert!(
+            !out.stdout().contains("done"),
+            "{mode}: not mid-run any more"
+        );
+        assert_eq!(done.recv_timeout(HANG).unwrap(), 0);
+        assert_eq!(out.stdout(), expected, "{mode}");
+    }
+}
+
+#[test]
+fn pre_copy_misses_no_block_a_program_writes_while_it_is_copied() {
+    let mut config = atoll_node::NodeConfig::new(Some(support::cache_dir()));
+    config.kernels = 2;
+    // Small enough that the 1 MiB working set takes pre-copy rounds.
+    config.migration.policy.small_bytes = 64 << 10;
+    let node = Node::start(config).unwrap();
+    let spec = on(job("dirty", &["8", "1024", "600"]), 0);
+    let expected = reference(&node, &spec);
+    assert!(expected.contains("dirty: checksum="), "{expected}");
+    let (pid, out, done) = start(&node, &spec);
+    wait_for_lines(&out, 1);
+    let mut precopied = 0;
+    let mut i = 0;
+    let status = loop {
+        if let Ok(status) = done.try_recv() {
+            break status;
+        }
+        i += 1;
+        match node.migrate(pid, k(i % 2), Some(Mode::Copy)) {
+            Ok(report) => {
+                precopied += usize::from(report.precopy_rounds() > 0);
+                let last = report.rounds.last().expect("a stop-and-copy");
+                // The stop-and-copy sends what is dirty, not all 8 MiB.
+                if report.precopy_rounds() > 0 {
+                    assert!(last.bytes < 4 << 20, "{report:?}");
+                }
+            }
+            Err(e) => assert!(ended(&e), "{e:#}"),
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_eq!(status, 0, "{}", out.stderr());
+    assert!(precopied >= 3, "only {precopied} migrations used pre-copy");
+    assert_eq!(out.stdout(), expected);
+}
+
+#[test]
+fn migration_under_ipc_load_keeps_every_sequence_number() {
+    // 12 client/server pairs over 4 kernels check their sequence numbers
+    // (ipc.c: stress) while the test moves them around, in both modes.
+    let node = node(4);
+    let spec = on(job("ipc", &["stress", "same", "12", "3000"]), 0);
+    let (main, out, done) = start(&node, &spec);
+    let mut moved = 0;
+    let mut i = 0usize;
+    let status = loop {
+        if let Ok(status) = done.try_recv() {
+            break status;
+        }
+        let peers: Vec<Pid> = node
+            .ps()
+            .unwrap()
+            .into_iter()
+            .flat_map(|r| r.processes)
+            .map(|p| p.pid)
+            .filter(|&p| p != main)
+            .collect();
+        for pid in peers.iter().skip(i % 3).step_by(3) {
+            i += 1;
+            let to = k((i % 4) as u16);
+            match node.migrate(*pid, to, Some(MODES[i % 2])) {
+                Ok(r) => moved += usize::from(r.from != r.to),
+                Err(e) => assert!(ended(&e) || e.to_string().contains("runs on"), "{e:#}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), "ok stress\n");
+    assert!(moved >= 20, "only {moved} migrations");
+    eprintln!("{moved} migrations under load");
+}
+
+#[test]
+fn a_failed_destination_rolls_back_and_the_process_goes_on_at_its_source() {
+    let node = node(2);
+    let spec = on(job("progress", &["40", "400000"]), 0);
+    let expected = reference(&node, &spec);
+    for mode in MODES {
+        let (pid, out, done) = start(&node, &spec);
+        wait_for_lines(&out, 3);
+        node.fail_arrivals(k(1), 1).unwrap();
+        let e = node.migrate(pid, k(1), Some(mode)).unwrap_err();
+        assert!(e.to_string().contains("injected fault"), "{mode}: {e:#}");
+        assert_eq!(node.locate(pid).unwrap(), k(0), "{mode}");
+        let before = out.stdout().lines().count();
+        wait_for_lines(&out, before + 2);
+        // The fault is spent: the next migration goes through.
+        let report = node.migrate(pid, k(1), Some(mode)).unwrap();
+        assert_eq!((report.from, report.to, report.mode), (k(0), k(1), mode));
+        assert_eq!(node.locate(pid).unwrap(), k(1));
+        assert_eq!(done.recv_timeout(HANG).unwrap(), 0);
+        assert_eq!(out.stdout(), expected, "{mode}");
+    }
+}
+
+#[test]
+fn a_process_that_exits_while_being_migrated_ends_once_with_its_status() {
+    let mut config = atoll_node::NodeConfig::new(Some(support::cache_dir()));
+    config.kernels = 2;
+    // Every pass rewrites 2 MiB: pre-copy keeps going for a few slices.
+    config.migration.policy.small_bytes = 0;
+    let node = Node::start(config).unwrap();
+    let spec = on(job("dirty", &["2", "2048", "200"]), 0);
+    let expected = reference(&node, &spec);
+    let t = Instant::now();
+    assert_eq!(reference(&node, &spec), expected);
+    let length = t.elapsed();
+    let mut seen = (0, 0, 0);
+    let mut seed = 0x9E3779B97F4A7C15u64;
+    for _ in 0..60 {
+        let (pid, out, done) = start(&node, &spec);
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        // Late in the run: pre-copy lasts a few slices, and the process
+        // should end during them.
+        let early = Duration::from_micros(seed % 80_000);
+        std::thread::sleep(length.saturating_sub(early));
+        match node.migrate(pid, k(1), Some(Mode::Copy)) {
+            Ok(_) => seen.0 += 1,
+            Err(e) if e.to_string().contains("ended during the migration") => seen.1 += 1,
+            Err(e) if e.to_string().contains("no process") => seen.2 += 1,
+            Err(e) => panic!("{e:#}"),
+        }
+        assert_eq!(done.recv_timeout(HANG).unwrap(), 0, "{}", out.stderr());
+        assert!(
+            done.recv_timeout(Duration::from_millis(20)).is_err(),
+            "ended twice"
+        );
+        assert_eq!(out.stdout(), expected);
+        if seen.0 > 0 && seen.1 > 2 {
+            break;
+        }
+    }
+    eprintln!("migrated, ended mid-migration, ended before: {seen:?}");
+    assert!(seen.1 > 0, "never ended mid-migration: {seen:?}");
+    // Nothing is left behind: both kernels are empty.
+    let left: usize = node.ps().unwrap().iter().map(|r| r.processes.len()).sum();
+    assert_eq!(left, 0);
+}
+
+#[test]
+fn a_process_writing_an_open_file_keeps_writing_it_across_migrations() {
+    let node = node(2);
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = on(job("logger", &["/data/reference", "300", "100000"]), 0);
+    spec.preopens = vec![format!("{}::/data", dir.path().display()).parse().unwrap()];
+    reference(&node, &spec);
+    spec.args[1] = "/data/moved".into();
+    let (pid, out, done) = start(&node, &spec);
+    let (moved, status) = keep_migrating(&node, pid, &done, 2, &MODES, usize::MAX);
+    let status = status.unwrap();
+    assert_eq!(status, 0, "{}", out.stderr());
+    assert_eq!(out.stdout(), "logger: wrote 300 lines\n");
+    assert!(moved >= 10, "only {moved} migrations");
+    let reference = std::fs::read_to_string(dir.path().join("reference")).unwrap();
+    let moved_file = std::fs::read_to_string(dir.path().join("moved")).unwrap();
+    assert_eq!(reference.lines().count(), 300);
+    assert_eq!(moved_file, reference);
+}
+
+#[test]
+fn several_migrations_at_once_between_disjoint_pairs_and_into_one_kernel() {
+    let node = Arc::new(node(4));
+    let spec = job("progress", &["4000", "400000"]);
+    let expected = reference(&node, &on(spec.clone(), 0));
+    let jobs: Vec<_> = (0..4).map(|i| start(&node, &on(spec.clone(), i))).collect();
+    for (_, out, _) in &jobs {
+        wait_for_lines(out, 1);
+    }
+    let pids: Vec<Pid> = jobs.iter().map(|j| j.0).collect();
+    // Runs one migration per (pid, destination, mode) at the same moment.
+    let at_once = |moves: Vec<(Pid, u16, Mode)>| {
+        let barrier = Arc::new(Barrier::new(moves.len()));
+        let threads: Vec<_> = moves
+            .into_iter()
+            .map(|(pid, to, mode)| {
+                let (node, barrier) = (node.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    node.migrate(pid, k(to), Some(mode))
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap().map(|r| r.to))
+            .collect::<Vec<_>>()
+    };
+    for round in 0..6 {
+        let mode = MODES[round % 2];
+        // Disjoint pairs: 0 <-> 1 and 2 <-> 3 swap their processes.
+        let swaps = (0..4)
+            .map(|i| (pids[i], (i as u16) ^ 1 ^ (round as u16 % 2), mode))
+            .collect();
+        for r in at_once(swaps) {
+            r.unwrap();
+        }
+        // Many to one: all four into kernel `round % 4`.
+        let into = (round % 4) as u16;
+        let all = pids
+            .iter()
+            .map(|&p| (p, into, MODES[(round + 1) % 2]))
+            .collect();
+        for r in at_once(all) {
+            assert_eq!(r.unwrap(), k(into));
+        }
+    }
+    for (pid, out, done) in jobs {
+        assert_eq!(done.recv_timeout(HANG).unwrap(), 0, "{pid}");
+        assert_eq!(out.stdout(), expected, "{pid}");
+    }
+}
+
+#[test]
+fn a_checkpoint_file_restores_the_process_where_it_stopped() {
+    let node = node(2);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("progress.img");
+    let spec = on(job("progress", &["40", "400000"]), 0);
+    let expected = reference(&node, &spec);
+
+    // Checkpointed and left running: the file cannot be restored while
+    // the process lives (its PID is taken), and the process goes on.
+    let (pid, out, done) = start(&node, &spec);
+    wait_for_lines(&out, 2);
+    node.checkpoint(pid, &file, true).unwrap();
+    let e = node
+        .restore_job(&file, None, Some(1), Box::new(NullSink))
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("is taken"), "{e:#}");
+    assert_eq!(done.recv_timeout(HANG).unwrap(), 0);
+    assert_eq!(out.stdout(), expected);
+
+    // Checkpointed for good: the job ends with 128+SIGSTOP, and the restored
+    // process prints the rest, on another kernel.
+    let (pid, out, done) = start(&node, &spec);
+    wait_for_lines(&out, 5);
+    let size = node.checkpoint(pid, &file, false).unwrap();
+    assert!(size > 0);
+    assert_eq!(
+        done.recv_timeout(HANG).unwrap(),
+        status::killed(status::SIGSTOP)
+    );
+    assert!(out.stderr().contains("checkpointed"), "{}", out.stderr());
+    let first = out.stdout();
+    assert!(expected.starts_with(&first) && first.len() < expected.len());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let rest = Output::default();
+    let restored = node
+        .restore_job(&file, None, Some(1), Box::new(Sink::new(rest.clone(), tx)))
+        .unwrap();
+    assert_eq!(restored, pid, "the PID does not change");
+    assert_eq!(rx.recv_timeout(HANG).unwrap(), 0);
+    assert_eq!(first + &rest.stdout(), expected);
+}
+
+#[test]
+fn damaged_foreign_and_mismatched_checkpoints_are_refused_clearly() {
+    let node = node(1);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.img");
+    let (pid, out, done) = start(&node, &job("progress", &["40", "400000"]));
+    wait_for_lines(&out, 1);
+    node.checkpoint(pid, &file, false).unwrap();
+    done.recv_timeout(HANG).unwrap();
+    let restore = |path: &std::path::Path, program: Option<&std::path::Path>| {
+        format!(
+            "{:#}",
+            node.restore_job(path, program, None, Box::new(NullSink))
+                .unwrap_err()
+        )
+    };
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    let damaged = dir.path().join("damaged.img");
+    std::fs::write(&damaged, &bytes).unwrap();
+    assert!(restore(&damaged, None).contains("checksum"));
+    let foreign = dir.path().join("foreign.img");
+    std::fs::write(&foreign, b"\x7fELF not an image").unwrap();
+    assert!(restore(&foreign, None).contains("not an atoll process image"));
+    let truncated = dir.path().join("truncated.img");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    assert!(restore(&truncated, None).contains("truncated"));
+    let other = support::guest("hello");
+    assert!(restore(&file, Some(&other)).contains("was not taken from"));
+    // The node is unharmed: the good file still restores.
+    let (tx, rx) = std::sync::mpsc::channel();
+    node.restore_job(
+        &file,
+        None,
+        None,
+        Box::new(Sink::new(Output::default(), tx)),
+    )
+    .unwrap();
+    assert_eq!(rx.recv_timeout(HANG).unwrap(), 0);
+}
