@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # atoll's main job, end to end: installs what is missing, builds atoll and the
 # example programs, then runs real workloads on several kernels of a node,
-# including a process moved live from one kernel to another, and Minix IPC
-# between processes on one kernel and across kernels.
+# including processes migrated live between kernels (hand-over and copy
+# mode, with their downtime), a checkpoint restored from a file, and Minix
+# IPC between processes on one kernel and across kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,6 +13,15 @@ cargo build --release --locked -p atoll-cli
 atoll=target/release/atoll
 export ATOLL_CACHE="$PWD/target/atoll-cache"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# The PID of the running process named $1, once the node lists it.
+pid_of() {
+    local pid=
+    until [ -n "$pid" ]; do
+        sleep 0.1
+        pid=$($atoll ps 2>/dev/null | awk -v name="$1" '$4 ~ name {print $1}')
+    done
+    echo "$pid"
+}
 
 step "hello, on kernel 3 of a 4-kernel node"
 $atoll run --kernels 4 --on 3 build/wasm/hello.wasm from the demo
@@ -34,21 +44,42 @@ trap 'kill $node 2>/dev/null' EXIT
 until $atoll ps >/dev/null 2>&1; do sleep 0.1; done
 $atoll run --on 0 build/wasm/progress.wasm 40 30000000 | tee target/demo-moved.txt &
 job=$!
-pid=
-until [ -n "$pid" ]; do
-    sleep 0.1
-    pid=$($atoll ps 2>/dev/null | awk '/progress/ {print $1}')
-done
+pid=$(pid_of progress)
 $atoll ps 2>/dev/null
-for k in 1 2 3 0; do
+# Hand-over between kernels of the node, then copy mode (pre-copy rounds
+# while it runs, then stop-and-copy): each prints its downtime.
+modes=(handover copy handover copy)
+for i in 0 1 2 3; do
     sleep 0.3
-    $atoll migrate "$pid" --to "$k"
+    $atoll migrate "$pid" --to $(( (i + 1) % 4 )) --mode "${modes[$i]}"
 done
 $atoll ps 2>/dev/null
 wait $job
 $atoll run --embedded build/wasm/progress.wasm 40 30000000 > target/demo-unmoved.txt
 cmp target/demo-moved.txt target/demo-unmoved.txt
 echo "the moved computation printed exactly what an unmoved run prints"
+
+step "a 64 MiB process rewriting 512 KiB: live migration in copy mode, with pre-copy"
+$atoll run --on 1 build/wasm/dirty.wasm 64 512 0 >/dev/null &
+big=$!
+pid=$(pid_of dirty)
+sleep 1
+$atoll migrate "$pid" --to 2 --mode copy
+$atoll migrate "$pid" --to 3 --mode handover
+$atoll kill "$pid"
+wait $big || true
+
+step "checkpoint to a file, and restore"
+$atoll run --on 0 build/wasm/progress.wasm 20 30000000 > target/demo-checkpointed.txt &
+job=$!
+pid=$(pid_of progress)
+sleep 0.5
+$atoll checkpoint "$pid" -o target/demo-progress.img
+wait $job || true
+$atoll restore target/demo-progress.img --on 2 >> target/demo-checkpointed.txt
+$atoll run --embedded build/wasm/progress.wasm 20 30000000 > target/demo-unmoved.txt
+cmp target/demo-checkpointed.txt target/demo-unmoved.txt
+echo "checkpointed, restored on another kernel, and the output is exactly an unbroken run's"
 
 step "Minix IPC in a domain of its own: 16 client/server pairs over the node's 4 kernels"
 $atoll domain create demo

@@ -88,10 +88,10 @@ impl Kernel {
             held: Vec::new(),
         };
         self.departures.insert(pid, departure);
-        // A process that is not runnable writes nothing until it is
-        // frozen: pre-copy would only copy everything twice.
-        let runnable = self.run_queue.contains(&pid);
-        if mode == Mode::Copy && self.migration.policy.max_rounds > 0 && runnable {
+        // Pre-copy also serves a blocked process: it stays able to take
+        // messages (and run) while its memory is copied, and its freeze
+        // then sends only what it wrote.
+        if mode == Mode::Copy && self.migration.policy.max_rounds > 0 {
             let memory = self
                 .procs
                 .get_mut(&pid)
@@ -101,7 +101,12 @@ impl Kernel {
             match DirtyTracker::start(memory) {
                 Ok(tracker) => {
                     self.departure(pid).phase = Phase::PreCopy { tracker };
-                    return self.send_round(pid, None);
+                    self.send_round(pid, None)?;
+                    // No slice will come to take the next step.
+                    if !self.run_queue.contains(&pid) {
+                        self.precopy_step(pid);
+                    }
+                    return Ok(());
                 }
                 Err(e) => tracing::warn!(kernel = %self.id, %pid,
                     "no dirty-page tracking ({e}); migrating by stop-and-copy only"),
