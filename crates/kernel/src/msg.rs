@@ -144,6 +144,11 @@ pub enum MigrationMsg {
     /// encoded [`ProcessImage`] in the portal, complete for round 0 and a
     /// delta after that.
     Round { pid: Pid, req: u64, round: u32 },
+    /// The destination has applied round `round`: the source may send the
+    /// next one, or freeze. Without this pacing, rounds would queue up at
+    /// a destination still busy with round 0, and the stop-and-copy would
+    /// wait behind them, frozen.
+    Applied { pid: Pid, req: u64, round: u32 },
     /// The stop-and-copy: the process is frozen at the source and this is
     /// the rest of it (a delta on the rounds, or a complete image if there
     /// were none), in the portal. `report` is the migration so far.

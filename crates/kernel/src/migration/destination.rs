@@ -54,11 +54,18 @@ impl Kernel {
     ) {
         match msg {
             MigrationMsg::Round { pid, req, round } => {
-                if let Err(why) = self.on_round(from, pid, req, round, bulk) {
-                    self.incoming.remove(&pid);
-                    self.refuse(from, pid, req, why, None);
+                match self.on_round(from, pid, req, round, bulk) {
+                    Ok(()) => self.send(
+                        from,
+                        NocMsg::Migration(MigrationMsg::Applied { pid, req, round }),
+                    ),
+                    Err(why) => {
+                        self.incoming.remove(&pid);
+                        self.refuse(from, pid, req, why, None);
+                    }
                 }
             }
+            MigrationMsg::Applied { pid, req, round } => self.on_round_applied(pid, req, round),
             MigrationMsg::Final {
                 pid,
                 req,

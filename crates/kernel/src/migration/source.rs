@@ -22,6 +22,9 @@ pub(crate) struct Departure {
     reply: Option<Sender<Result<MigrationReport, String>>>,
     requested_ns: u64,
     rounds: Vec<RoundReport>,
+    /// Pre-copy rounds the destination has applied; the next step waits
+    /// until it has applied every round sent.
+    applied: usize,
     phase: Phase,
     /// Messages for the process that arrived after it froze; they follow it
     /// to its destination, or are delivered here if it stays.
@@ -33,7 +36,13 @@ enum Phase {
     PreCopy { tracker: DirtyTracker },
     /// Frozen and sent. The process is kept for a rollback; during a
     /// hand-over it is in flight, and comes back in `Done` if it fails.
-    Frozen { process: Option<Process> },
+    /// The tracker is kept too: unprotecting a large memory takes
+    /// milliseconds, which the destination (or the home kernel, if it is
+    /// this one) should not wait for. It must go before the memory does.
+    Frozen {
+        tracker: Option<DirtyTracker>,
+        process: Option<Process>,
+    },
 }
 
 impl Departure {
@@ -84,7 +93,11 @@ impl Kernel {
             reply,
             requested_ns: monotonic_ns(),
             rounds: Vec::new(),
-            phase: Phase::Frozen { process: None },
+            applied: 0,
+            phase: Phase::Frozen {
+                tracker: None,
+                process: None,
+            },
             held: Vec::new(),
         };
         self.departures.insert(pid, departure);
@@ -100,13 +113,10 @@ impl Kernel {
                 .memory_mut();
             match DirtyTracker::start(memory) {
                 Ok(tracker) => {
+                    // The next step comes when the destination has applied
+                    // this round (`on_round_applied`).
                     self.departure(pid).phase = Phase::PreCopy { tracker };
-                    self.send_round(pid, None)?;
-                    // No slice will come to take the next step.
-                    if !self.run_queue.contains(&pid) {
-                        self.precopy_step(pid);
-                    }
-                    return Ok(());
+                    return self.send_round(pid, None);
                 }
                 Err(e) => tracing::warn!(kernel = %self.id, %pid,
                     "no dirty-page tracking ({e}); migrating by stop-and-copy only"),
@@ -161,11 +171,27 @@ impl Kernel {
         len
     }
 
-    /// After a slice of a process in pre-copy: another round, or the freeze.
+    /// The destination applied a pre-copy round. A process that is not
+    /// runnable takes its next step now; a runnable one after its slice.
+    pub(crate) fn on_round_applied(&mut self, pid: Pid, req: u64, round: u32) {
+        let Some(d) = self.departures.get_mut(&pid).filter(|d| d.req == req) else {
+            return;
+        };
+        d.applied = d.applied.max(round as usize + 1);
+        if !self.run_queue.contains(&pid) {
+            self.precopy_step(pid);
+        }
+    }
+
+    /// After a slice of a process in pre-copy, once the destination has
+    /// applied every round sent: another round, or the freeze.
     pub(crate) fn precopy_step(&mut self, pid: Pid) {
         let Some(d) = self.departures.get_mut(&pid) else {
             return;
         };
+        if d.applied < d.rounds.len() {
+            return;
+        }
         let Phase::PreCopy { tracker } = &mut d.phase else {
             return;
         };
@@ -213,14 +239,18 @@ impl Kernel {
         // its queue first: the queue is in the UArea and travels.
         self.ipc_detach(pid);
         let d = self.departures.get_mut(&pid).expect("a departure");
-        let phase = std::mem::replace(&mut d.phase, Phase::Frozen { process: None });
+        let phase = std::mem::replace(
+            &mut d.phase,
+            Phase::Frozen {
+                tracker: None,
+                process: None,
+            },
+        );
         let container = &mut self
             .procs
             .get_mut(&pid)
             .expect("migrating from here")
             .container;
-        // Dropped only once the frame is sent (unprotecting a large memory
-        // takes milliseconds): memory must be writable again for a rollback.
         let mut tracker = match phase {
             Phase::PreCopy { tracker } => Some(tracker),
             Phase::Frozen { .. } => None,
@@ -277,7 +307,10 @@ impl Kernel {
             bytes: bytes.len() as u64,
             us: t.elapsed().as_micros() as u64,
         });
-        d.phase = Phase::Frozen { process: Some(p) };
+        d.phase = Phase::Frozen {
+            tracker,
+            process: Some(p),
+        };
         self.transmit(
             to,
             Packet {
@@ -290,8 +323,6 @@ impl Kernel {
                 }))
             },
         );
-        // While the destination restores.
-        drop(tracker);
         Ok(())
     }
 
@@ -343,11 +374,22 @@ impl Kernel {
                 if let Some(reply) = d.reply {
                     let _ = reply.send(Ok(*report));
                 }
+                if let Phase::Frozen { tracker, process } = d.phase {
+                    drop(tracker);
+                    drop(process);
+                }
             }
             Err(why) => {
                 let process = match d.phase {
-                    Phase::Frozen { process: Some(p) } => Some(p),
-                    Phase::Frozen { process: None } => {
+                    // Writable again before it runs.
+                    Phase::Frozen {
+                        tracker,
+                        process: Some(p),
+                    } => {
+                        drop(tracker);
+                        Some(p)
+                    }
+                    Phase::Frozen { process: None, .. } => {
                         returned.map(|Handover(c)| Process { container: *c })
                     }
                     // Refused while still in pre-copy: it never stopped.
