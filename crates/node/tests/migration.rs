@@ -240,7 +240,7 @@ fn a_process_that_exits_while_being_migrated_ends_once_with_its_status() {
 fn a_process_writing_an_open_file_keeps_writing_it_across_migrations() {
     let node = node(2);
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = on(job("logger", &["/data/reference", "300", "100000"]), 0);
+    let mut spec = on(job("logger", &["/data/reference", "2000", "200000"]), 0);
     spec.preopens = vec![format!("{}::/data", dir.path().display()).parse().unwrap()];
     reference(&node, &spec);
     spec.args[1] = "/data/moved".into();
@@ -248,11 +248,11 @@ fn a_process_writing_an_open_file_keeps_writing_it_across_migrations() {
     let (moved, status) = keep_migrating(&node, pid, &done, 2, &MODES, usize::MAX);
     let status = status.unwrap();
     assert_eq!(status, 0, "{}", out.stderr());
-    assert_eq!(out.stdout(), "logger: wrote 300 lines\n");
+    assert_eq!(out.stdout(), "logger: wrote 2000 lines\n");
     assert!(moved >= 10, "only {moved} migrations");
     let reference = std::fs::read_to_string(dir.path().join("reference")).unwrap();
     let moved_file = std::fs::read_to_string(dir.path().join("moved")).unwrap();
-    assert_eq!(reference.lines().count(), 300);
+    assert_eq!(reference.lines().count(), 2000);
     assert_eq!(moved_file, reference);
 }
 
