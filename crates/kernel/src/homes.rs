@@ -126,4 +126,25 @@ mod tests {
         h.release(a); // stale release is ignored
         assert_eq!(h.locate(b), Some(me));
     }
+
+    #[test]
+    fn a_checkpoint_takes_its_pid_back_only_from_a_free_slot() {
+        let me = KernelId::new(0, 0);
+        let there = KernelId::new(0, 1);
+        let mut h = Homes::new(me);
+        let a = h.allocate().unwrap();
+        assert!(h.adopt(a, there).unwrap_err().contains("is taken"));
+        h.release(a);
+        h.adopt(a, there).unwrap();
+        assert_eq!(h.locate(a), Some(there));
+        // Its slot is not handed out again while it runs.
+        assert_ne!(h.allocate().unwrap().slot, a.slot);
+        // On another run of the node, slots below it stay free to allocate.
+        let mut fresh = Homes::new(me);
+        let far = Pid::new(me, 3, 7);
+        fresh.adopt(far, me).unwrap();
+        assert_eq!(fresh.locate(far), Some(me));
+        let slots: Vec<u16> = (0..4).map(|_| fresh.allocate().unwrap().slot).collect();
+        assert_eq!(slots, [0, 1, 2, 4]);
+    }
 }

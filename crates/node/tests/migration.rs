@@ -141,6 +141,26 @@ fn pre_copy_misses_no_block_a_program_writes_while_it_is_copied() {
 }
 
 #[test]
+fn a_sleeping_process_migrates_and_wakes_on_time() {
+    let node = node(2);
+    for mode in MODES {
+        let (pid, out, done) = start(&node, &on(job("sleep", &["300"]), 0));
+        wait_until_state(&node, pid, "sleeping");
+        let report = node.migrate(pid, k(1), Some(mode)).unwrap();
+        assert_eq!(report.to, k(1));
+        assert_eq!(done.recv_timeout(HANG).unwrap(), 0, "{}", out.stderr());
+        assert_eq!(out.stdout(), "slept at least 300ms: yes\n");
+    }
+}
+
+/// Waits until `pid` is blocked in a call whose description starts with `state`.
+fn wait_until_state(node: &Node, pid: Pid, state: &str) {
+    wait_until(node, state, |p| {
+        p.pid == pid && p.state.to_lowercase().starts_with(state)
+    });
+}
+
+#[test]
 fn migration_under_ipc_load_keeps_every_sequence_number() {
     // 12 client/server pairs over 4 kernels check their sequence numbers
     // (ipc.c: stress) while the test moves them around, in both modes.
@@ -215,7 +235,8 @@ fn a_process_that_exits_while_being_migrated_ends_once_with_its_status() {
         wait_for_lines(&out, 1);
         let e = node.migrate(pid, k(1), Some(Mode::Copy)).unwrap_err();
         assert!(
-            e.to_string().contains("ended during the migration (status 0)"),
+            e.to_string()
+                .contains("ended during the migration (status 0)"),
             "{e:#}"
         );
         assert_eq!(done.recv_timeout(HANG).unwrap(), 0, "{}", out.stderr());
