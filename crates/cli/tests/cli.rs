@@ -350,3 +350,79 @@ fn domains_are_made_listed_and_ended_on_a_running_node() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn migrate_checkpoint_and_restore_on_a_running_node() {
+    let node = Daemon::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["40", "20000000"];
+    let reference = run(&["run", "--embedded", &guest("progress"), args[0], args[1]]);
+    let job = node
+        .atoll(&["run", "--on", "0", &guest("progress"), args[0], args[1]])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let pid = loop {
+        let ps = node.atoll(&["ps"]).output().unwrap();
+        if let Some(pid) = pid_of(&text(&ps.stdout), "progress") {
+            break pid;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "never in ps");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for (to, mode) in [("1", "copy"), ("0", "handover")] {
+        let out = node
+            .atoll(&["migrate", &pid, "--to", to, "--mode", mode, "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["mode"], mode);
+        assert_eq!(report["to"]["index"], to.parse::<u64>().unwrap());
+        assert!(report["downtime_us"].as_u64().is_some(), "{report}");
+    }
+    let ps = text(&node.atoll(&["ps"]).output().unwrap().stdout);
+    assert!(ps.contains("last migration of"), "{ps}");
+    assert!(ps.contains("(handover): downtime"), "{ps}");
+
+    // A relative path is the client's, not the node's.
+    let out = node
+        .atoll(&["checkpoint", &pid, "-o", "p.img"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let first = job.wait_with_output().unwrap();
+    assert_eq!(
+        first.status.code(),
+        Some(128 + 19),
+        "{}",
+        text(&first.stderr)
+    );
+    assert!(text(&first.stderr).contains("checkpointed"));
+    let rest = node
+        .atoll(&["restore", "p.img", "--on", "1"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(rest.status.success(), "{}", text(&rest.stderr));
+    assert_eq!(
+        text(&first.stdout) + &text(&rest.stdout),
+        text(&reference.stdout)
+    );
+
+    std::fs::write(dir.path().join("bad.img"), b"garbage").unwrap();
+    let bad = node
+        .atoll(&["restore", "bad.img"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("not an atoll process image"),
+        "{}",
+        text(&bad.stderr)
+    );
+}
