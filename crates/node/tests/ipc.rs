@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::time::Duration;
 
 use atoll_abi::status;
 use atoll_ipc::DomainId;

@@ -5,7 +5,6 @@ mod common;
 use std::time::Duration;
 
 use atoll_abi::{status, KernelId};
-use atoll_node::Node;
 use atoll_process::Preopen;
 use common::*;
 
