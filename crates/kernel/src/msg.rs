@@ -140,15 +140,16 @@ impl NocMsg {
 /// names one migration: a late message of an earlier one is ignored.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum MigrationMsg {
-    /// A pre-copy round while the process still runs at the source: an
-    /// encoded [`ProcessImage`] in the portal, complete for round 0 and a
-    /// delta after that.
-    Round { pid: Pid, req: u64, round: u32 },
-    /// The destination has applied round `round`: the source may send the
-    /// next one, or freeze. Without this pacing, rounds would queue up at
+    /// A pre-copy frame while the process still runs at the source: an
+    /// encoded [`ProcessImage`] in the portal. Frame 0 starts the process
+    /// at the destination; the next frames are the rest of round 0, then
+    /// the later rounds, as deltas.
+    Round { pid: Pid, req: u64, frame: u32 },
+    /// The destination has applied frame `frame`: the source may send the
+    /// next one, or freeze. Without this pacing, frames would queue up at
     /// a destination still busy with round 0, and the stop-and-copy would
     /// wait behind them, frozen.
-    Applied { pid: Pid, req: u64, round: u32 },
+    Applied { pid: Pid, req: u64, frame: u32 },
     /// The stop-and-copy: the process is frozen at the source and this is
     /// the rest of it (a delta on the rounds, or a complete image if there
     /// were none), in the portal. `report` is the migration so far.

@@ -1,6 +1,7 @@
 //! When pre-copy stops.
 //!
-//! Round 0 sends every non-zero block while the process keeps running;
+//! Round 0 sends every non-zero block while the process keeps running (in
+//! chunks, between its slices);
 //! round n sends the blocks written during round n-1. Xen (seed 002) stops
 //! when the dirty set is small, when it no longer shrinks (the process
 //! writes its working set as fast as it is sent: the writable working set)
@@ -15,6 +16,11 @@ pub struct RoundPolicy {
     pub max_rounds: u32,
     /// A dirty set this small (bytes) is sent in the stop-and-copy.
     pub small_bytes: u64,
+    /// Round 0 goes out in pieces of this many bytes, one between two
+    /// slices of the process: the source kernel copies memory on the same
+    /// core the process runs on, and a whole large memory at once would
+    /// stall the process as long as a stop-and-copy.
+    pub chunk_bytes: u64,
 }
 
 impl Default for RoundPolicy {
@@ -22,6 +28,7 @@ impl Default for RoundPolicy {
         RoundPolicy {
             max_rounds: 8,
             small_bytes: 256 << 10,
+            chunk_bytes: 4 << 20,
         }
     }
 }
@@ -60,6 +67,7 @@ mod tests {
         let p = RoundPolicy {
             max_rounds: 4,
             small_bytes: 100,
+            ..RoundPolicy::default()
         };
         assert_eq!(p.next(1, 10_000, 50), Next::Freeze("dirty set is small"));
         assert_eq!(p.next(1, 10_000, 5_000), Next::Round);

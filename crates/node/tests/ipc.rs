@@ -3,7 +3,6 @@
 
 mod common;
 
-
 use atoll_abi::status;
 use atoll_ipc::DomainId;
 use atoll_node::Node;

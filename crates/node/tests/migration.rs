@@ -110,7 +110,7 @@ fn pre_copy_misses_no_block_a_program_writes_while_it_is_copied() {
     // Small enough that the 1 MiB working set takes pre-copy rounds.
     config.migration.policy.small_bytes = 64 << 10;
     let node = Node::start(config).unwrap();
-    let spec = on(job("dirty", &["8", "1024", "600"]), 0);
+    let spec = on(job("dirty", &["8", "1024", "6000"]), 0);
     let expected = reference(&node, &spec);
     assert!(expected.contains("dirty: checksum="), "{expected}");
     let (pid, out, done) = start(&node, &spec);

@@ -296,6 +296,18 @@ impl Container {
         self.capture_with(|bytes| MemoryImage::capture_blocks(bytes, blocks.iter().copied()))
     }
 
+    /// Captures the process with the non-zero blocks of `range` only: a
+    /// piece of a first migration round that goes out in pieces.
+    ///
+    /// # Errors
+    /// As [`capture`](Self::capture).
+    pub fn capture_nonzero(
+        &mut self,
+        range: std::ops::Range<u32>,
+    ) -> Result<ProcessImage, ContainerError> {
+        self.capture_with(|bytes| MemoryImage::capture_nonzero(bytes, range))
+    }
+
     fn capture_with(
         &mut self,
         memory: impl FnOnce(&[u8]) -> MemoryImage,

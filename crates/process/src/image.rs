@@ -70,15 +70,22 @@ pub struct Run {
 impl MemoryImage {
     /// Captures `bytes` (a whole linear memory), leaving zero blocks out.
     pub fn capture(bytes: &[u8]) -> Self {
-        let blocks = bytes
-            .chunks(BLOCK)
-            .enumerate()
-            .filter(|(_, block)| !is_zero(block))
-            .map(|(i, _)| i as u32);
+        let all = 0..bytes.len().div_ceil(BLOCK) as u32;
         MemoryImage {
             complete: true,
-            ..MemoryImage::capture_blocks(bytes, blocks)
+            ..MemoryImage::capture_nonzero(bytes, all)
         }
+    }
+
+    /// Captures the blocks of `range` that are not all zero, as a delta.
+    pub fn capture_nonzero(bytes: &[u8], range: std::ops::Range<u32>) -> Self {
+        let blocks = range.filter(|&b| {
+            let at = b as usize * BLOCK;
+            bytes
+                .get(at..(at + BLOCK).min(bytes.len()))
+                .is_some_and(|block| !is_zero(block))
+        });
+        MemoryImage::capture_blocks(bytes, blocks)
     }
 
     /// Captures the given blocks of `bytes` (ascending) as a delta.

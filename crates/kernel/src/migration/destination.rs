@@ -53,11 +53,11 @@ impl Kernel {
         handover: Option<Handover>,
     ) {
         match msg {
-            MigrationMsg::Round { pid, req, round } => {
-                match self.on_round(from, pid, req, round, bulk) {
+            MigrationMsg::Round { pid, req, frame } => {
+                match self.on_round(from, pid, req, frame, bulk) {
                     Ok(()) => self.send(
                         from,
-                        NocMsg::Migration(MigrationMsg::Applied { pid, req, round }),
+                        NocMsg::Migration(MigrationMsg::Applied { pid, req, frame }),
                     ),
                     Err(why) => {
                         self.incoming.remove(&pid);
@@ -65,7 +65,7 @@ impl Kernel {
                     }
                 }
             }
-            MigrationMsg::Applied { pid, req, round } => self.on_round_applied(pid, req, round),
+            MigrationMsg::Applied { pid, req, frame } => self.on_round_applied(pid, req, frame),
             MigrationMsg::Final {
                 pid,
                 req,
@@ -128,14 +128,14 @@ impl Kernel {
         from: KernelId,
         pid: Pid,
         req: u64,
-        round: u32,
+        frame: u32,
         bulk: Option<Vec<u8>>,
     ) -> Result<(), String> {
         let image = ProcessImage::decode(&bulk.unwrap_or_default()).map_err(|e| e.to_string())?;
         if image.uarea.pid != pid {
             return Err(format!("round for {pid} carries {}", image.uarea.pid));
         }
-        if round == 0 {
+        if frame == 0 {
             let container = Container::restore(&self.runtime, image, self.host.clone())
                 .map_err(|e| e.to_string())?;
             self.incoming.insert(
@@ -152,7 +152,7 @@ impl Kernel {
             .incoming
             .get_mut(&pid)
             .filter(|i| i.req == req && i.from == from)
-            .ok_or_else(|| format!("round {round} of {pid} without round 0"))?;
+            .ok_or_else(|| format!("frame {frame} of {pid} without frame 0"))?;
         i.container.apply(image).map_err(|e| e.to_string())
     }
 

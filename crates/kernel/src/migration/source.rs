@@ -4,7 +4,7 @@
 use std::sync::mpsc::Sender;
 
 use atoll_abi::{KernelId, Pid};
-use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport};
+use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport, BLOCK};
 use atoll_process::ProcessImage;
 use quanta::Instant;
 
@@ -22,9 +22,12 @@ pub(crate) struct Departure {
     reply: Option<Sender<Result<MigrationReport, String>>>,
     requested_ns: u64,
     rounds: Vec<RoundReport>,
-    /// Pre-copy rounds the destination has applied; the next step waits
-    /// until it has applied every round sent.
-    applied: usize,
+    /// Where the next piece of round 0 starts (bytes), while it goes out.
+    round0_at: Option<usize>,
+    /// Pre-copy frames (pieces of round 0, later rounds) sent, and applied
+    /// by the destination; the next step waits until all are applied.
+    frames_sent: u32,
+    frames_applied: u32,
     phase: Phase,
     /// Messages for the process that arrived after it froze; they follow it
     /// to its destination, or are delivered here if it stays.
@@ -93,7 +96,9 @@ impl Kernel {
             reply,
             requested_ns: monotonic_ns(),
             rounds: Vec::new(),
-            applied: 0,
+            round0_at: None,
+            frames_sent: 0,
+            frames_applied: 0,
             phase: Phase::Frozen {
                 tracker: None,
                 process: None,
@@ -114,9 +119,11 @@ impl Kernel {
             match DirtyTracker::start(memory) {
                 Ok(tracker) => {
                     // The next step comes when the destination has applied
-                    // this round (`on_round_applied`).
-                    self.departure(pid).phase = Phase::PreCopy { tracker };
-                    return self.send_round(pid, None);
+                    // this piece (`on_round_applied`).
+                    let d = self.departure(pid);
+                    d.phase = Phase::PreCopy { tracker };
+                    d.round0_at = Some(0);
+                    return self.send_round(pid, Vec::new());
                 }
                 Err(e) => tracing::warn!(kernel = %self.id, %pid,
                     "no dirty-page tracking ({e}); migrating by stop-and-copy only"),
@@ -131,13 +138,30 @@ impl Kernel {
         self.departures.get_mut(&pid).expect("a departure")
     }
 
-    /// Sends pre-copy round: everything for round 0, else `blocks`.
-    fn send_round(&mut self, pid: Pid, blocks: Option<Vec<u32>>) -> Result<(), String> {
+    /// Sends the next pre-copy frame: the next piece of round 0 while it
+    /// lasts (the first piece starts the process at the destination), else
+    /// a round of the `dirty` blocks.
+    fn send_round(&mut self, pid: Pid, dirty: Vec<u32>) -> Result<(), String> {
         let t = Instant::now();
+        let chunk = self.migration.policy.chunk_bytes as usize;
+        let d = self.departures.get_mut(&pid).expect("a departure");
         let container = &mut self.procs.get_mut(&pid).expect("pre-copy").container;
-        let image = match &blocks {
-            None => container.capture(),
-            Some(b) => container.capture_delta(b),
+        let piece = d.round0_at.map(|at| {
+            let len = container.memory_bytes();
+            let end = (at + chunk.max(BLOCK)).min(len);
+            d.round0_at = (end < len).then_some(end);
+            (at, end)
+        });
+        let image = match piece {
+            Some((at, end)) => container
+                .capture_nonzero((at / BLOCK) as u32..end.div_ceil(BLOCK) as u32)
+                .map(|mut image| {
+                    // The memory the destination starts from is zero but
+                    // for this piece; later pieces fill in the rest.
+                    image.memory.complete = at == 0;
+                    image
+                }),
+            None => container.capture_delta(&dirty),
         };
         let image = match image {
             Ok(i) => i,
@@ -146,15 +170,20 @@ impl Kernel {
                 return Err(format!("cannot capture {pid}: {e}"));
             }
         };
+        let (req, to, frame) = (d.req, d.to, d.frames_sent);
+        d.frames_sent += 1;
+        let bytes = self.send_image(to, MigrationMsg::Round { pid, req, frame }, &image);
         let d = self.departure(pid);
-        let round = d.rounds.len() as u32;
-        let (req, to) = (d.req, d.to);
-        let bytes = self.send_image(to, MigrationMsg::Round { pid, req, round }, &image);
-        self.departure(pid).rounds.push(RoundReport {
-            blocks: image.memory.blocks() as u64,
-            bytes,
-            us: t.elapsed().as_micros() as u64,
-        });
+        let blocks = image.memory.blocks() as u64;
+        let us = t.elapsed().as_micros() as u64;
+        match (piece, d.rounds.last_mut()) {
+            (Some((at, _)), Some(r)) if at > 0 => {
+                r.blocks += blocks;
+                r.bytes += bytes;
+                r.us += us;
+            }
+            _ => d.rounds.push(RoundReport { blocks, bytes, us }),
+        }
         Ok(())
     }
 
@@ -173,11 +202,11 @@ impl Kernel {
 
     /// The destination applied a pre-copy round. A process that is not
     /// runnable takes its next step now; a runnable one after its slice.
-    pub(crate) fn on_round_applied(&mut self, pid: Pid, req: u64, round: u32) {
+    pub(crate) fn on_round_applied(&mut self, pid: Pid, req: u64, frame: u32) {
         let Some(d) = self.departures.get_mut(&pid).filter(|d| d.req == req) else {
             return;
         };
-        d.applied = d.applied.max(round as usize + 1);
+        d.frames_applied = d.frames_applied.max(frame + 1);
         if !self.run_queue.contains(&pid) {
             self.precopy_step(pid);
         }
@@ -189,7 +218,13 @@ impl Kernel {
         let Some(d) = self.departures.get_mut(&pid) else {
             return;
         };
-        if d.applied < d.rounds.len() {
+        if d.frames_applied < d.frames_sent || !matches!(d.phase, Phase::PreCopy { .. }) {
+            return;
+        }
+        if d.round0_at.is_some() {
+            if let Err(why) = self.send_round(pid, Vec::new()) {
+                self.fail_departure(pid, why);
+            }
             return;
         }
         let Phase::PreCopy { tracker } = &mut d.phase else {
@@ -206,12 +241,12 @@ impl Kernel {
             }
         };
         let rounds = d.rounds.len() as u32;
-        let previous = d.rounds.last().map_or(0, |r| r.blocks) * atoll_migration::BLOCK as u64;
-        let bytes = dirty.len() as u64 * atoll_migration::BLOCK as u64;
+        let previous = d.rounds.last().map_or(0, |r| r.blocks) * BLOCK as u64;
+        let bytes = dirty.len() as u64 * BLOCK as u64;
         let runnable = self.run_queue.contains(&pid);
         match self.migration.policy.next(rounds, previous, bytes) {
             Next::Round if runnable => {
-                if let Err(why) = self.send_round(pid, Some(dirty)) {
+                if let Err(why) = self.send_round(pid, dirty) {
                     self.fail_departure(pid, why);
                 }
             }
