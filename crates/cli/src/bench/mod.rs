@@ -7,6 +7,7 @@
 
 mod ipc;
 mod mergesort;
+mod migrate;
 mod plot;
 mod spawn;
 
@@ -48,6 +49,8 @@ enum Which {
     Mergesort(mergesort::Args),
     /// Minix IPC (IPC1-3, COPY1-2) vs pipes, FIFOs, mqueues, sockets, eventfd, futex, shm
     Ipc(ipc::Args),
+    /// Live migration downtime and total time, hand-over and copy mode, vs memory, WWS, parallelism
+    Migrate(migrate::Args),
 }
 
 pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
@@ -56,6 +59,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
         Which::Spawn(s) => emit(&spawn::run(ctx, &a.build, s)?, json, record),
         Which::Mergesort(m) => emit(&mergesort::run(ctx, &a.build, m)?, json, record),
         Which::Ipc(i) => emit(&ipc::run(ctx, &a.build, i)?, json, record),
+        Which::Migrate(m) => emit(&migrate::run(ctx, &a.build, m)?, json, record),
     }
 }
 

@@ -1,5 +1,5 @@
-//! PNG bar charts of benchmark results, so a recorded run can be looked at
-//! instead of read.
+//! PNG charts of benchmark results (grouped bars, lines over categories),
+//! so a recorded run can be looked at instead of read.
 //!
 //! Text is drawn with DejaVu Sans loaded from its Debian path
 //! (`fonts-dejavu-core`): no font discovery, so the same chart comes out on
@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
@@ -57,6 +58,187 @@ pub fn grouped_bars(
             lo..hi.max(lo + f64::EPSILON),
             0.0,
         )
+    }
+}
+
+/// One line of a [`LineChart`]: a value per category (a value that cannot
+/// be drawn, such as NaN, leaves a gap).
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    pub values: Vec<f64>,
+}
+
+/// A horizontal dashed line across a [`LineChart`] (a target), in the
+/// colour of series `colour_of`.
+#[derive(Debug, Clone)]
+pub struct Level {
+    pub name: String,
+    pub value: f64,
+    pub colour_of: usize,
+}
+
+/// Lines over named categories (x): one colour per series, a point and its
+/// value at every category, the categories' names under the axis, dashed
+/// `levels` (targets), and a logarithmic value axis when `log` is true.
+/// Values that cannot be drawn (not finite, or not positive on a log axis)
+/// are left out.
+#[derive(Debug, Clone)]
+pub struct LineChart<'a> {
+    pub title: &'a str,
+    /// What the categories are, under their names.
+    pub x_label: &'a str,
+    pub value_label: &'a str,
+    pub categories: &'a [String],
+    pub series: &'a [Series],
+    pub levels: &'a [Level],
+    pub log: bool,
+}
+
+impl LineChart<'_> {
+    /// Draws the chart into a PNG at `path`.
+    pub fn draw(&self, path: &Path) -> anyhow::Result<()> {
+        register_dejavu()?;
+        let values = self
+            .series
+            .iter()
+            .flat_map(|s| s.values.iter().copied())
+            .chain(self.levels.iter().map(|l| l.value))
+            .filter(|v| self.drawable(*v));
+        let (min, max) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+        if self.categories.is_empty() || !min.is_finite() {
+            bail!(
+                "no point to draw{}",
+                if self.log {
+                    " (a log axis needs positive values)"
+                } else {
+                    ""
+                }
+            );
+        }
+        if self.log {
+            // Whole decades around the data, with room for the value labels.
+            let lo = 10f64.powf((min.log10() - 0.15).floor());
+            let hi = 10f64.powf((max.log10() + 0.15).ceil());
+            self.draw_on(path, (lo..hi).log_scale())
+        } else {
+            let (lo, hi) = (min.min(0.0) * 1.15, max.max(0.0) * 1.15);
+            self.draw_on(path, lo..hi.max(lo + f64::EPSILON))
+        }
+    }
+
+    fn drawable(&self, v: f64) -> bool {
+        v.is_finite() && (!self.log || v > 0.0)
+    }
+
+    fn draw_on<Y>(&self, path: &Path, y: Y) -> anyhow::Result<()>
+    where
+        Y: AsRangedCoord<Value = f64>,
+        Y::CoordDescType: ValueFormatter<f64>,
+    {
+        let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e}", path.display());
+        let (root, body) = canvas(path, self.title)?;
+        let n = self.categories.len() as f64;
+        let mut chart = ChartBuilder::on(&body)
+            .margin(MARGIN)
+            .margin_right(MARGIN_RIGHT)
+            .x_label_area_size(84)
+            .y_label_area_size(Y_LABEL_AREA)
+            .build_cartesian_2d(-0.5..n - 0.5, y)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc(self.value_label)
+            .y_label_formatter(&|v| short(*v))
+            .axis_desc_style(("sans-serif", 20))
+            .label_style(("sans-serif", 16))
+            .light_line_style(RGBColor(235, 235, 235))
+            .max_light_lines(4)
+            .bold_line_style(RGBColor(200, 200, 200))
+            .draw()
+            .map_err(err)?;
+
+        let value_font = TextStyle::from(("sans-serif", 15).into_font());
+        for (i, s) in self.series.iter().enumerate() {
+            let c = colour(i);
+            let points: Vec<(f64, f64)> = s
+                .values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| self.drawable(**v))
+                .map(|(k, v)| (k as f64, *v))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), c.stroke_width(3)))
+                .map_err(err)?
+                .label(&s.name)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], c.stroke_width(3)));
+            chart
+                .draw_series(points.iter().map(|&p| Circle::new(p, 5, c.filled())))
+                .map_err(err)?;
+            // Values beside their points: above for the first series, below
+            // for the others, so two close lines stay readable.
+            for &(x, v) in &points {
+                let (px, py) = chart.backend_coord(&(x, v));
+                let text = short(v);
+                let (w, h) = root.estimate_text_size(&text, &value_font).map_err(err)?;
+                let dy = if i == 0 { -(h as i32) - 8 } else { 8 };
+                let font = value_font.clone().color(&c);
+                root.draw(&Text::new(text, (px - w as i32 / 2, py + dy), font))
+                    .map_err(err)?;
+            }
+        }
+        for l in self.levels.iter().filter(|l| self.drawable(l.value)) {
+            let style = colour(l.colour_of).stroke_width(2);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(-0.5, l.value), (n - 0.5, l.value)],
+                    12,
+                    8,
+                    style,
+                ))
+                .map_err(err)?
+                .label(&l.name)
+                .legend(move |(x, y)| DashedPathElement::new([(x, y), (x + 20, y)], 5, 3, style));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(("sans-serif", 18))
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(200, 200, 200))
+            .draw()
+            .map_err(err)?;
+
+        // The categories' names under the axis, then what they are.
+        let name_font = TextStyle::from(("sans-serif", NAME_FONT).into_font());
+        let (cols, rows) = chart.plotting_area().get_pixel_range();
+        let step = chart.backend_coord(&(1.0, 0.0)).0 - chart.backend_coord(&(0.0, 0.0)).0;
+        for (k, name) in self.categories.iter().enumerate() {
+            let x = chart.backend_coord(&(k as f64, 0.0)).0;
+            for (line, text) in wrap(name, step.max(1) as u32, &root, &name_font)?
+                .iter()
+                .enumerate()
+            {
+                let (w, _) = root.estimate_text_size(text, &name_font).map_err(err)?;
+                let at = (x - w as i32 / 2, rows.end + 10 + 20 * line as i32);
+                root.draw(&Text::new(text.as_str(), at, name_font.clone()))
+                    .map_err(err)?;
+            }
+        }
+        let axis_font = TextStyle::from(("sans-serif", 20).into_font());
+        let (w, _) = root
+            .estimate_text_size(self.x_label, &axis_font)
+            .map_err(err)?;
+        let at = ((cols.start + cols.end) / 2 - w as i32 / 2, rows.end + 56);
+        root.draw(&Text::new(self.x_label, at, axis_font))
+            .map_err(err)?;
+        root.present().map_err(err)?;
+        Ok(())
     }
 }
 
@@ -265,12 +447,7 @@ where
     Y::CoordDescType: ValueFormatter<f64>,
 {
     let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e}", path.display());
-    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let body = root
-        .margin(12, 0, 0, 0)
-        .titled(title, ("sans-serif", 30))
-        .map_err(err)?;
+    let (root, body) = canvas(path, title)?;
     let (legend, plot) = body.split_vertically(legend_height(layout));
 
     let mut chart = ChartBuilder::on(&plot)
@@ -355,6 +532,20 @@ where
 
 /// The legend's rows sit between the title and the chart, out of the bars' way.
 const LEGEND_PER_ROW: usize = 12;
+/// A white PNG canvas: the whole image, and the part under the title.
+type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+fn canvas<'a>(path: &'a Path, title: &str) -> anyhow::Result<(Area<'a>, Area<'a>)> {
+    let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e}", path.display());
+    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let body = root
+        .margin(12, 0, 0, 0)
+        .titled(title, ("sans-serif", 30))
+        .map_err(err)?;
+    Ok((root, body))
+}
+
 fn legend_height(layout: &Layout) -> u32 {
     28 * layout.labels.len().div_ceil(LEGEND_PER_ROW) as u32 + 8
 }
@@ -456,6 +647,59 @@ mod tests {
             assert!(bytes.len() > 1000, "{} bytes", bytes.len());
             assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
         }
+    }
+
+    #[test]
+    fn draws_line_charts() {
+        let dir = tempfile::tempdir().unwrap();
+        let categories: Vec<String> = ["0 B", "1 MiB", "64 MiB", "256 MiB"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let series = [
+            Series {
+                name: "hand-over".into(),
+                values: vec![20.0, 25.0, 30.0, 31.0],
+            },
+            Series {
+                name: "copy".into(),
+                values: vec![300.0, f64::NAN, 900.0, 1200.0],
+            },
+        ];
+        let levels = [Level {
+            name: "target".into(),
+            value: 100.0,
+            colour_of: 0,
+        }];
+        for log in [true, false] {
+            let path = dir.path().join(format!("lines-{log}.png"));
+            let chart = LineChart {
+                title: "Downtime",
+                x_label: "memory",
+                value_label: "us",
+                categories: &categories,
+                series: &series,
+                levels: &levels,
+                log,
+            };
+            chart.draw(&path).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        }
+        let nothing = [Series {
+            name: "x".into(),
+            values: vec![0.0; 4],
+        }];
+        let chart = LineChart {
+            title: "t",
+            x_label: "x",
+            value_label: "v",
+            categories: &categories,
+            series: &nothing,
+            levels: &[],
+            log: true,
+        };
+        assert!(chart.draw(&dir.path().join("none.png")).is_err());
     }
 
     #[test]
