@@ -376,8 +376,9 @@ impl Kernel {
             None => self.noc.send(to, packet),
             Some(bulk) => self.noc.send_bulk(to, packet, bulk),
         };
-        if let Err(e) = sent {
-            tracing::error!(kernel = %self.id, "dropping NoC message: {e}");
+        match sent {
+            Ok(()) => self.runtime.interrupt(to.index),
+            Err(e) => tracing::error!(kernel = %self.id, "dropping NoC message: {e}"),
         }
     }
 

@@ -167,6 +167,7 @@ impl Node {
             .send(make(tx))
             .map_err(|_| anyhow!("kernel {k} has stopped"))?;
         self.doorbells[i].ring();
+        self.runtime.interrupt(k.index);
         rx.recv().map_err(|_| anyhow!("kernel {k} did not answer"))
     }
 

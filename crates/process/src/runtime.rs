@@ -138,6 +138,14 @@ impl Runtime {
         &self.ticker
     }
 
+    /// Kernel `index` has just been sent something: if it is running a
+    /// guest, the guest yields at its next safepoint (where it sees the
+    /// doorbell) rather than up to a tick later. Every running guest pays
+    /// one deadline check for it.
+    pub fn interrupt(&self, index: u16) {
+        self.ticker.interrupt(index);
+    }
+
     /// A loaded program, by the hash a UArea records.
     pub fn program(&self, hash: &ContentHash) -> Option<Arc<Program>> {
         self.programs
@@ -376,6 +384,7 @@ fn store_atomically(path: &Path, bytes: &[u8]) {
 pub(crate) struct Ticker {
     shared: Arc<TickerShared>,
     thread: std::thread::Thread,
+    engine: Engine,
 }
 
 struct TickerShared {
@@ -413,6 +422,7 @@ impl Ticker {
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
+        let ticking = engine.clone();
         let handle = std::thread::Builder::new()
             .name("atoll-ticker".into())
             .spawn(move || {
@@ -421,7 +431,7 @@ impl Ticker {
                     std::thread::sleep(tick);
                     if s.any_running() {
                         idle = 0;
-                        engine.increment_epoch();
+                        ticking.increment_epoch();
                         continue;
                     }
                     idle += 1;
@@ -441,6 +451,19 @@ impl Ticker {
         Ticker {
             thread: handle.thread().clone(),
             shared,
+            engine,
+        }
+    }
+
+    /// Makes the guest running on kernel `index` (if any) check for
+    /// pending messages at its next safepoint, instead of at the next tick.
+    pub(crate) fn interrupt(&self, index: u16) {
+        if self.shared.running[index as usize % LANES]
+            .0
+            .load(Ordering::SeqCst)
+            > 0
+        {
+            self.engine.increment_epoch();
         }
     }
 
