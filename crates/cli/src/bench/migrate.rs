@@ -343,7 +343,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MigrateReport
             GAP.as_millis()
         ),
         "downtime: from the freeze at a safepoint on the source until the process is back in a run queue on the destination, which includes the commit at the process's home kernel (kernel 0 here); the median, and the worst of the configuration's migrations; total: from the request until the destination confirmed (both measured by the node, MigrationReport)".into(),
-        "a kernel busy running a guest sees requests and messages (a migration request, a commit) at the guest's next epoch tick (1 ms by default): hence the caller's time of about a millisecond, and, in parallel batches where kernel 0 still runs other processes, hand-over downtimes of about 1, 2 or 4 ms beside the usual tens of microseconds (see the samples in migrate.json)".into(),
+        "a kernel busy running a guest hears requests and messages (a migration request, a commit at the home kernel) at the guest's next safepoint: the sender bumps the engine's epoch; the worst downtimes of a batch are slices of other processes that had already begun".into(),
         "hand-over: the container (store, memory and all) is handed to the other kernel thread, nothing is copied; copy: pre-copy rounds while the process runs (writes tracked by mprotect write protection), then a stop-and-copy of what is still dirty, through the portal".into(),
         format!(
             "pre-copy policy: freeze when the dirty set is at most {} KiB, no longer shrinks, or after {} rounds",
@@ -358,7 +358,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MigrateReport
         ),
         "caller: wall time of `Node::migrate` in the benchmark (it asks the home kernel where the process runs, then its kernel to migrate it; both kernels may be running a guest's slice when asked)".into(),
         "sent: bytes through the portal, all rounds (the encoded frames); pre-copy and stop-and-copy: time the source kernel spent capturing and sending those rounds".into(),
-        "a kernel is one thread: while it captures a pre-copy round it runs nothing else, the migrating process included, so the process also stops for the pre-copy time (not counted as downtime)".into(),
+        "a kernel is one thread: while it captures a pre-copy frame it runs nothing else, the migrating process included; round 0 therefore goes out in 4 MiB pieces, one between two slices of the process, so the process stops for a piece at a time (a few ms), which the guest pause shows and the downtime does not count".into(),
         "parallel: N processes start on kernel 0; each batch migrates all of them at once to the other kernel (one thread per migration, released by a barrier); batch = wall time from the release until the last migration returned".into(),
     ];
     if usize::from(KERNELS) > machine.cores {
