@@ -55,9 +55,9 @@ impl Noc {
     ) -> Vec<Endpoint<M>> {
         let n = doorbells.len();
         // rings[to][from]: what `from` sends to `to`.
-        let mut producers: Vec<Vec<Option<(Producer<Envelope<M>>, Producer<Vec<u8>>)>>> =
+        let mut producers: Vec<Vec<Option<Outbox<M>>>> =
             (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
-        let mut consumers: Vec<Vec<Option<(Consumer<Envelope<M>>, Consumer<Vec<u8>>)>>> =
+        let mut consumers: Vec<Vec<Option<Inbox<M>>>> =
             (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         for to in 0..n {
             for from in 0..n {
@@ -87,6 +87,11 @@ impl Noc {
     }
 }
 
+/// The two lanes towards one kernel: mailbox and portal.
+type Outbox<M> = (Producer<Envelope<M>>, Producer<Vec<u8>>);
+/// The two lanes from one kernel.
+type Inbox<M> = (Consumer<Envelope<M>>, Consumer<Vec<u8>>);
+
 /// A kernel's view of the NoC: its outgoing rings to every other kernel of
 /// the node, its incoming rings from each of them, and its doorbell.
 ///
@@ -95,9 +100,9 @@ impl Noc {
 pub struct Endpoint<M> {
     id: KernelId,
     /// `outboxes[to]`: mailbox and portal producers towards `to`.
-    outboxes: Vec<Option<(Producer<Envelope<M>>, Producer<Vec<u8>>)>>,
+    outboxes: Vec<Option<Outbox<M>>>,
     /// `inboxes[from]`: mailbox and portal consumers from `from`.
-    inboxes: Vec<Option<(Consumer<Envelope<M>>, Consumer<Vec<u8>>)>>,
+    inboxes: Vec<Option<Inbox<M>>>,
     /// `backlog[to]`: messages that found the ring full, oldest first.
     backlog: Vec<VecDeque<(M, Option<Vec<u8>>)>>,
     /// Messages a kernel sends to itself.
@@ -180,15 +185,13 @@ impl<M> Endpoint<M> {
             let (msg, bulk) = self.backlog[t].pop_front().expect("front exists");
             let has_bulk = bulk.is_some();
             if let Some(b) = bulk {
-                portal.push(b).ok().expect("portal had room");
+                assert!(portal.push(b).is_ok(), "portal had room");
             }
-            mailbox
-                .push(Envelope {
-                    msg,
-                    bulk: has_bulk,
-                })
-                .ok()
-                .expect("mailbox had room");
+            let pushed = mailbox.push(Envelope {
+                msg,
+                bulk: has_bulk,
+            });
+            assert!(pushed.is_ok(), "mailbox had room");
             sent = true;
         }
         if sent {
