@@ -14,6 +14,8 @@
  *   domain            ECALLDENIED across domains (needs domain "other")
  *   grants            safecopy, vcopy (COPY1), third-party vcopy (COPY2)
  *   stress PAIRS N    PAIRS client/server pairs, N sequenced calls each
+ *   moved             a grant and pending notifications survive the
+ *                     migrations of both processes (kmigrate_to)
  *   hold              one sendrec, then blocks for ever sending to a
  *                     sleeping child while another child waits in receive
  *                     (for `atoll ps`)
@@ -226,6 +228,66 @@ static int child_granter(void)
         }
         EXPECT(ipc_send(parent, &m), 0);
     }
+}
+
+#define MOVED_LEN (64u << 10)
+
+/* The next kernel after this one. */
+static int next_kernel(void)
+{
+    return (atoll_kernel_index() + 1) % atoll_kernel_count();
+}
+
+/*
+ * Told a grant by its parent, moves itself and sleeps while the parent
+ * notifies it and moves too; then takes the (one, coalesced) notification,
+ * copies through the grant, moves again and reports.
+ */
+static int child_moved(void)
+{
+    message m;
+    int status = 0;
+    EXPECT(ipc_receive(ANY, &m, &status), 0);
+    atoll_pid_t parent = m.m_source;
+    uint32_t gid = (uint32_t)m.m1_i1;
+    EXPECT(kmigrate_to(next_kernel()), 0);
+    sleep_ms(100);
+    EXPECT(ipc_receive(ANY, &m, &status), 0);
+    CHECK(IPC_STATUS_CALL(status) == NOTIFY && m.m_source == parent);
+    static uint8_t copy[MOVED_LEN];
+    EXPECT(atoll_safecopy_from(parent, gid, 0, copy, MOVED_LEN), 0);
+    int ok = 1;
+    for (uint32_t i = 0; i < MOVED_LEN; i++)
+        ok &= copy[i] == (uint8_t)(i * 13 + 1);
+    EXPECT(kmigrate_to(next_kernel()), 0);
+    memset(&m, 0, sizeof m);
+    m.m_type = 3;
+    m.m1_i1 = ok;
+    EXPECT(ipc_send(parent, &m), 0);
+    return 0;
+}
+
+static void moved(void)
+{
+    static uint8_t buf[MOVED_LEN];
+    for (uint32_t i = 0; i < MOVED_LEN; i++)
+        buf[i] = (uint8_t)(i * 13 + 1);
+    atoll_pid_t child = spawn_peer("child-moved", NULL);
+    uint32_t gid = 0;
+    EXPECT(atoll_grant(child, buf, MOVED_LEN, CPF_READ, &gid), 0);
+    message m;
+    memset(&m, 0, sizeof m);
+    m.m_type = 1;
+    m.m1_i1 = (int)gid;
+    EXPECT(ipc_send(child, &m), 0);
+    for (int i = 0; i < 3; i++)
+        EXPECT(ipc_notify(child), 0);
+    EXPECT(kmigrate_to(next_kernel()), 0);
+    EXPECT(kmigrate_to(next_kernel()), 0);
+    int status = 0;
+    EXPECT(ipc_receive(child, &m, &status), 0);
+    CHECK(m.m_type == 3 && m.m1_i1 == 1);
+    reap(child, 0);
 }
 
 /* A stress client: N sendrecs to the server the parent names. */
@@ -554,6 +616,7 @@ int main(int argc, char **argv)
     if (strcmp(what, "child-killer") == 0) return child_killer();
     if (strcmp(what, "child-rebind") == 0) return child_rebind();
     if (strcmp(what, "child-granter") == 0) return child_granter();
+    if (strcmp(what, "child-moved") == 0) return child_moved();
     if (strcmp(what, "child-client") == 0) return child_client(arg);
     if (strcmp(what, "child-server") == 0) return child_server(arg);
 
@@ -565,6 +628,7 @@ int main(int argc, char **argv)
     else if (strcmp(what, "domain") == 0) domain();
     else if (strcmp(what, "grants") == 0) grants();
     else if (strcmp(what, "stress") == 0) stress(strtol(arg, NULL, 10), argc > 4 ? argv[4] : "100");
+    else if (strcmp(what, "moved") == 0) moved();
     else if (strcmp(what, "hold") == 0) hold();
     else if (strcmp(what, "sleeper") == 0) {
         for (;;)

@@ -141,6 +141,25 @@ fn pre_copy_misses_no_block_a_program_writes_while_it_is_copied() {
 }
 
 #[test]
+fn grants_and_pending_notifications_move_with_their_processes() {
+    // ipc.c `moved`: the parent grants, notifies its moving child three
+    // times and moves twice itself; the child finds one notification and
+    // copies through the grant. Both modes, as the node's default.
+    for mode in MODES {
+        let mut config = atoll_node::NodeConfig::new(Some(support::cache_dir()));
+        config.kernels = 3;
+        config.migration.mode = mode;
+        let node = Node::start(config).unwrap();
+        for place in ["same", "other"] {
+            let (status, out) = run(&node, &on(job("ipc", &["moved", place]), 0));
+            assert_eq!(status, 0, "{mode} {place}: {}", out.stderr());
+            // Every kmigrate_to in it checks that it returned 0.
+            assert_eq!(out.stdout(), "ok moved\n");
+        }
+    }
+}
+
+#[test]
 fn a_sleeping_process_migrates_and_wakes_on_time() {
     let node = node(2);
     for mode in MODES {
