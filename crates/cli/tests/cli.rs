@@ -187,6 +187,22 @@ impl Daemon {
         c.env("ATOLL_SOCKET", &self.socket);
         c
     }
+
+    /// The PID of the process named `name`, once `atoll ps` lists it.
+    fn wait_for(&self, name: &str) -> String {
+        let t = Instant::now();
+        loop {
+            let ps = self.atoll(&["ps"]).output().unwrap();
+            if let Some(pid) = pid_of(&text(&ps.stdout), name) {
+                return pid;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{name} never showed in ps"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Daemon {
@@ -218,18 +234,7 @@ fn run_ps_and_kill_talk_to_a_running_node() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    let pid = loop {
-        let ps = node.atoll(&["ps"]).output().unwrap();
-        if let Some(pid) = pid_of(&text(&ps.stdout), "spin") {
-            break pid;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "spin never showed in ps"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let pid = node.wait_for("spin");
     let out = node.atoll(&["kill", &pid]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(spinner.wait().unwrap().code(), Some(137));
@@ -363,15 +368,7 @@ fn migrate_checkpoint_and_restore_on_a_running_node() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    let pid = loop {
-        let ps = node.atoll(&["ps"]).output().unwrap();
-        if let Some(pid) = pid_of(&text(&ps.stdout), "progress") {
-            break pid;
-        }
-        assert!(t.elapsed() < Duration::from_secs(60), "never in ps");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let pid = node.wait_for("progress");
     for (to, mode) in [("1", "copy"), ("0", "handover")] {
         let out = node
             .atoll(&["migrate", &pid, "--to", to, "--mode", mode, "--json"])
