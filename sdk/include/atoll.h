@@ -296,10 +296,12 @@ static inline int atoll_kill(atoll_pid_t pid, int signal)
 
 /*
  * Moves this process to kernel `kernel` (an index on this node) and returns
- * there: the pid, open files, IPC state and output stay the same. Returns 0
- * (also when it already runs there), EINVAL for a kernel that does not
- * exist, or EAGAIN when the destination could not take it (the process then
- * goes on where it was).
+ * there: the pid, domain, grants, pending notifications, open files and
+ * output stay the same. The node's migration mode decides how (`atoll node
+ * --migrate-mode`: hand-over, or copy with pre-copy). Returns 0 (also when
+ * it already runs there), EINVAL for a kernel that does not exist, or EAGAIN
+ * when the destination could not take it (the process then goes on where
+ * it was).
  */
 static inline int atoll_migrate_to(int kernel)
 {
