@@ -248,6 +248,21 @@ impl DirtyTracker {
     /// address, shorter than tracked (wasm memories never shrink) or not a
     /// whole number of blocks.
     pub fn take(&mut self, memory: &mut [u8]) -> io::Result<Vec<u32>> {
+        self.collect(memory, true)
+    }
+
+    /// The last `take` before the tracker is dropped: the blocks written
+    /// since the previous one, left writable rather than protected again
+    /// (a migration's freeze, where every `mprotect` is downtime). Writes
+    /// after it may go unrecorded.
+    ///
+    /// # Errors
+    /// As [`take`](Self::take).
+    pub fn finish(&mut self, memory: &mut [u8]) -> io::Result<Vec<u32>> {
+        self.collect(memory, false)
+    }
+
+    fn collect(&mut self, memory: &mut [u8], rearm: bool) -> io::Result<Vec<u32>> {
         let base = memory.as_mut_ptr() as usize;
         let len = memory.len();
         if base != self.base {
@@ -297,7 +312,7 @@ impl DirtyTracker {
             // SAFETY: the tracked range is the caller's memory (checked
             // above: same base, at least as long); protecting it again is
             // what `start` did, our handler still owns it.
-            if unsafe { protect(self.base, self.len, libc::PROT_READ) }.is_err() {
+            if rearm && unsafe { protect(self.base, self.len, libc::PROT_READ) }.is_err() {
                 self.degrade()?;
             }
             return Ok(dirty);
@@ -305,7 +320,7 @@ impl DirtyTracker {
 
         // Runs of consecutive dirty blocks, protected with one call each.
         // Should that fail, everything is left writable and dirty instead.
-        let mut protecting = true;
+        let mut protecting = rearm;
         let mut rearm = |first: usize, next: usize| -> io::Result<()> {
             if protecting && self.reprotect(first, next).is_err() {
                 self.degrade()?;
@@ -746,6 +761,22 @@ mod tests {
     fn read(memory: &[u8], offset: usize) -> u8 {
         // SAFETY: in bounds of the slice (indexing checks it).
         unsafe { ptr::read_volatile(&memory[offset]) }
+    }
+
+    #[test]
+    fn finish_reports_the_last_writes_and_leaves_them_writable() {
+        let mut m = Mapping::new(16);
+        let mut t = DirtyTracker::start(m.all()).unwrap();
+        write(m.all(), 2 * BLOCK, 1);
+        write(m.all(), 9 * BLOCK, 2);
+        assert_eq!(t.finish(m.all()).unwrap(), vec![2, 9]);
+        // Not protected again: these writes take no fault and are not
+        // recorded; other blocks still are.
+        write(m.all(), 2 * BLOCK + 1, 3);
+        write(m.all(), 5 * BLOCK, 4);
+        assert_eq!(t.take(m.all()).unwrap(), vec![5]);
+        drop(t);
+        assert_eq!(read(m.all(), 2 * BLOCK + 1), 3);
     }
 
     #[test]

@@ -294,7 +294,7 @@ impl Kernel {
             (Mode::Handover, _) => None,
             (Mode::Copy, Some(tracker)) => {
                 let more = tracker
-                    .take(container.memory_mut())
+                    .finish(container.memory_mut())
                     .map_err(|e| format!("dirty tracking failed: {e}"))?;
                 dirty.extend(more);
                 dirty.sort_unstable();
