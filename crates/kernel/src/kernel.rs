@@ -19,7 +19,6 @@ use atoll_process::{
 use rustc_hash::FxHashMap;
 
 use crate::homes::Homes;
-pub(crate) use crate::migration::Process;
 use crate::migration::{Arriving, Departure, Incoming};
 use crate::msg::{
     Control, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo,
@@ -72,6 +71,11 @@ fn pin_to_core(index: u16) {
     if let Some(cores) = core_affinity::get_core_ids().filter(|c| !c.is_empty()) {
         core_affinity::set_for_current(cores[index as usize % cores.len()]);
     }
+}
+
+/// A process this kernel runs.
+pub(crate) struct Process {
+    pub container: Container,
 }
 
 pub(crate) struct Kernel {

@@ -8,7 +8,7 @@ use atoll_abi::{status, KernelId, Pid};
 use atoll_migration::MigrationReport;
 use atoll_process::{Container, ProcessImage};
 
-use super::Process;
+use crate::kernel::Process;
 use crate::kernel::{monotonic_ns, Kernel};
 use crate::msg::{Handover, MigrationMsg, NocMsg, Packet, Times};
 
@@ -79,10 +79,12 @@ impl Kernel {
                     times,
                     handed_over: false,
                 };
-                let container = self.on_final(from, pid, req, bulk);
-                match container.and_then(|c| self.arrive(c, arrival)) {
-                    Ok(()) => {}
-                    Err((why, _)) => self.refuse(from, pid, req, why, None),
+                // Copied, so there is no container to give back.
+                let arrived = self
+                    .on_final(from, pid, req, bulk)
+                    .and_then(|c| self.arrive(c, arrival).map_err(|(why, _)| why));
+                if let Err(why) = arrived {
+                    self.refuse(from, pid, req, why, None);
                 }
             }
             MigrationMsg::Handover {
@@ -163,27 +165,22 @@ impl Kernel {
         pid: Pid,
         req: u64,
         bulk: Option<Vec<u8>>,
-    ) -> Result<Container, (String, Option<Handover>)> {
-        let fail = |e: String| (e, None);
+    ) -> Result<Container, String> {
         let incoming = self
             .incoming
             .remove(&pid)
             .filter(|i| i.req == req && i.from == from);
-        let image =
-            ProcessImage::decode(&bulk.unwrap_or_default()).map_err(|e| fail(e.to_string()))?;
+        let image = ProcessImage::decode(&bulk.unwrap_or_default()).map_err(|e| e.to_string())?;
         if image.uarea.pid != pid {
-            return Err(fail(format!(
-                "final frame for {pid} carries {}",
-                image.uarea.pid
-            )));
+            return Err(format!("final frame for {pid} carries {}", image.uarea.pid));
         }
         match incoming {
             Some(mut i) => {
-                i.container.apply(image).map_err(|e| fail(e.to_string()))?;
+                i.container.apply(image).map_err(|e| e.to_string())?;
                 Ok(i.container)
             }
             None => Container::restore(&self.runtime, image, self.host.clone())
-                .map_err(|e| fail(e.to_string())),
+                .map_err(|e| e.to_string()),
         }
     }
 

@@ -23,12 +23,5 @@
 mod destination;
 mod source;
 
-use atoll_process::Container;
-
 pub(crate) use destination::{Arriving, Incoming};
 pub(crate) use source::Departure;
-
-/// A process this kernel runs.
-pub(crate) struct Process {
-    pub container: Container,
-}

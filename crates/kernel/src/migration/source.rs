@@ -8,7 +8,7 @@ use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport, BL
 use atoll_process::ProcessImage;
 use quanta::Instant;
 
-use super::Process;
+use crate::kernel::Process;
 use crate::kernel::{monotonic_ns, Kernel};
 use crate::msg::{Handover, MigrationMsg, NocMsg, Packet, Times};
 
@@ -88,6 +88,26 @@ impl Kernel {
         if to.node != self.id.node || to.index >= self.host_kernel_count() {
             return Err(format!("kernel {to} does not exist"));
         }
+        // Pre-copy also serves a blocked process: it stays able to take
+        // messages (and run) while its memory is copied, and its freeze
+        // then sends only what it wrote.
+        let tracker = if mode == Mode::Copy && self.migration.policy.max_rounds > 0 {
+            let memory = self
+                .procs
+                .get_mut(&pid)
+                .expect("checked")
+                .container
+                .memory_mut();
+            DirtyTracker::start(memory)
+                .inspect_err(|e| {
+                    tracing::warn!(kernel = %self.id, %pid,
+                        "no dirty-page tracking ({e}); migrating by stop-and-copy only")
+                })
+                .ok()
+        } else {
+            None
+        };
+        let precopy = tracker.is_some();
         let req = self.next_request();
         let departure = Departure {
             req,
@@ -96,38 +116,24 @@ impl Kernel {
             reply,
             requested_ns: monotonic_ns(),
             rounds: Vec::new(),
-            round0_at: None,
+            round0_at: precopy.then_some(0),
             frames_sent: 0,
             frames_applied: 0,
-            phase: Phase::Frozen {
-                tracker: None,
-                process: None,
+            phase: match tracker {
+                Some(tracker) => Phase::PreCopy { tracker },
+                // Frozen right below.
+                None => Phase::Frozen {
+                    tracker: None,
+                    process: None,
+                },
             },
             held: Vec::new(),
         };
         self.departures.insert(pid, departure);
-        // Pre-copy also serves a blocked process: it stays able to take
-        // messages (and run) while its memory is copied, and its freeze
-        // then sends only what it wrote.
-        if mode == Mode::Copy && self.migration.policy.max_rounds > 0 {
-            let memory = self
-                .procs
-                .get_mut(&pid)
-                .expect("checked")
-                .container
-                .memory_mut();
-            match DirtyTracker::start(memory) {
-                Ok(tracker) => {
-                    // The next step comes when the destination has applied
-                    // this piece (`on_round_applied`).
-                    let d = self.departure(pid);
-                    d.phase = Phase::PreCopy { tracker };
-                    d.round0_at = Some(0);
-                    return self.send_round(pid, Vec::new());
-                }
-                Err(e) => tracing::warn!(kernel = %self.id, %pid,
-                    "no dirty-page tracking ({e}); migrating by stop-and-copy only"),
-            }
+        if precopy {
+            // The next step comes when the destination has applied this
+            // piece (`on_round_applied`).
+            return self.send_round(pid, Vec::new());
         }
         self.freeze(pid, Vec::new()).inspect_err(|_| {
             self.departures.remove(&pid);
