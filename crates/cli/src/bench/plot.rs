@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
@@ -148,19 +149,7 @@ impl LineChart<'_> {
             .y_label_area_size(Y_LABEL_AREA)
             .build_cartesian_2d(-0.5..n - 0.5, y)
             .map_err(err)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(0)
-            .y_desc(self.value_label)
-            .y_label_formatter(&|v| short(*v))
-            .axis_desc_style(("sans-serif", 20))
-            .label_style(("sans-serif", 16))
-            .light_line_style(RGBColor(235, 235, 235))
-            .max_light_lines(4)
-            .bold_line_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(err)?;
+        draw_grid(&mut chart, self.value_label).map_err(err)?;
 
         let value_font = TextStyle::from(("sans-serif", 15).into_font());
         for (i, s) in self.series.iter().enumerate() {
@@ -467,19 +456,7 @@ where
             Rectangle::new(corners, RGBColor(244, 244, 244).filled())
         }))
         .map_err(err)?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .y_desc(value_label)
-        .y_label_formatter(&|v| short(*v))
-        .axis_desc_style(("sans-serif", 20))
-        .label_style(("sans-serif", 16))
-        .light_line_style(RGBColor(235, 235, 235))
-        .max_light_lines(4)
-        .bold_line_style(RGBColor(200, 200, 200))
-        .draw()
-        .map_err(err)?;
+    draw_grid(&mut chart, value_label).map_err(err)?;
 
     let rows = chart.plotting_area().get_pixel_range().1;
     let bar_px = chart.backend_coord(&(1.0, base)).0 - chart.backend_coord(&(0.0, base)).0;
@@ -532,6 +509,29 @@ where
 
 /// The legend's rows sit between the title and the chart, out of the bars' way.
 const LEGEND_PER_ROW: usize = 12;
+/// The value axis and its grid, as every chart here has them; the x axis
+/// names categories, which the charts write themselves.
+fn draw_grid<'a, Y>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<RangedCoordf64, Y>>,
+    value_label: &str,
+) -> Result<(), DrawingAreaErrorKind<<BitMapBackend<'a> as DrawingBackend>::ErrorType>>
+where
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc(value_label)
+        .y_label_formatter(&|v| short(*v))
+        .axis_desc_style(("sans-serif", 20))
+        .label_style(("sans-serif", 16))
+        .light_line_style(RGBColor(235, 235, 235))
+        .max_light_lines(4)
+        .bold_line_style(RGBColor(200, 200, 200))
+        .draw()
+}
+
 /// A white PNG canvas: the whole image, and the part under the title.
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 
