@@ -45,14 +45,12 @@ pub enum Fd {
     File(FileFd),
 }
 
-/// An open directory.
+/// An open directory: a capability for what lies beneath it (paths
+/// relative to it never resolve outside it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DirFd {
     /// The directory on the host.
     pub host: PathBuf,
-    /// The preopened directory it lies beneath; nothing opened through this
-    /// descriptor may resolve outside it.
-    pub root: PathBuf,
     /// The guest path, for preopened directories (reported by `fd_prestat_*`).
     pub preopen: Option<String>,
 }
@@ -64,13 +62,38 @@ pub struct FileFd {
     pub offset: u64,
     pub read: bool,
     pub write: bool,
-    pub append: bool,
+    /// WASI `fdflags`: `APPEND`, the sync flags (the host file is opened
+    /// with them) and `NONBLOCK` (kept and reported; files never block).
+    pub flags: u16,
+}
+
+/// WASI rights a descriptor has kept: a mask over what its kind and access
+/// mode allow, which `fd_fdstat_set_rights` can only narrow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rights {
+    pub base: u64,
+    pub inheriting: u64,
+}
+
+impl Rights {
+    /// Nothing taken away.
+    pub const ALL: Rights = Rights {
+        base: u64::MAX,
+        inheriting: u64::MAX,
+    };
+}
+
+/// One slot of the table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Entry {
+    fd: Fd,
+    kept: Rights,
 }
 
 /// The descriptor table of a process.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FdTable {
-    entries: BTreeMap<u32, Fd>,
+    entries: BTreeMap<u32, Entry>,
 }
 
 /// Descriptors a process may hold at once.
@@ -79,26 +102,48 @@ pub const MAX_FDS: u32 = 1024;
 impl FdTable {
     /// stdin, stdout, stderr, then the preopened directories from fd 3 on.
     pub fn new(preopens: &[Preopen]) -> Self {
-        let mut entries = BTreeMap::from([(0, Fd::Stdin), (1, Fd::Stdout), (2, Fd::Stderr)]);
+        let mut table = FdTable::default();
+        table.put(0, Fd::Stdin);
+        table.put(1, Fd::Stdout);
+        table.put(2, Fd::Stderr);
         for (i, p) in preopens.iter().enumerate() {
-            entries.insert(
-                3 + i as u32,
-                Fd::Dir(DirFd {
-                    host: p.host.clone(),
-                    root: p.host.clone(),
-                    preopen: Some(p.guest.clone()),
-                }),
-            );
+            let dir = DirFd {
+                host: p.host.clone(),
+                preopen: Some(p.guest.clone()),
+            };
+            table.put(3 + i as u32, Fd::Dir(dir));
         }
-        FdTable { entries }
+        table
+    }
+
+    /// Installs `entry` at `fd`, with all its rights.
+    fn put(&mut self, fd: u32, entry: Fd) {
+        let kept = Rights::ALL;
+        self.entries.insert(fd, Entry { fd: entry, kept });
     }
 
     pub fn get(&self, fd: u32) -> Result<&Fd, Errno> {
-        self.entries.get(&fd).ok_or(Errno::Badf)
+        self.entries.get(&fd).map(|e| &e.fd).ok_or(Errno::Badf)
     }
 
     pub fn get_mut(&mut self, fd: u32) -> Result<&mut Fd, Errno> {
-        self.entries.get_mut(&fd).ok_or(Errno::Badf)
+        self.entries
+            .get_mut(&fd)
+            .map(|e| &mut e.fd)
+            .ok_or(Errno::Badf)
+    }
+
+    /// The rights descriptor `fd` has kept.
+    pub fn kept(&self, fd: u32) -> Result<Rights, Errno> {
+        self.entries.get(&fd).map(|e| e.kept).ok_or(Errno::Badf)
+    }
+
+    /// Narrows what descriptor `fd` keeps to `rights`.
+    pub fn keep(&mut self, fd: u32, rights: Rights) -> Result<(), Errno> {
+        let entry = self.entries.get_mut(&fd).ok_or(Errno::Badf)?;
+        entry.kept.base &= rights.base;
+        entry.kept.inheriting &= rights.inheriting;
+        Ok(())
     }
 
     /// Installs `entry` at the lowest free descriptor.
@@ -106,12 +151,12 @@ impl FdTable {
         let fd = (0..MAX_FDS)
             .find(|n| !self.entries.contains_key(n))
             .ok_or(Errno::Mfile)?;
-        self.entries.insert(fd, entry);
+        self.put(fd, entry);
         Ok(fd)
     }
 
     pub fn remove(&mut self, fd: u32) -> Result<Fd, Errno> {
-        self.entries.remove(&fd).ok_or(Errno::Badf)
+        self.entries.remove(&fd).map(|e| e.fd).ok_or(Errno::Badf)
     }
 
     /// Moves `from` onto `to`, closing what `to` held (`fd_renumber`).
@@ -119,14 +164,14 @@ impl FdTable {
         if !self.entries.contains_key(&to) {
             return Err(Errno::Badf);
         }
-        let entry = self.remove(from)?;
+        let entry = self.entries.remove(&from).ok_or(Errno::Badf)?;
         self.entries.insert(to, entry);
         Ok(())
     }
 
     /// The preopened directories, with their descriptors.
     pub fn preopens(&self) -> impl Iterator<Item = (u32, &DirFd)> {
-        self.entries.iter().filter_map(|(&n, e)| match e {
+        self.entries.iter().filter_map(|(&n, e)| match &e.fd {
             Fd::Dir(d) if d.preopen.is_some() => Some((n, d)),
             _ => None,
         })
@@ -147,7 +192,7 @@ mod tests {
                 offset: 0,
                 read: true,
                 write: false,
-                append: false,
+                flags: 0,
             })
         };
         assert_eq!(t.insert(f()).unwrap(), 4);

@@ -11,10 +11,10 @@
 //! all I/O is positional (`read_at`/`write_at` at the UArea's offset): the
 //! host descriptor's own offset means nothing.
 //!
-//! **Sandbox.** A directory descriptor carries the preopened directory it
-//! lies beneath (`DirFd::root`); [`resolve`] maps a guest path to a host path
-//! beneath that root or fails with `ENOTCAPABLE`: absolute paths, `..` above
-//! the root and symbolic links that lead out of it are refused. Files are
+//! **Sandbox.** A directory descriptor is a capability for what lies beneath
+//! it: [`resolve`] maps a guest path to a host path beneath the directory or
+//! fails with `ENOTCAPABLE`: absolute paths, `..` above the directory and
+//! symbolic links that lead out of it are refused. Files are
 //! opened with `O_NOFOLLOW` on the resolved path, and only regular files and
 //! directories can be opened (`O_NONBLOCK`, so a FIFO cannot block a kernel).
 //!
@@ -24,15 +24,17 @@
 //! kernel copy gigabytes in one system call. A file that is unlinked while
 //! open, or renamed, cannot be reopened after the process moves (`ENOENT`):
 //! the remote part that would keep it alive is not served over the NoC yet.
-//! The sync fdflags (`DSYNC`, `RSYNC`, `SYNC`) and `NONBLOCK` are accepted
-//! and ignored, in `path_open` and `fd_fdstat_set_flags`; inheriting rights
-//! are not tracked.
+//! The sync fdflags (`DSYNC`, `RSYNC`, `SYNC`) open the host file with the
+//! same flags; `NONBLOCK` is kept and reported (a file never blocks). Rights are
+//! reported as wasmtime reports them and can be narrowed (`rights.rs`).
 
 mod descriptor;
 mod dir;
 mod path;
 mod resolve;
+pub(crate) mod rights;
 mod stat;
+mod times;
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::fs::{File, OpenOptions};
@@ -54,16 +56,6 @@ pub(crate) const MAX_IO: usize = 16 << 20;
 /// iovecs one call may pass at most (POSIX `IOV_MAX`).
 pub(crate) const MAX_IOVS: u32 = 1024;
 
-/// WASI rights (`rights` in preview1), the bits atoll looks at.
-pub(crate) mod rights {
-    pub const FD_READ: u64 = 1 << 1;
-    pub const FD_SEEK: u64 = 1 << 2;
-    pub const FD_TELL: u64 = 1 << 5;
-    pub const FD_WRITE: u64 = 1 << 6;
-    /// Every right preview1 defines (bits 0 to 29).
-    pub const ALL: u64 = (1 << 30) - 1;
-}
-
 /// WASI `fdflags`.
 pub(crate) mod fdflags {
     pub const APPEND: u16 = 1 << 0;
@@ -72,6 +64,21 @@ pub(crate) mod fdflags {
     pub const RSYNC: u16 = 1 << 3;
     pub const SYNC: u16 = 1 << 4;
     pub const ALL: u16 = APPEND | DSYNC | NONBLOCK | RSYNC | SYNC;
+
+    /// The host `open` flags that carry out the sync flags of `flags`.
+    pub fn host_sync(flags: u16) -> i32 {
+        let mut host = 0;
+        if flags & DSYNC != 0 {
+            host |= libc::O_DSYNC;
+        }
+        if flags & RSYNC != 0 {
+            host |= libc::O_RSYNC;
+        }
+        if flags & SYNC != 0 {
+            host |= libc::O_SYNC;
+        }
+        host
+    }
 }
 
 /// Maps a host error to the errno the guest sees, by its OS error number
@@ -102,12 +109,17 @@ pub(crate) fn host_errno(e: &io::Error) -> Errno {
     }
 }
 
-/// Opens a host file for a descriptor: `O_NOFOLLOW` (the path is already
-/// resolved, so a symlink found here was put there behind our back) and
-/// `O_NONBLOCK` (a FIFO must not block the kernel); only regular files pass.
-pub(crate) fn open_host(options: &mut OpenOptions, host: &std::path::Path) -> Result<File, Errno> {
+/// Opens a host file for a descriptor with WASI `fdflags` `flags`:
+/// `O_NOFOLLOW` (the path is already resolved, so a symlink found here was
+/// put there behind our back), `O_NONBLOCK` (a FIFO must not block the
+/// kernel) and the sync flags; only regular files pass.
+pub(crate) fn open_host(
+    options: &mut OpenOptions,
+    host: &std::path::Path,
+    flags: u16,
+) -> Result<File, Errno> {
     let file = options
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | fdflags::host_sync(flags))
         .open(host)
         .map_err(|e| host_errno(&e))?;
     let kind = file.metadata().map_err(|e| host_errno(&e))?.file_type();
@@ -126,6 +138,7 @@ pub(crate) fn reopen(f: &FileFd) -> Result<File, Errno> {
     open_host(
         OpenOptions::new().read(f.read || !f.write).write(f.write),
         &f.host,
+        f.flags,
     )
 }
 

@@ -26,7 +26,8 @@ pub use atoll_migration::BLOCK;
 
 const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 2: memory in runs of 4 KiB blocks, complete or delta.
-const VERSION: u16 = 2;
+/// 3: each descriptor keeps its WASI rights mask.
+const VERSION: u16 = 3;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

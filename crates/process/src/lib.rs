@@ -32,7 +32,7 @@ pub use call::{
 };
 pub use container::{Container, ContainerError, Slice};
 pub use ctx::{Console, Host, Stream};
-pub use fd::{DirFd, Fd, FdTable, FileFd, Preopen};
+pub use fd::{DirFd, Fd, FdTable, FileFd, Preopen, Rights};
 pub use image::{GlobalValue, ImageError, MemoryImage, ProcessImage, Run, BLOCK, PAGE_SIZE};
 pub use runtime::{LoadError, Program, Runtime, RuntimeConfig};
 pub use uarea::{Accounting, Children, ConsoleId, StackArea, UArea};

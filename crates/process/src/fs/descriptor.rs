@@ -5,16 +5,16 @@
 //! (`EFAULT`), the descriptor through the table (`EBADF`) — and only then
 //! touches a file or the UArea.
 
-use std::fs::{File, FileTimes};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::time::{Duration, SystemTime};
 
 use atoll_abi::Errno;
 
 use super::stat::{self, filetype};
+use super::times::Times;
 use super::{fdflags, host_errno, host_file, rights, MAX_IO, MAX_IOVS};
 use crate::ctx::{ProcCtx, Stream};
-use crate::fd::{Fd, FileFd};
+use crate::fd::{Fd, FdTable, FileFd, Rights};
 use crate::memory::GuestMemory;
 
 /// Decodes an iovec array, checking every buffer, and trims it to
@@ -153,7 +153,11 @@ pub(crate) fn fd_write(
         }
         Fd::File(f) if f.write => {
             let file = host_file(files, fd, f)?;
-            let at = if f.append { file_size(file)? } else { f.offset };
+            let at = if f.flags & fdflags::APPEND != 0 {
+                file_size(file)?
+            } else {
+                f.offset
+            };
             let n = write_at(mem, &iovs, file, at)?;
             f.offset = at + n as u64;
             n
@@ -320,30 +324,6 @@ pub(crate) fn fd_datasync(
     sync(ctx, fd, true)
 }
 
-/// Rights of a regular file: all of them but reading or writing when its
-/// mode forbids it.
-fn file_rights(f: &FileFd) -> u64 {
-    let mut r = rights::ALL;
-    if !f.read {
-        r &= !rights::FD_READ;
-    }
-    if !f.write {
-        r &= !rights::FD_WRITE;
-    }
-    r
-}
-
-/// Rights of stdio: no seek or tell, which is how wasi-libc's `isatty`
-/// recognizes a terminal (so stdout is line-buffered).
-fn stdio_rights(entry: &Fd) -> u64 {
-    let one_way = if matches!(entry, Fd::Stdin) {
-        rights::FD_WRITE
-    } else {
-        rights::FD_READ
-    };
-    rights::ALL & !(rights::FD_SEEK | rights::FD_TELL | one_way)
-}
-
 /// `fd_fdstat_get`.
 pub(crate) fn fd_fdstat_get(
     mem: &mut GuestMemory<'_>,
@@ -352,21 +332,26 @@ pub(crate) fn fd_fdstat_get(
     buf: u32,
 ) -> Result<(), Errno> {
     out(mem, buf, stat::FDSTAT_LEN)?;
-    let record = match ctx.uarea.fds.get(fd)? {
-        e @ (Fd::Stdin | Fd::Stdout | Fd::Stderr) => {
-            stat::fdstat(filetype::CHARACTER_DEVICE, 0, stdio_rights(e), 0)
-        }
-        Fd::Dir(_) => stat::fdstat(filetype::DIRECTORY, 0, rights::ALL, rights::ALL),
-        Fd::File(f) => {
-            let flags = if f.append { fdflags::APPEND } else { 0 };
-            stat::fdstat(filetype::REGULAR_FILE, flags, file_rights(f), 0)
-        }
+    let (base, inheriting) = rights_of(&ctx.uarea.fds, fd)?;
+    let (filetype, flags) = match ctx.uarea.fds.get(fd)? {
+        Fd::Stdin | Fd::Stdout | Fd::Stderr => (filetype::CHARACTER_DEVICE, 0),
+        Fd::Dir(_) => (filetype::DIRECTORY, 0),
+        Fd::File(f) => (filetype::REGULAR_FILE, f.flags),
     };
-    mem.write(buf, &record)
+    mem.write(buf, &stat::fdstat(filetype, flags, base, inheriting))
 }
 
-/// `fd_fdstat_set_flags`: `APPEND` switches a file's append mode; the
-/// others are accepted and have no effect.
+/// The (base, inheriting) rights descriptor `fd` has now.
+fn rights_of(fds: &FdTable, fd: u32) -> Result<(u64, u64), Errno> {
+    let (base, inheriting) = rights::natural(fds.get(fd)?);
+    let kept = fds.kept(fd)?;
+    Ok((base & kept.base, inheriting & kept.inheriting))
+}
+
+/// `fd_fdstat_set_flags`: a file takes the new flags; when its sync flags
+/// change, its host file is reopened with them at the next call. On stdio
+/// and directories the flags have no effect (as `fcntl(F_SETFL)` there;
+/// wasmtime answers `EBADF`).
 pub(crate) fn fd_fdstat_set_flags(
     _mem: &mut GuestMemory<'_>,
     ctx: &mut ProcCtx,
@@ -378,25 +363,30 @@ pub(crate) fn fd_fdstat_set_flags(
         .filter(|f| f & !fdflags::ALL == 0)
         .ok_or(Errno::Inval)?;
     if let Fd::File(f) = ctx.uarea.fds.get_mut(fd)? {
-        f.append = flags & fdflags::APPEND != 0;
+        if fdflags::host_sync(flags) != fdflags::host_sync(f.flags) {
+            ctx.files.remove(&fd);
+        }
+        f.flags = flags;
     }
     Ok(())
 }
 
-/// `fd_fdstat_set_rights`: only narrowing; dropping `FD_READ`/`FD_WRITE`
-/// from a file takes that access away for good.
+/// `fd_fdstat_set_rights`: only narrowing (`ENOTCAPABLE` for a right the
+/// descriptor does not have); dropping `FD_READ`/`FD_WRITE` from a file
+/// takes that access away for good.
 pub(crate) fn fd_fdstat_set_rights(
     _mem: &mut GuestMemory<'_>,
     ctx: &mut ProcCtx,
     fd: u32,
     base: u64,
-    _inheriting: u64,
+    inheriting: u64,
 ) -> Result<(), Errno> {
-    let entry = ctx.uarea.fds.get_mut(fd)?;
-    if let Fd::File(f) = entry {
-        if base & !file_rights(f) != 0 {
-            return Err(Errno::NotCapable);
-        }
+    let (has_base, has_inheriting) = rights_of(&ctx.uarea.fds, fd)?;
+    if base & !has_base != 0 || inheriting & !has_inheriting != 0 {
+        return Err(Errno::NotCapable);
+    }
+    ctx.uarea.fds.keep(fd, Rights { base, inheriting })?;
+    if let Fd::File(f) = ctx.uarea.fds.get_mut(fd)? {
         f.read &= base & rights::FD_READ != 0;
         f.write &= base & rights::FD_WRITE != 0;
     }
@@ -479,27 +469,6 @@ pub(crate) fn fd_advise(
     Ok(())
 }
 
-/// Decodes WASI `fstflags` (ATIM 1, ATIM_NOW 2, MTIM 4, MTIM_NOW 8).
-pub(crate) fn file_times(atim: u64, mtim: u64, flags: u32) -> Result<FileTimes, Errno> {
-    if flags & !0xF != 0 || flags & 3 == 3 || flags & 12 == 12 {
-        return Err(Errno::Inval);
-    }
-    let now = SystemTime::now();
-    let at = |ns: u64| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns);
-    let mut times = FileTimes::new();
-    if flags & 1 != 0 {
-        times = times.set_accessed(at(atim));
-    } else if flags & 2 != 0 {
-        times = times.set_accessed(now);
-    }
-    if flags & 4 != 0 {
-        times = times.set_modified(at(mtim));
-    } else if flags & 8 != 0 {
-        times = times.set_modified(now);
-    }
-    Ok(times)
-}
-
 /// `fd_filestat_set_times`.
 pub(crate) fn fd_filestat_set_times(
     _mem: &mut GuestMemory<'_>,
@@ -509,10 +478,10 @@ pub(crate) fn fd_filestat_set_times(
     mtim: u64,
     flags: u32,
 ) -> Result<(), Errno> {
-    let times = file_times(atim, mtim, flags)?;
+    let times = Times::decode(atim, mtim, flags)?;
     let result = match ctx.uarea.fds.get(fd)? {
-        Fd::File(f) => host_file(&mut ctx.files, fd, f)?.set_times(times),
-        Fd::Dir(d) => File::open(&d.host).and_then(|dir| dir.set_times(times)),
+        Fd::File(f) => times.set_fd(host_file(&mut ctx.files, fd, f)?),
+        Fd::Dir(d) => File::open(&d.host).and_then(|dir| times.set_fd(&dir)),
         Fd::Stdin | Fd::Stdout | Fd::Stderr => return Err(Errno::Badf),
     };
     result.map_err(|e| host_errno(&e))

@@ -3,13 +3,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use atoll_abi::Errno;
 
-use super::descriptor::file_times;
 use super::stat;
+use super::times::Times;
 use super::{fdflags, host_errno, open_host, resolve, resolve_entry, rights, Follow};
 use crate::ctx::ProcCtx;
 use crate::fd::{DirFd, Fd, FdTable, FileFd};
@@ -51,14 +50,12 @@ fn dir_of(fds: &FdTable, fd: u32) -> Result<&DirFd, Errno> {
 
 /// Resolves guest path `path` beneath directory descriptor `fd`.
 fn lookup(ctx: &ProcCtx, fd: u32, path: &str, follow: Follow) -> Result<PathBuf, Errno> {
-    let dir = dir_of(&ctx.uarea.fds, fd)?;
-    resolve(&dir.root, &dir.host, path, follow)
+    resolve(&dir_of(&ctx.uarea.fds, fd)?.host, path, follow)
 }
 
 /// Resolves a directory entry to create, remove or rename.
 fn lookup_entry(ctx: &ProcCtx, fd: u32, path: &str) -> Result<PathBuf, Errno> {
-    let dir = dir_of(&ctx.uarea.fds, fd)?;
-    resolve_entry(&dir.root, &dir.host, path)
+    resolve_entry(&dir_of(&ctx.uarea.fds, fd)?.host, path)
 }
 
 /// What `path_open` was asked for, decoded.
@@ -69,7 +66,8 @@ struct OpenRequest {
     truncate: bool,
     read: bool,
     write: bool,
-    append: bool,
+    /// WASI `fdflags`, kept by the new descriptor.
+    flags: u16,
 }
 
 impl OpenRequest {
@@ -84,7 +82,7 @@ impl OpenRequest {
             truncate: oflags & oflags::TRUNC != 0,
             read: rights_base & rights::FD_READ != 0,
             write: rights_base & rights::FD_WRITE != 0,
-            append: fdflags & u32::from(fdflags::APPEND) != 0,
+            flags: fdflags as u16,
         };
         if req.directory && (req.create || req.truncate) {
             return Err(Errno::Inval);
@@ -95,11 +93,7 @@ impl OpenRequest {
 
 /// Opens what `host` names as `req` asks, returning the new descriptor and,
 /// for a file, its host handle.
-fn open(
-    host: PathBuf,
-    root: &std::path::Path,
-    req: &OpenRequest,
-) -> Result<(Fd, Option<File>), Errno> {
+fn open(host: PathBuf, req: &OpenRequest) -> Result<(Fd, Option<File>), Errno> {
     let existing = std::fs::symlink_metadata(&host);
     match &existing {
         Ok(m) if m.is_dir() => {
@@ -111,7 +105,6 @@ fn open(
             }
             let dir = DirFd {
                 host,
-                root: root.to_path_buf(),
                 preopen: None,
             };
             return Ok((Fd::Dir(dir), None));
@@ -131,13 +124,13 @@ fn open(
         .truncate(req.truncate)
         .create(create)
         .create_new(create && req.exclusive);
-    let file = open_host(&mut options, &host)?;
+    let file = open_host(&mut options, &host, req.flags)?;
     let entry = FileFd {
         host,
         offset: 0,
         read: req.read,
         write: req.write,
-        append: req.append,
+        flags: req.flags,
     };
     Ok((Fd::File(entry), Some(file)))
 }
@@ -161,9 +154,8 @@ pub(crate) fn path_open(
     let path = guest_path(mem, path, path_len)?;
     mem.slice(fd_out, 4)?;
     let req = OpenRequest::decode(oflags, rights_base, fdflags)?;
-    let root = dir_of(&ctx.uarea.fds, fd)?.root.clone();
     let host = lookup(ctx, fd, &path, Follow::from_lookupflags(dirflags))?;
-    let (entry, file) = open(host, &root, &req)?;
+    let (entry, file) = open(host, &req)?;
     let new = ctx.uarea.fds.insert(entry)?;
     match file {
         Some(file) => ctx.files.insert(new, file),
@@ -190,8 +182,8 @@ pub(crate) fn path_filestat_get(
     mem.write(buf, &stat::filestat(&meta))
 }
 
-/// `path_filestat_set_times`; the times of a symbolic link itself cannot be
-/// set (`ENOTSUP`).
+/// `path_filestat_set_times`: of a symbolic link itself unless the
+/// lookup follows it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn path_filestat_set_times(
     mem: &mut GuestMemory<'_>,
@@ -205,18 +197,10 @@ pub(crate) fn path_filestat_set_times(
     fst_flags: u32,
 ) -> Result<(), Errno> {
     let path = guest_path(mem, path, path_len)?;
-    let times = file_times(atim, mtim, fst_flags)?;
+    let times = Times::decode(atim, mtim, fst_flags)?;
+    // A followed link is already replaced by its target.
     let host = lookup(ctx, fd, &path, Follow::from_lookupflags(flags))?;
-    let meta = std::fs::symlink_metadata(&host).map_err(|e| host_errno(&e))?;
-    if meta.file_type().is_symlink() {
-        return Err(Errno::NotSup);
-    }
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&host)
-        .and_then(|f| f.set_times(times))
-        .map_err(|e| host_errno(&e))
+    times.set_path(&host, false).map_err(|e| host_errno(&e))
 }
 
 /// `path_create_directory`.

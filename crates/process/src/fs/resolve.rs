@@ -1,11 +1,16 @@
-//! Resolving a guest path beneath a directory descriptor's root.
+//! Resolving a guest path beneath a directory descriptor.
+//!
+//! Each directory descriptor is a capability for what lies beneath it, and
+//! nothing else: as in WASI's path resolution (and wasmtime's cap-std), a
+//! path relative to a directory opened inside a preopen may not climb out of
+//! that directory, even to a place the preopen would reach.
 //!
 //! The walk is physical, one component at a time, from the canonical host
 //! path of the directory: `..` pops a canonical path (so `link/..` means the
 //! parent of the link's target, as in POSIX), and a symbolic link is replaced
 //! by the resolution of its text from the link's directory. The current
-//! position never leaves the root: `..` at the root, an absolute path and an
-//! absolute link text outside the root are `ENOTCAPABLE`. Whatever the result
+//! position never leaves the directory: `..` at the top, an absolute path and
+//! an absolute link text outside it are `ENOTCAPABLE`. Whatever the result
 //! names is then opened with `O_NOFOLLOW`, so only the checked path is used.
 
 use std::ffi::OsStr;
@@ -38,28 +43,20 @@ impl Follow {
 }
 
 /// Resolves `path`, relative to the directory `dir`, to a host path beneath
-/// `root` (the preopened directory `dir` lies in). The result's parent exists
-/// and is canonical; the result itself may not exist (a file to create).
+/// `dir`. The result's parent exists and is canonical; the result itself may
+/// not exist (a file to create).
 ///
 /// # Errors
-/// `ENOTCAPABLE` for an absolute path or one that leaves `root`, by `..` or
+/// `ENOTCAPABLE` for an absolute path or one that leaves `dir`, by `..` or
 /// by a symbolic link; `ENOENT`/`ENOTDIR` for a missing or non-directory
 /// intermediate component; `ELOOP` after too many links; `EILSEQ` for a link
 /// whose text is not UTF-8.
-pub(crate) fn resolve(
-    root: &Path,
-    dir: &Path,
-    path: &str,
-    follow: Follow,
-) -> Result<PathBuf, Errno> {
+pub(crate) fn resolve(dir: &Path, path: &str, follow: Follow) -> Result<PathBuf, Errno> {
     if path.starts_with('/') {
         return Err(Errno::NotCapable);
     }
-    let root = canonical(root)?;
-    let start = canonical(dir)?;
-    if !start.starts_with(&root) {
-        return Err(Errno::NotCapable);
-    }
+    let root = canonical(dir)?;
+    let start = root.clone();
     // A trailing slash names a directory: follow a final link and insist.
     let must_be_dir = path.ends_with('/');
     let follow = if must_be_dir { Follow::Yes } else { follow };
@@ -78,9 +75,27 @@ pub(crate) fn resolve(
 /// Resolves a path that names a directory entry to create, remove or rename:
 /// its last component must be a name (not `.` or `..`, `EINVAL`), and a
 /// final symbolic link is the entry itself, not followed.
-pub(crate) fn resolve_entry(root: &Path, dir: &Path, path: &str) -> Result<PathBuf, Errno> {
+///
+/// A trailing slash stays on the result, so that the host call that uses it
+/// answers as POSIX says (`link(f, "new/")` is `ENOENT`, `rename("dir/",
+/// "new/")` works); an existing non-directory before it is `ENOTDIR`.
+pub(crate) fn resolve_entry(dir: &Path, path: &str) -> Result<PathBuf, Errno> {
     match Path::new(path).components().next_back() {
-        Some(Component::Normal(_)) => resolve(root, dir, path.trim_end_matches('/'), Follow::No),
+        Some(Component::Normal(_)) => {
+            let name = path.trim_end_matches('/');
+            let host = resolve(dir, name, Follow::No)?;
+            if name.len() == path.len() {
+                return Ok(host);
+            }
+            // `name/` names a directory: an existing file there is not one
+            // (Linux's `symlink` would say EEXIST; POSIX and wasmtime, ENOTDIR).
+            if std::fs::metadata(&host).is_ok_and(|m| !m.is_dir()) {
+                return Err(Errno::NotDir);
+            }
+            let mut with_slash = host.into_os_string();
+            with_slash.push("/");
+            Ok(with_slash.into())
+        }
         Some(Component::RootDir | Component::Prefix(_)) => Err(Errno::NotCapable),
         Some(_) => Err(Errno::Inval),
         None => Err(Errno::NoEnt),
@@ -195,56 +210,52 @@ mod tests {
     #[test]
     fn normal_nested_path() {
         let (_t, root) = tree();
-        let r = resolve(&root, &root, "a/b/file", Follow::Yes).unwrap();
+        let r = resolve(&root, "a/b/file", Follow::Yes).unwrap();
         assert_eq!(r, canon(&root.join("a/b/file")));
-        let r = resolve(&root, &root, "./a//b/../b/file", Follow::Yes).unwrap();
+        let r = resolve(&root, "./a//b/../b/file", Follow::Yes).unwrap();
         assert_eq!(r, canon(&root.join("a/b/file")));
-        // Relative to a directory below the root.
-        let r = resolve(&root, &root.join("a/b"), "../../top", Follow::No).unwrap();
-        assert_eq!(r, canon(&root.join("top")));
+        // Relative to a directory below the root, staying beneath it.
+        let r = resolve(&root.join("a"), "b/../b/file", Follow::No).unwrap();
+        assert_eq!(r, canon(&root.join("a/b/file")));
         // A file to create: the parent exists, the name does not.
-        let r = resolve(&root, &root, "a/new", Follow::Yes).unwrap();
+        let r = resolve(&root, "a/new", Follow::Yes).unwrap();
         assert_eq!(r, canon(&root.join("a")).join("new"));
-        assert_eq!(
-            resolve(&root, &root, ".", Follow::Yes).unwrap(),
-            canon(&root)
-        );
+        assert_eq!(resolve(&root, ".", Follow::Yes).unwrap(), canon(&root));
     }
 
     #[test]
     fn dotdot_escape() {
         let (_t, root) = tree();
+        assert_eq!(resolve(&root, "..", Follow::Yes), Err(Errno::NotCapable));
         assert_eq!(
-            resolve(&root, &root, "..", Follow::Yes),
+            resolve(&root, "a/../../outside/secret", Follow::Yes),
             Err(Errno::NotCapable)
         );
+        // A directory opened beneath the root is a sandbox of its own: it
+        // cannot climb out of itself, not even to a place the root reaches.
         assert_eq!(
-            resolve(&root, &root, "a/../../outside/secret", Follow::Yes),
-            Err(Errno::NotCapable)
-        );
-        assert_eq!(
-            resolve(&root, &root.join("a"), "../..", Follow::Yes),
+            resolve(&root.join("a/b"), "../../top", Follow::Yes),
             Err(Errno::NotCapable)
         );
         // Going up and back down is fine as long as it stays inside.
-        assert!(resolve(&root, &root, "a/../a/b/file", Follow::Yes).is_ok());
+        assert!(resolve(&root, "a/../a/b/file", Follow::Yes).is_ok());
     }
 
     #[test]
     fn absolute_path() {
         let (tmp, root) = tree();
         assert_eq!(
-            resolve(&root, &root, "/etc/passwd", Follow::Yes),
+            resolve(&root, "/etc/passwd", Follow::Yes),
             Err(Errno::NotCapable)
         );
         let inside = canon(&root).join("top");
         assert_eq!(
-            resolve(&root, &root, inside.to_str().unwrap(), Follow::Yes),
+            resolve(&root, inside.to_str().unwrap(), Follow::Yes),
             Err(Errno::NotCapable)
         );
         let secret = tmp.path().join("outside/secret");
         assert_eq!(
-            resolve_entry(&root, &root, secret.to_str().unwrap()),
+            resolve_entry(&root, secret.to_str().unwrap()),
             Err(Errno::NotCapable)
         );
     }
@@ -259,31 +270,28 @@ mod tests {
         symlink("../../outside/new", root.join("a/dangling_out")).unwrap();
         symlink("b/new", root.join("a/dangling_in")).unwrap();
         let no = Err(Errno::NotCapable);
-        assert_eq!(resolve(&root, &root, "out_abs/secret", Follow::No), no);
-        assert_eq!(resolve(&root, &root, "out_rel", Follow::Yes), no);
-        assert_eq!(resolve(&root, &root, "a/dangling_out", Follow::Yes), no);
+        assert_eq!(resolve(&root, "out_abs/secret", Follow::No), no);
+        assert_eq!(resolve(&root, "out_rel", Follow::Yes), no);
+        assert_eq!(resolve(&root, "a/dangling_out", Follow::Yes), no);
         // Not following the last link names the link itself, inside the root.
         assert_eq!(
-            resolve(&root, &root, "out_rel", Follow::No).unwrap(),
+            resolve(&root, "out_rel", Follow::No).unwrap(),
             canon(&root).join("out_rel")
         );
         // Links that stay inside resolve to their targets.
         let file = canon(&root.join("a/b/file"));
+        assert_eq!(resolve(&root, "in_rel/file", Follow::No).unwrap(), file);
         assert_eq!(
-            resolve(&root, &root, "in_rel/file", Follow::No).unwrap(),
-            file
-        );
-        assert_eq!(
-            resolve(&root, &root, "in_abs", Follow::Yes).unwrap(),
+            resolve(&root, "in_abs", Follow::Yes).unwrap(),
             canon(&root.join("top"))
         );
         assert_eq!(
-            resolve(&root, &root, "a/dangling_in", Follow::Yes).unwrap(),
+            resolve(&root, "a/dangling_in", Follow::Yes).unwrap(),
             canon(&root.join("a/b")).join("new")
         );
         // `link/..` is the parent of the target, as in POSIX.
         assert_eq!(
-            resolve(&root, &root, "in_rel/..", Follow::Yes).unwrap(),
+            resolve(&root, "in_rel/..", Follow::Yes).unwrap(),
             canon(&root.join("a"))
         );
     }
@@ -293,35 +301,17 @@ mod tests {
         let (_t, root) = tree();
         symlink("loop2", root.join("loop1")).unwrap();
         symlink("loop1", root.join("loop2")).unwrap();
-        assert_eq!(
-            resolve(&root, &root, "loop1", Follow::Yes),
-            Err(Errno::Loop)
-        );
-        assert_eq!(resolve(&root, &root, "", Follow::Yes), Err(Errno::NoEnt));
-        assert_eq!(
-            resolve(&root, &root, "missing/x", Follow::Yes),
-            Err(Errno::NoEnt)
-        );
-        assert_eq!(
-            resolve(&root, &root, "top/x", Follow::Yes),
-            Err(Errno::NotDir)
-        );
-        assert_eq!(
-            resolve(&root, &root, "top/", Follow::No),
-            Err(Errno::NotDir)
-        );
-        assert_eq!(resolve_entry(&root, &root, "a/.."), Err(Errno::Inval));
-        assert_eq!(resolve_entry(&root, &root, "."), Err(Errno::Inval));
-        assert_eq!(
-            resolve_entry(&root, &root, "a/b/").unwrap(),
-            canon(&root.join("a/b"))
-        );
-        // A directory descriptor outside its root is refused outright.
-        let (t2, other) = tree();
-        assert_eq!(
-            resolve(&root, &other, "top", Follow::Yes),
-            Err(Errno::NotCapable)
-        );
-        drop(t2);
+        assert_eq!(resolve(&root, "loop1", Follow::Yes), Err(Errno::Loop));
+        assert_eq!(resolve(&root, "", Follow::Yes), Err(Errno::NoEnt));
+        assert_eq!(resolve(&root, "missing/x", Follow::Yes), Err(Errno::NoEnt));
+        assert_eq!(resolve(&root, "top/x", Follow::Yes), Err(Errno::NotDir));
+        assert_eq!(resolve(&root, "top/", Follow::No), Err(Errno::NotDir));
+        assert_eq!(resolve_entry(&root, "a/.."), Err(Errno::Inval));
+        assert_eq!(resolve_entry(&root, "."), Err(Errno::Inval));
+        // The trailing slash is kept for the host call to judge.
+        let entry = resolve_entry(&root, "a/b/").unwrap();
+        assert_eq!(entry, canon(&root.join("a/b")));
+        assert!(entry.to_str().unwrap().ends_with("a/b/"));
+        assert_eq!(resolve_entry(&root, "top/"), Err(Errno::NotDir));
     }
 }

@@ -235,7 +235,7 @@ fn resolve_module(fds: &FdTable, guest: &str) -> Result<PathBuf, Errno> {
         .map(|(d, rest, _)| (d, rest))
         .ok_or(Errno::NotCapable)?;
     let rest = rest.to_str().ok_or(Errno::Ilseq)?;
-    let host = crate::fs::resolve(&dir.root, &dir.host, rest, crate::fs::Follow::Yes)?;
+    let host = crate::fs::resolve(&dir.host, rest, crate::fs::Follow::Yes)?;
     if !host.is_file() {
         return Err(if host.exists() {
             Errno::NoExec

@@ -112,23 +112,31 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         },
     )?;
 
-    // Signals and sockets are not part of atoll's WASI: ENOSYS.
-    use ValType::{I32, I64};
-    let enosys: &[(&str, &[ValType])] = &[
-        ("proc_raise", &[I32]),
+    // atoll creates no sockets, so every descriptor that exists is not one
+    // (`ENOTSOCK`; `EBADF` for one that does not exist), as in wasmtime.
+    use ValType::I32;
+    let socket_calls: &[(&str, &[ValType])] = &[
         ("sock_accept", &[I32, I32, I32]),
         ("sock_recv", &[I32, I32, I32, I32, I32, I32]),
         ("sock_send", &[I32, I32, I32, I32, I32]),
         ("sock_shutdown", &[I32, I32]),
     ];
-    for (name, params) in enosys {
+    for (name, params) in socket_calls {
         let ty = wasmtime::FuncType::new(linker.engine(), params.iter().cloned(), [I32]);
-        linker.func_new(M, name, ty, |_, _, results| {
-            results[0] = wasmtime::Val::I32(Errno::NoSys.raw() as i32);
+        linker.func_new(M, name, ty, |c, args, results| {
+            let fd = args[0].unwrap_i32() as u32;
+            let errno = match c.data().uarea.fds.get(fd) {
+                Ok(_) => Errno::NotSock,
+                Err(e) => e,
+            };
+            results[0] = wasmtime::Val::I32(errno.raw() as i32);
             Ok(())
         })?;
     }
-    let _ = I64;
+    // Signals are not part of atoll's WASI (wasmtime answers the same).
+    linker.func_wrap(M, "proc_raise", |_: Caller<'_, ProcCtx>, _sig: i32| {
+        Errno::NotSup.raw() as i32
+    })?;
     Ok(())
 }
 
