@@ -2,7 +2,7 @@
  * trap - dies of a WebAssembly trap of the chosen kind, to check that a
  * crashing process is contained and reported (wait status 134).
  *
- *   trap div0|unreachable|oob|stack|shadow
+ *   trap div0|unreachable|oob|stack|shadow|mangled
  *
  *   div0         integer division by zero (i32.div_s traps in wasm)
  *   unreachable  __builtin_trap(), the wasm `unreachable` instruction
@@ -11,6 +11,9 @@
  *   shadow       unbounded recursion with a buffer in each frame, which
  *                exhausts the C stack in linear memory; atoll-cc links with
  *                --stack-first, so this runs off address 0 and traps
+ *   mangled      `unreachable` in functions whose symbols are mangled as
+ *                rustc (v0) and clang++ name theirs, so that the report
+ *                shows them demangled: std::process::abort, app::crash(int)
  *
  * Expected: "about to trap: KIND" (flushed), then the trap: no further output,
  * no exit status of its own. If the trap somehow does not happen it prints
@@ -43,12 +46,30 @@ __attribute__((noinline)) static int recurse_with_buffer(int depth)
     return r;
 }
 
+/* The names rustc gives std::process::abort and clang++ app::crash(int). */
+__attribute__((noinline)) static void rust_abort(void)
+    __asm__("_RNvNtCs6TxCtTcuIIP_3std7process5abort");
+__attribute__((noinline)) static void cpp_crash(int why) __asm__("_ZN3app5crashEi");
+
+static void rust_abort(void)
+{
+    __builtin_trap();
+}
+
+static void cpp_crash(int why)
+{
+    sink = why;
+    rust_abort();
+    sink = 0; /* not a tail call: both frames stay */
+}
+
 int main(int argc, char **argv)
 {
     const char *kind = argc > 1 ? argv[1] : "";
     if (strcmp(kind, "div0") && strcmp(kind, "unreachable") &&
-        strcmp(kind, "oob") && strcmp(kind, "stack") && strcmp(kind, "shadow")) {
-        fprintf(stderr, "usage: trap div0|unreachable|oob|stack|shadow\n");
+        strcmp(kind, "oob") && strcmp(kind, "stack") && strcmp(kind, "shadow") &&
+        strcmp(kind, "mangled")) {
+        fprintf(stderr, "usage: trap div0|unreachable|oob|stack|shadow|mangled\n");
         return 2;
     }
 
@@ -65,6 +86,8 @@ int main(int argc, char **argv)
     } else if (strcmp(kind, "oob") == 0) {
         volatile int *far = (volatile int *)(uintptr_t)0xFFFFFFF0u;
         sink = *far;
+    } else if (strcmp(kind, "mangled") == 0) {
+        cpp_crash(42);
     } else if (strcmp(kind, "stack") == 0) {
         sink = recurse(0);
     } else {

@@ -81,6 +81,18 @@ fn a_trap_exits_134_with_the_reason() {
 }
 
 #[test]
+fn trap_reports_demangle_rust_and_cpp_symbols() {
+    // Unprepared, so that binaryen's inliner keeps every frame.
+    let out = run(&["run", "--no-prepare", &guest("trap"), "mangled"]);
+    assert_eq!(out.status.code(), Some(134));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("    in std::process::abort\n    in app::crash(int)\n    in main\n"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_modules_get_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let garbage = dir.path().join("garbage.wasm");

@@ -457,7 +457,7 @@ fn describe_trap(e: &wasmtime::Error) -> String {
     // Innermost first; a run of one function (deep recursion) is one line.
     let mut lines: Vec<(String, usize)> = Vec::new();
     for f in bt.frames() {
-        let name = f.func_name().unwrap_or("?").to_owned();
+        let name = f.func_name().map_or_else(|| "?".to_owned(), demangle);
         match lines.last_mut() {
             Some((last, n)) if *last == name => *n += 1,
             _ => lines.push((name, 1)),
@@ -474,4 +474,37 @@ fn describe_trap(e: &wasmtime::Error) -> String {
         out += &format!("\n    ... {} more", lines.len() - 8);
     }
     out
+}
+
+/// A symbol as its source language wrote it: Rust (legacy and v0 mangling)
+/// and C++ (Itanium) names are demangled, others are left as they are.
+fn demangle(name: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        // `{:#}` leaves out the hash suffix of legacy names.
+        return format!("{rust:#}");
+    }
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|cpp| cpp.demangle().ok())
+        .unwrap_or_else(|| name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::demangle;
+
+    #[test]
+    fn symbols_are_demangled() {
+        assert_eq!(
+            demangle("_RNvNtCs6TxCtTcuIIP_3std7process5abort"),
+            "std::process::abort"
+        );
+        assert_eq!(
+            demangle("_ZN3std7process5abort17h0123456789abcdefE"),
+            "std::process::abort"
+        );
+        assert_eq!(demangle("_Z3addii"), "add(int, int)");
+        assert_eq!(demangle("main"), "main");
+        assert_eq!(demangle("__original_main"), "__original_main");
+    }
 }
