@@ -14,6 +14,7 @@ Environment:
     ATOLL_WANDER   if set, the test moves to the next kernel after every
                    system call (`atoll run --wander`), proving that the state
                    of its files and directories lives in the UArea
+    ATOLL_MIGRATE_MODE  how it moves: handover [default] or copy
 """
 
 import os
@@ -61,6 +62,8 @@ def compute_argv(test_path: str,
         argv += ["--on", os.environ["ATOLL_ON"]]
     if os.getenv("ATOLL_WANDER"):
         argv += ["--wander"]
+    if os.getenv("ATOLL_MIGRATE_MODE"):
+        argv += ["--migrate-mode", os.environ["ATOLL_MIGRATE_MODE"]]
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
     if root:

@@ -100,6 +100,15 @@ pub struct RunArgs {
     /// Run in this domain (`atoll domain create`) [default: the default domain]
     #[arg(long, value_name = "NAME")]
     domain: Option<String>,
+    /// For testing: move the process to the next kernel after every system
+    /// call answered in place (files, clocks, args, random); its output and
+    /// files must be exactly those of an unmoved run
+    #[arg(long)]
+    wander: bool,
+    /// How the embedded node moves processes that ask to move (`kmigrate_to`,
+    /// --wander): `handover` or `copy` [default: handover]
+    #[arg(long, value_name = "MODE")]
+    migrate_mode: Option<Mode>,
     /// The program (.wasm or .wat)
     program: PathBuf,
     /// Its arguments
@@ -135,6 +144,7 @@ impl RunArgs {
             kernel: self.on,
             prepare: !self.no_prepare,
             domain: self.domain.clone(),
+            wander: self.wander,
         })
     }
 }
@@ -144,16 +154,23 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
     let job = a.job()?;
     if !a.embedded {
         if let Some(client) = ctx.client() {
-            if a.kernels.is_some() {
-                eprintln!(
-                    "atoll: --kernels is ignored: running on the node at {}",
-                    ctx.socket.display()
-                );
+            for (option, given) in [
+                ("--kernels", a.kernels.is_some()),
+                ("--migrate-mode", a.migrate_mode.is_some()),
+            ] {
+                if given {
+                    eprintln!(
+                        "atoll: {option} is ignored: running on the node at {}",
+                        ctx.socket.display()
+                    );
+                }
             }
             return follow_job(client, &Request::Run(job));
         }
     }
-    let node = Node::start(ctx.node_config(a.kernels, a.quantum_ms))?;
+    let mut config = ctx.node_config(a.kernels, a.quantum_ms);
+    config.migration.mode = a.migrate_mode.unwrap_or_default();
+    let node = Node::start(config)?;
     let (tx, rx) = mpsc::channel();
     node.run_job(&job, Box::new(TerminalSink { done: tx }))?;
     let status = rx

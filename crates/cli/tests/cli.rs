@@ -70,6 +70,41 @@ fn mergesort_example_prints_the_native_checksum() {
 }
 
 #[test]
+fn wander_moves_the_program_after_every_system_call_in_either_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = format!("{}::/data", dir.path().display());
+    for mode in ["handover", "copy"] {
+        let out = run(&[
+            "-v",
+            "run",
+            "--kernels",
+            "3",
+            "--wander",
+            "--migrate-mode",
+            mode,
+            "--dir",
+            &data,
+            &guest("wasi_conformance"),
+            "/data",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(text(&out.stdout).ends_with("sockets: ok\n"));
+        let moves = text(&out.stderr)
+            .lines()
+            .filter(|l| l.contains(&format!("({mode}): downtime")))
+            .count();
+        assert!(moves > 50, "{mode}: {moves} migrations");
+    }
+    let out = run(&["run", "--migrate-mode", "teleport", &guest("hello")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+#[test]
 fn a_trap_exits_134_with_the_reason() {
     let out = run(&["run", &guest("trap"), "unreachable"]);
     assert_eq!(out.status.code(), Some(134));

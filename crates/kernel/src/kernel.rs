@@ -308,7 +308,7 @@ impl Kernel {
             .allocate()
             .map_err(|e| (e, "process table is full".to_string()))?;
         let fds = FdTable::new(&spec.preopens);
-        let uarea = UArea::new(
+        let mut uarea = UArea::new(
             pid,
             parent,
             spec.module,
@@ -318,6 +318,7 @@ impl Kernel {
             fds,
             spec.domain,
         );
+        uarea.wander.enabled = spec.wander;
         match Container::new(&self.runtime, program, uarea, self.host.clone()) {
             Ok(container) => {
                 self.procs.insert(pid, Process { container });

@@ -27,6 +27,8 @@ pub struct ProcessSpec {
     pub preopens: Vec<Preopen>,
     /// `None`: not bound to any domain (no IPC).
     pub domain: Option<DomainId>,
+    /// Move after every system call ([`atoll_process::Wander`]).
+    pub wander: bool,
 }
 
 /// Who is waiting for the answer to a request.

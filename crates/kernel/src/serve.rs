@@ -119,7 +119,8 @@ impl Kernel {
         let p = self.procs.get(&parent).ok_or(Errno::Srch)?;
         let program = p.container.program().clone();
         let u = p.container.uarea();
-        let (env, console, domain) = (u.env.clone(), u.console, u.ipc.domain);
+        let (env, console, domain, wander) =
+            (u.env.clone(), u.console, u.ipc.domain, u.wander.enabled);
         let preopens = u
             .fds
             .preopens()
@@ -150,6 +151,7 @@ impl Kernel {
             console,
             preopens,
             domain,
+            wander,
         })
     }
 

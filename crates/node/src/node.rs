@@ -63,6 +63,9 @@ pub struct JobSpec {
     pub prepare: bool,
     /// The domain to run in (`None`: the default domain).
     pub domain: Option<String>,
+    /// Move the process to the next kernel after every system call
+    /// ([`atoll_process::Wander`]), to test that nothing is lost by moving.
+    pub wander: bool,
 }
 
 fn cores() -> usize {
@@ -215,6 +218,7 @@ impl Node {
             console,
             preopens: job.preopens.clone(),
             domain: Some(domain),
+            wander: job.wander,
         };
         let started = self
             .ask(kernel, |reply| Control::Start { spec, reply })

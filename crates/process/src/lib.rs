@@ -35,4 +35,4 @@ pub use ctx::{Console, Host, Stream};
 pub use fd::{DirFd, Fd, FdTable, FileFd, Preopen, Rights};
 pub use image::{GlobalValue, ImageError, MemoryImage, ProcessImage, Run, BLOCK, PAGE_SIZE};
 pub use runtime::{LoadError, Program, Runtime, RuntimeConfig};
-pub use uarea::{Accounting, Children, ConsoleId, StackArea, UArea};
+pub use uarea::{Accounting, Children, ConsoleId, StackArea, UArea, Wander};

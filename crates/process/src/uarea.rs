@@ -52,6 +52,9 @@ pub struct UArea {
     /// top pages, hidden from the program by `atoll prepare`.
     pub stack_area: Option<StackArea>,
     pub accounting: Accounting,
+    /// Whether the process moves after every system call (`atoll run
+    /// --wander`), and the result of the call it is moving after.
+    pub wander: Wander,
 }
 
 impl UArea {
@@ -81,6 +84,7 @@ impl UArea {
             started: false,
             stack_area: None,
             accounting: Accounting::default(),
+            wander: Wander::default(),
         }
     }
 
@@ -89,6 +93,19 @@ impl UArea {
         let arg0 = self.args.first().map(String::as_str).unwrap_or("?");
         arg0.rsplit('/').next().unwrap_or(arg0)
     }
+}
+
+/// A testing aid that proves invariant 2 for every system call: with it on,
+/// each call answered in place (files, clocks, args, random) moves the
+/// process to the next kernel of its node before it returns, so the process
+/// runs every call on a different kernel from the one before. Children
+/// inherit it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wander {
+    pub enabled: bool,
+    /// The result of the call the process is moving after, returned to the
+    /// guest once it has moved.
+    pub result: Option<i32>,
 }
 
 /// A process's children: those still running, and the statuses of those that

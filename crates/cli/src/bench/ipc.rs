@@ -187,6 +187,7 @@ impl Bench<'_> {
                 kernel: Some(0),
                 prepare: true,
                 domain: None,
+                wander: false,
             };
             let (out, _) = atoll_job(self.node, &job)?;
             parse(&out, "ipcbench")

@@ -36,6 +36,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
         kernel: Some(0),
         prepare,
         domain: None,
+        wander: false,
     };
     node.runtime().load_file(&wasm, false)?;
     node.runtime().load_file(&wasm, true)?;

@@ -574,6 +574,7 @@ impl Bench<'_> {
             kernel: Some(0),
             prepare: true,
             domain: None,
+            wander: false,
         };
         let (tx, events) = mpsc::channel();
         let stderr = Arc::new(Mutex::new(Vec::new()));

@@ -44,6 +44,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
         kernel: Some(0),
         prepare: true,
         domain: None,
+        wander: false,
     };
     let mut rows = Vec::new();
     let mut atoll = Vec::new();

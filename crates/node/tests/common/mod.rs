@@ -33,6 +33,7 @@ pub fn job(name: &str, args: &[&str]) -> JobSpec {
         kernel: None,
         prepare: true,
         domain: None,
+        wander: false,
     }
 }
 

@@ -55,6 +55,44 @@ pub(crate) fn with_memory(
     }
 }
 
+/// Serves a system call answered in place, like [`with_memory`]. In wander
+/// mode ([`crate::Wander`]) the process then moves to the next kernel of its
+/// node, and the call returns its result there.
+pub(crate) fn local_call(
+    caller: &mut Caller<'_, ProcCtx>,
+    f: impl FnOnce(&mut GuestMemory<'_>, &mut ProcCtx) -> Result<(), Errno>,
+) -> wasmtime::Result<i32> {
+    if take_reply(caller)?.is_some() {
+        // Rewound on the kernel it moved to (or stayed on): the call was
+        // served before the move.
+        return caller
+            .data_mut()
+            .uarea
+            .wander
+            .result
+            .take()
+            .ok_or_else(|| wasmtime::format_err!("rewound into a call that did not wander"));
+    }
+    let rc = with_memory(caller, f);
+    if caller.data().uarea.wander.enabled {
+        wander(caller, rc);
+    }
+    Ok(rc)
+}
+
+/// Moves the process to the next kernel after a call that returned `rc`.
+fn wander(caller: &mut Caller<'_, ProcCtx>, rc: i32) {
+    let host = &caller.data().host;
+    if host.kernel_count < 2 {
+        return;
+    }
+    let to = (host.kernel.index + 1) % host.kernel_count;
+    // A module that cannot unwind (run unprepared) stays where it is.
+    if enter_kernel(caller, KernelCall::Migrate { to }).is_ok() {
+        caller.data_mut().uarea.wander.result = Some(rc);
+    }
+}
+
 /// Enters the kernel with `call`: records it and starts unwinding the
 /// guest's stack into its stack area. The host function must then return at
 /// once (its return value is ignored); the process's slice ends.

@@ -5,7 +5,7 @@
 use atoll_abi::Errno;
 use wasmtime::{Caller, Linker, ValType};
 
-use super::{enter_kernel, take_reply, with_memory, ProcExit};
+use super::{enter_kernel, local_call, take_reply, with_memory, ProcExit};
 use crate::call::KernelCall;
 use crate::clock::{monotonic_ns, realtime_ns};
 use crate::ctx::ProcCtx;
@@ -24,14 +24,14 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         M,
         "args_sizes_get",
         |mut c: Caller<'_, ProcCtx>, argc: u32, size: u32| {
-            with_memory(&mut c, |mem, ctx| sizes(mem, &ctx.uarea.args, argc, size))
+            local_call(&mut c, |mem, ctx| sizes(mem, &ctx.uarea.args, argc, size))
         },
     )?;
     linker.func_wrap(
         M,
         "args_get",
         |mut c: Caller<'_, ProcCtx>, argv: u32, buf: u32| {
-            with_memory(&mut c, |mem, ctx| {
+            local_call(&mut c, |mem, ctx| {
                 mem.write_string_table(argv, buf, &ctx.uarea.args)
             })
         },
@@ -40,14 +40,14 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         M,
         "environ_sizes_get",
         |mut c: Caller<'_, ProcCtx>, n: u32, size: u32| {
-            with_memory(&mut c, |mem, ctx| sizes(mem, &ctx.uarea.env, n, size))
+            local_call(&mut c, |mem, ctx| sizes(mem, &ctx.uarea.env, n, size))
         },
     )?;
     linker.func_wrap(
         M,
         "environ_get",
         |mut c: Caller<'_, ProcCtx>, env: u32, buf: u32| {
-            with_memory(&mut c, |mem, ctx| {
+            local_call(&mut c, |mem, ctx| {
                 mem.write_string_table(env, buf, &ctx.uarea.env)
             })
         },
@@ -56,7 +56,7 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         M,
         "clock_res_get",
         |mut c: Caller<'_, ProcCtx>, id: u32, out: u32| {
-            with_memory(&mut c, |mem, _| {
+            local_call(&mut c, |mem, _| {
                 let res = match id {
                     CLOCK_REALTIME | CLOCK_MONOTONIC => 1,
                     CLOCK_PROCESS_CPUTIME | CLOCK_THREAD_CPUTIME => 1_000,
@@ -70,7 +70,7 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         M,
         "clock_time_get",
         |mut c: Caller<'_, ProcCtx>, id: u32, _precision: u64, out: u32| {
-            with_memory(&mut c, |mem, ctx| {
+            local_call(&mut c, |mem, ctx| {
                 let now = match id {
                     CLOCK_REALTIME => realtime_ns(),
                     CLOCK_MONOTONIC => monotonic_ns(),
@@ -85,7 +85,7 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         M,
         "random_get",
         |mut c: Caller<'_, ProcCtx>, buf: u32, len: u32| {
-            with_memory(&mut c, |mem, _| {
+            local_call(&mut c, |mem, _| {
                 getrandom::fill(mem.slice_mut(buf, len)?).map_err(|_| Errno::Io)
             })
         },

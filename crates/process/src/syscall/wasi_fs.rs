@@ -10,7 +10,7 @@
 
 use wasmtime::{Caller, Linker};
 
-use super::with_memory;
+use super::local_call;
 use crate::ctx::ProcCtx;
 use crate::fs;
 
@@ -18,15 +18,16 @@ const WASI: &str = "wasi_snapshot_preview1";
 
 /// Registers one import: its preview1 parameters (`i32`/`i64` as the core
 /// ABI passes them) are handed, reinterpreted as the implementation's
-/// unsigned types, to `fs::$name(mem, ctx, ...)`; it returns the errno.
+/// unsigned types, to `fs::$name(mem, ctx, ...)`; it returns the errno
+/// (through [`local_call`], so files are covered by wander mode).
 macro_rules! bind {
     ($linker:ident, $($name:ident($($arg:ident: $ty:ty),*);)*) => {
         $(
             $linker.func_wrap(
                 WASI,
                 stringify!($name),
-                |mut caller: Caller<'_, ProcCtx>, $($arg: $ty),*| -> i32 {
-                    with_memory(&mut caller, |mem, ctx| fs::$name(mem, ctx, $($arg as _),*))
+                |mut caller: Caller<'_, ProcCtx>, $($arg: $ty),*| {
+                    local_call(&mut caller, |mem, ctx| fs::$name(mem, ctx, $($arg as _),*))
                 },
             )?;
         )*
