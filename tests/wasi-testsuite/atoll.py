@@ -15,6 +15,11 @@ Environment:
                    system call (`atoll run --wander`), proving that the state
                    of its files and directories lives in the UArea
     ATOLL_MIGRATE_MODE  how it moves: handover [default] or copy
+    ATOLL_RUST_ENV      KEY=VALUE pairs (space-separated) added to the
+                        environment of the Rust tests, which read their
+                        configuration from it: ERRNO_MODE_UNIX=1 makes them
+                        demand Linux's exact errno values (the other
+                        languages' tests check their whole environment)
 """
 
 import os
@@ -64,6 +69,9 @@ def compute_argv(test_path: str,
         argv += ["--wander"]
     if os.getenv("ATOLL_MIGRATE_MODE"):
         argv += ["--migrate-mode", os.environ["ATOLL_MIGRATE_MODE"]]
+    if "/rust/" in test_path:
+        for pair in os.getenv("ATOLL_RUST_ENV", "").split():
+            argv += ["--env", pair]
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
     if root:
