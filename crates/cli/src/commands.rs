@@ -10,6 +10,7 @@ use anyhow::{bail, Context as _};
 use atoll_abi::{status, KernelId, Pid};
 use atoll_ipc::DomainInfo;
 use atoll_migration::Mode;
+use atoll_noc::net::identity;
 use atoll_node::daemon::{self, Client, Request, Response};
 use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
 use atoll_process::{Preopen, Stream};
@@ -568,5 +569,35 @@ pub fn prepare(a: PrepareArgs) -> anyhow::Result<()> {
         bytes.len(),
         out.len()
     );
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct CaArgs {
+    #[command(subcommand)]
+    action: CaAction,
+}
+
+#[derive(clap::Subcommand)]
+enum CaAction {
+    /// Make a cluster's certificate authority in DIR: ca.pem (give it to
+    /// every node) and ca.key (keep it with the operator)
+    Init { dir: PathBuf },
+    /// Issue node NAME a certificate from the CA in DIR: NAME.pem and
+    /// NAME.key (give them, with ca.pem, to that node only)
+    Issue {
+        dir: PathBuf,
+        /// The node's name: 1 to 63 lowercase letters, digits and '-'
+        name: String,
+    },
+}
+
+/// The cluster's own CA: nodes trust it and nothing else.
+pub fn ca(a: CaArgs) -> anyhow::Result<()> {
+    let (cert, key) = match &a.action {
+        CaAction::Init { dir } => identity::init_ca(dir)?,
+        CaAction::Issue { dir, name } => identity::issue(dir, name)?,
+    };
+    println!("{}\n{}", cert.display(), key.display());
     Ok(())
 }

@@ -53,6 +53,8 @@ enum Command {
     Ipc(commands::IpcArgs),
     /// Make a wasm32-wasi module migratable (safepoints + Asyncify)
     Prepare(commands::PrepareArgs),
+    /// Make the cluster's certificate authority and issue node certificates
+    Ca(commands::CaArgs),
     /// Measure atoll against the Linux alternatives, side by side
     Bench(bench::BenchArgs),
 }
@@ -83,6 +85,7 @@ fn main() {
         Command::Domain(a) => commands::domain(&ctx, a).map(|()| 0),
         Command::Ipc(a) => commands::ipc(&ctx, a).map(|()| 0),
         Command::Prepare(a) => commands::prepare(a).map(|()| 0),
+        Command::Ca(a) => commands::ca(a).map(|()| 0),
         Command::Bench(a) => bench::run(&ctx, a).map(|()| 0),
     };
     match result {

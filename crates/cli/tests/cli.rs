@@ -470,3 +470,33 @@ fn migrate_checkpoint_and_restore_on_a_running_node() {
         text(&bad.stderr)
     );
 }
+
+#[test]
+fn ca_init_and_issue_make_a_cluster_identity_and_refuse_to_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca");
+    let ca = ca.to_str().unwrap();
+    let out = run(&["ca", "init", ca]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("{ca}/ca.pem\n{ca}/ca.key\n"));
+    let out = run(&["ca", "issue", ca, "node-1"]);
+    assert_eq!(
+        text(&out.stdout),
+        format!("{ca}/node-1.pem\n{ca}/node-1.key\n")
+    );
+    for (args, why) in [
+        (vec!["ca", "init", ca], "ca.pem already exists"),
+        (
+            vec!["ca", "issue", ca, "node-1"],
+            "node-1.pem already exists",
+        ),
+        (
+            vec!["ca", "issue", ca, "Node_1"],
+            "`Node_1` is not a node name",
+        ),
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
+    }
+}

@@ -38,6 +38,7 @@
 
 mod doorbell;
 mod endpoint;
+pub mod net;
 
 pub use doorbell::Doorbell;
 pub use endpoint::{Endpoint, Incoming, Noc, SendError};

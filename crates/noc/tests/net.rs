@@ -1,0 +1,227 @@
+//! Links between nodes over loopback: mutual TLS with certificates from the
+//! cluster's CA, frames across it, and the peers and bytes that must be
+//! refused without disturbing anything else.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::thread;
+
+use atoll_noc::net::frame;
+use atoll_noc::net::identity::{self, Identity};
+use atoll_noc::net::tls;
+use rustls::{ClientConnection, ServerConnection, StreamOwned};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+enum Msg {
+    Hello { node: String },
+    Data(Vec<u8>),
+}
+
+const MAX: u32 = 1 << 20;
+
+fn cluster(dir: &Path, nodes: &[&str]) -> Vec<Identity> {
+    identity::init_ca(dir).unwrap();
+    nodes
+        .iter()
+        .map(|n| {
+            identity::issue(dir, n).unwrap();
+            Identity::load(dir, n).unwrap()
+        })
+        .collect()
+}
+
+/// Accepts one link as `server` and runs `serve` on it; returns what it
+/// returned, or the handshake's error.
+fn listen<T: Send + 'static>(
+    server: Identity,
+    serve: impl FnOnce(&mut StreamOwned<ServerConnection, TcpStream>) -> T + Send + 'static,
+) -> (u16, thread::JoinHandle<Result<T, String>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let config = tls::server_config(&server).unwrap();
+    let handle = thread::spawn(move || {
+        let (tcp, _) = listener.accept().unwrap();
+        let conn = ServerConnection::new(config).unwrap();
+        let mut link = StreamOwned::new(conn, tcp);
+        while link.conn.is_handshaking() {
+            link.conn
+                .complete_io(&mut link.sock)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(serve(&mut link))
+    });
+    (port, handle)
+}
+
+fn dial(
+    client: &Identity,
+    port: u16,
+    name: &str,
+) -> Result<StreamOwned<ClientConnection, TcpStream>, String> {
+    let config = tls::client_config(client).unwrap();
+    let conn = ClientConnection::new(config, tls::server_name(name).unwrap()).unwrap();
+    let mut link = StreamOwned::new(conn, TcpStream::connect(("127.0.0.1", port)).unwrap());
+    while link.conn.is_handshaking() {
+        link.conn
+            .complete_io(&mut link.sock)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(link)
+}
+
+#[test]
+fn two_nodes_of_one_cluster_exchange_frames_and_know_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["alpha", "beta"]);
+    let beta = ids.pop().unwrap();
+    let alpha = ids.pop().unwrap();
+    let (port, server) = listen(alpha, |link| {
+        let hello: Msg = frame::read(link, MAX).unwrap();
+        let Msg::Hello { node } = &hello else {
+            panic!("{hello:?}")
+        };
+        // The claim is checked against the certificate the peer presented.
+        let cert = link.conn.peer_certificates().unwrap()[0].clone();
+        tls::check_peer(&cert, node).unwrap();
+        assert!(tls::check_peer(&cert, "alpha").is_err());
+        let data: Msg = frame::read(link, MAX).unwrap();
+        frame::write(link, &data).unwrap();
+        link.flush().unwrap();
+        node.clone()
+    });
+    let mut link = dial(&beta, port, "alpha").unwrap();
+    frame::write(
+        &mut link,
+        &Msg::Hello {
+            node: "beta".into(),
+        },
+    )
+    .unwrap();
+    frame::write(&mut link, &Msg::Data(vec![7; 100_000])).unwrap();
+    link.flush().unwrap();
+    assert_eq!(
+        frame::read::<Msg>(&mut link, MAX).unwrap(),
+        Msg::Data(vec![7; 100_000])
+    );
+    assert_eq!(server.join().unwrap().unwrap(), "beta");
+}
+
+#[test]
+fn a_node_dialled_under_another_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["alpha", "beta"]);
+    let beta = ids.pop().unwrap();
+    let (port, server) = listen(ids.pop().unwrap(), |_| ());
+    let err = dial(&beta, port, "gamma").unwrap_err();
+    assert!(err.contains("certificate"), "{err}");
+    assert!(server.join().unwrap().is_err());
+}
+
+#[test]
+fn a_node_of_another_cluster_is_refused_both_ways() {
+    let ours = tempfile::tempdir().unwrap();
+    let theirs = tempfile::tempdir().unwrap();
+    let alpha = cluster(ours.path(), &["alpha"]).pop().unwrap();
+    let stranger = cluster(theirs.path(), &["beta"]).pop().unwrap();
+    // Whoever dials, the dialler checks the listener's certificate first
+    // and refuses it (unknown issuer); the listener sees the link fail.
+    let (port, server) = listen(alpha, |_| ());
+    let err = dial(&stranger, port, "alpha").unwrap_err();
+    assert!(err.contains("UnknownIssuer"), "{err}");
+    assert!(server.join().unwrap().is_err());
+    let alpha = Identity::load(ours.path(), "alpha").unwrap();
+    let (port, server) = listen(stranger, |_| ());
+    let err = dial(&alpha, port, "beta").unwrap_err();
+    assert!(err.contains("UnknownIssuer"), "{err}");
+    assert!(server.join().unwrap().is_err());
+}
+
+#[test]
+fn a_listener_refuses_a_client_certificate_from_another_cluster() {
+    // The stranger holds our listener's CA as its trust root (it knows whom
+    // it dials) but its own certificate comes from elsewhere.
+    let ours = tempfile::tempdir().unwrap();
+    let theirs = tempfile::tempdir().unwrap();
+    let alpha = cluster(ours.path(), &["alpha"]).pop().unwrap();
+    let mut stranger = cluster(theirs.path(), &["beta"]).pop().unwrap();
+    stranger.ca = alpha.ca.clone();
+    let (port, server) = listen(alpha, |_| ());
+    // TLS 1.3: the client may finish before the listener has judged it.
+    if let Ok(mut link) = dial(&stranger, port, "alpha") {
+        let _ = frame::write(
+            &mut link,
+            &Msg::Hello {
+                node: "beta".into(),
+            },
+        );
+        let _ = link.flush();
+    }
+    let err = server.join().unwrap().unwrap_err();
+    assert!(err.contains("UnknownIssuer"), "{err}");
+}
+
+#[test]
+fn a_client_without_a_certificate_or_speaking_garbage_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let alpha = cluster(dir.path(), &["alpha"]).pop().unwrap();
+    let ca = alpha.ca.clone();
+    let (port, server) = listen(alpha, |_| ());
+    // TLS that trusts our CA but presents no certificate.
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let conn = ClientConnection::new(config.into(), tls::server_name("alpha").unwrap()).unwrap();
+    let mut link = StreamOwned::new(conn, TcpStream::connect(("127.0.0.1", port)).unwrap());
+    let _ = frame::write(
+        &mut link,
+        &Msg::Hello {
+            node: "anyone".into(),
+        },
+    );
+    let _ = link.flush();
+    let err = server.join().unwrap().unwrap_err();
+    assert!(
+        err.contains("NoCertificatesPresented") || err.contains("certificate"),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let alpha = cluster(dir.path(), &["alpha"]).pop().unwrap();
+    let (port, server) = listen(alpha, |_| ());
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let err = server.join().unwrap().unwrap_err();
+    assert!(!err.is_empty());
+}
+
+#[test]
+fn a_garbled_frame_fails_its_link_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["alpha", "beta"]);
+    let beta = ids.pop().unwrap();
+    let alpha = ids.pop().unwrap();
+    let (port, server) = listen(alpha, |link| {
+        let first = frame::read::<Msg>(link, MAX);
+        let second = frame::read::<Msg>(link, 64);
+        (
+            first.map_err(|e| e.to_string()),
+            second.map_err(|e| e.to_string()),
+        )
+    });
+    let mut link = dial(&beta, port, "alpha").unwrap();
+    // A frame of the right length and version whose message is nonsense.
+    link.write_all(&[4, 0, 0, 0, 1, 0, 99, 99]).unwrap();
+    // Then a length beyond what the reader accepts.
+    link.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    link.flush().unwrap();
+    let (first, second) = server.join().unwrap().unwrap();
+    assert!(first.unwrap_err().contains("does not decode"));
+    assert!(second.unwrap_err().contains("larger than"));
+}
