@@ -110,11 +110,16 @@ pub struct RunArgs {
     /// --wander): `handover` or `copy` [default: handover]
     #[arg(long, value_name = "MODE")]
     migrate_mode: Option<Mode>,
-    /// The program (.wasm or .wat)
-    program: PathBuf,
-    /// Its arguments
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
+    /// The program (.wasm or .wat), then its arguments: everything after
+    /// PROGRAM is the program's, options included (as `wasmtime run`)
+    #[arg(
+        value_name = "PROGRAM [ARGS]",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    command: Vec<String>,
 }
 
 impl RunArgs {
@@ -126,11 +131,10 @@ impl RunArgs {
         }
         let absolute =
             |p: &Path| std::path::absolute(p).with_context(|| format!("resolving {}", p.display()));
-        let mut args = vec![self.program.display().to_string()];
-        args.extend(self.args.iter().cloned());
+        let program = Path::new(&self.command[0]);
         Ok(JobSpec {
-            program: absolute(&self.program)?,
-            args,
+            program: absolute(program)?,
+            args: self.command.clone(),
             env: self.env.clone(),
             preopens: self
                 .dirs

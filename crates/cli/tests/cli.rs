@@ -70,6 +70,35 @@ fn mergesort_example_prints_the_native_checksum() {
 }
 
 #[test]
+fn everything_after_the_program_is_the_programs_even_atolls_options() {
+    let out = run(&[
+        "run",
+        "--kernels",
+        "2",
+        &guest("hello"),
+        "-e",
+        "print(1)",
+        "--kernels",
+        "5",
+        "--",
+        "-v",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("of 2 (node 0)"), "{stdout}");
+    for (i, arg) in ["-e", "print(1)", "--kernels", "5", "--", "-v"]
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            stdout.contains(&format!("argv[{}] = {arg}\n", i + 1)),
+            "{stdout}"
+        );
+    }
+    assert_eq!(run(&["run"]).status.code(), Some(2));
+}
+
+#[test]
 fn wander_moves_the_program_after_every_system_call_in_either_mode() {
     let dir = tempfile::tempdir().unwrap();
     let data = format!("{}::/data", dir.path().display());
