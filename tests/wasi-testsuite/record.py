@@ -11,6 +11,7 @@ a configuration did not pass every test it ran.
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,7 @@ def machine() -> str:
 
 def summarize(run: dict) -> dict:
     """Passed and total per language, and the failures with their messages."""
-    row = {"languages": {}, "failures": []}
+    row = {"languages": {}, "failures": [], "durations_s": []}
     for language, prefix in LANGUAGES:
         suite = next((s for s in run["results"]
                       if s["name"] == f"{prefix} {VERSION}"), None)
@@ -46,6 +47,7 @@ def summarize(run: dict) -> dict:
         executed = [t for t in suite["tests"] if t["executed"]]
         passed = [t for t in executed if t["outcome"] == "pass"]
         row["languages"][language] = {"passed": len(passed), "total": len(executed)}
+        row["durations_s"] += [t["duration_s"] for t in executed]
         for t in executed:
             if t["outcome"] != "pass":
                 why = "; ".join(m.strip().splitlines()[0]
@@ -81,8 +83,9 @@ def main() -> int:
         "",
         f"Machine: {machine()}; atoll at {atoll_commit}",
         "",
-        "| configuration | " + " | ".join(l for l, _ in LANGUAGES) + " | all |",
-        "|---|" + "---:|" * (len(LANGUAGES) + 1),
+        "| configuration | " + " | ".join(l for l, _ in LANGUAGES)
+        + " | all | median ms per test |",
+        "|---|" + "---:|" * (len(LANGUAGES) + 2),
     ]
     failed = False
     for name, row in rows.items():
@@ -96,7 +99,9 @@ def main() -> int:
             passed += got["passed"]
             total += got["total"]
         failed |= passed != total
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {passed}/{total} |")
+        median = statistics.median(row["durations_s"]) * 1000 if row["durations_s"] else 0
+        lines.append(f"| {name} | " + " | ".join(cells)
+                     + f" | {passed}/{total} | {median:.1f} |")
     lines += [
         "",
         "Configurations: `default` is a node with one kernel per core; `kernel K",
@@ -105,6 +110,10 @@ def main() -> int:
         "by hand-over or by copy, so consecutive calls run on different kernels;",
         "`Linux errno values` sets ERRNO_MODE_UNIX=1, under which the Rust tests",
         "demand Linux's exact errno where they otherwise accept any of several.",
+        "A `wasmtime` row, when present, is the suite's own wasmtime adapter in",
+        "the same run. A test's time is the runner's, from starting the runtime",
+        "to its exit: for atoll it includes starting a node and its kernels, and",
+        "for `wander` every move.",
         "",
     ]
     failures = [(name, f) for name, row in rows.items() for f in row["failures"]]
