@@ -3,13 +3,15 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The name of one kernel: the node it runs on and its index there.
 ///
-/// Shown as `node.index`, e.g. `0.3`. In the guest ABI it is the `i32`
-/// `(node << 16) | index`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// Shown as `node.index`, e.g. `0.3`, which is also its form in JSON; binary
+/// encodings (postcard) carry the two numbers. In the guest ABI it is the
+/// `i32` `(node << 16) | index`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KernelId {
     pub node: u16,
     pub index: u16,
@@ -66,9 +68,12 @@ impl FromStr for KernelId {
 /// allocated and where its current location is always known, wherever the
 /// process has moved since.
 ///
-/// Shown as `node.kernel:slot:generation`, e.g. `0.1:5:0`. In the guest ABI
-/// it is an `i64` packing the four fields as 16 bits each, high to low.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// Shown as `node.kernel:slot:generation`, e.g. `0.1:5:0`, which is also
+/// its form in JSON, so that a script can hand a PID from `atoll ps --json`
+/// back to `atoll kill`; binary encodings (postcard) carry the numbers. In
+/// the guest ABI it is an `i64` packing the four fields as 16 bits each,
+/// high to low.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Pid {
     pub home: KernelId,
     pub slot: u16,
@@ -150,6 +155,48 @@ impl FromStr for Pid {
     }
 }
 
+impl Serialize for KernelId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            s.collect_str(self)
+        } else {
+            (self.node, self.index).serialize(s)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for KernelId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if d.is_human_readable() {
+            String::deserialize(d)?.parse().map_err(D::Error::custom)
+        } else {
+            let (node, index) = Deserialize::deserialize(d)?;
+            Ok(KernelId::new(node, index))
+        }
+    }
+}
+
+impl Serialize for Pid {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            s.collect_str(self)
+        } else {
+            (self.home, self.slot, self.generation).serialize(s)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Pid {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if d.is_human_readable() {
+            String::deserialize(d)?.parse().map_err(D::Error::custom)
+        } else {
+            let (home, slot, generation) = Deserialize::deserialize(d)?;
+            Ok(Pid::new(home, slot, generation))
+        }
+    }
+}
+
 /// A PID or kernel id that could not be parsed; the message says what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -181,5 +228,21 @@ mod tests {
         assert!("x".parse::<KernelId>().is_err());
         assert_eq!(Pid::from_abi(-1), None);
         assert_eq!(KernelId::new(2, 7).to_abi(), (2 << 16) | 7);
+    }
+
+    #[test]
+    fn json_carries_the_text_form_and_postcard_the_numbers() {
+        let pid = Pid::new(KernelId::new(1, 2), 3, 4);
+        let json = serde_json::to_string(&(pid, pid.home)).unwrap();
+        assert_eq!(json, r#"["1.2:3:4","1.2"]"#);
+        assert_eq!(
+            serde_json::from_str::<(Pid, KernelId)>(&json).unwrap(),
+            (pid, pid.home)
+        );
+        assert!(serde_json::from_str::<Pid>(r#""1.2:3""#).is_err());
+        // Postcard: four varints, the same bytes as the former derived form.
+        let bytes = postcard::to_stdvec(&pid).unwrap();
+        assert_eq!(bytes, [1, 2, 3, 4]);
+        assert_eq!(postcard::from_bytes::<Pid>(&bytes).unwrap(), pid);
     }
 }

@@ -433,6 +433,48 @@ fn domains_are_made_listed_and_ended_on_a_running_node() {
 }
 
 #[test]
+fn pids_and_kernels_from_ps_json_go_back_to_migrate_and_kill() {
+    let node = Daemon::start(2);
+    let mut job = node
+        .atoll(&["run", "--on", "0", &guest("progress"), "400", "20000000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    node.wait_for("progress");
+    let ps = node.atoll(&["ps", "--json"]).output().unwrap();
+    let reports: serde_json::Value = serde_json::from_slice(&ps.stdout).unwrap();
+    let kernels: Vec<&str> = reports
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kernel"].as_str().unwrap())
+        .collect();
+    assert_eq!(kernels, ["0.0", "0.1"]);
+    let process = reports[0]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str().unwrap().starts_with("progress"))
+        .unwrap();
+    let pid = process["pid"].as_str().unwrap();
+    assert_eq!(process["kernel"], "0.0");
+    let out = node
+        .atoll(&["migrate", pid, "--to", kernels[1], "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["pid"].as_str(), report["to"].as_str()),
+        (Some(pid), Some("0.1"))
+    );
+    let out = node.atoll(&["kill", pid]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(job.wait().unwrap().code(), Some(128 + 9));
+}
+
+#[test]
 fn migrate_checkpoint_and_restore_on_a_running_node() {
     let node = Daemon::start(2);
     let dir = tempfile::tempdir().unwrap();
@@ -453,7 +495,7 @@ fn migrate_checkpoint_and_restore_on_a_running_node() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(report["mode"], mode);
-        assert_eq!(report["to"]["index"], to.parse::<u64>().unwrap());
+        assert_eq!(report["to"], format!("0.{to}"));
         assert!(report["downtime_us"].as_u64().is_some(), "{report}");
     }
     let ps = text(&node.atoll(&["ps"]).output().unwrap().stdout);
