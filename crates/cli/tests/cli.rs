@@ -475,6 +475,43 @@ fn pids_and_kernels_from_ps_json_go_back_to_migrate_and_kill() {
 }
 
 #[test]
+fn only_the_nodes_user_may_use_its_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+
+    let node = Daemon::start(1);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&node.socket), 0o600);
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return; // the rest needs another user to connect as
+    }
+    // Open the way on purpose: the node still checks who connects.
+    let dir = node.socket.parent().unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&node.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = Command::new("perl")
+        .args([
+            "-MIO::Socket::UNIX",
+            "-e",
+            "my $s = IO::Socket::UNIX->new(Peer => $ARGV[0]) or die \"connect: $!\"; \
+             sysread($s, my $b, 4096); print $b;",
+        ])
+        .arg(&node.socket)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let answer = text(&out.stdout);
+    assert!(
+        answer.contains("uid 65534 may not use this node: it runs as uid 0"),
+        "{answer:?} {}",
+        text(&out.stderr)
+    );
+    assert!(node.atoll(&["ps"]).output().unwrap().status.success());
+}
+
+#[test]
 fn migrate_checkpoint_and_restore_on_a_running_node() {
     let node = Daemon::start(2);
     let dir = tempfile::tempdir().unwrap();

@@ -5,8 +5,16 @@
 //! postcard-encoded [`Request`] (client to node) or [`Response`] (node to
 //! client). A `Run` is answered by `Started`, then `Output` frames, then
 //! `Exited`. A client that hangs up before its job ended has its job killed.
+//!
+//! Access: the node runs programs, reads and writes files (checkpoints) as
+//! the user it runs as, so only that user and root may use it. The socket's
+//! directory is created private (0700) and refused if another user owns it
+//! or could replace the socket in it; the socket is 0600; and every
+//! connection's peer credentials are checked before its request is read.
 
 use std::io::{BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,9 +96,7 @@ pub fn default_socket() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
         return Path::new(&d).join("atoll.sock");
     }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    PathBuf::from(format!("/tmp/atoll-{uid}/node.sock"))
+    PathBuf::from(format!("/tmp/atoll-{}/node.sock", current_uid()))
 }
 
 pub fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> std::io::Result<()> {
@@ -122,8 +128,8 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> anyhow::Re
 /// # Errors
 /// When the socket cannot be bound (another node already serves it).
 pub fn serve(node: Arc<Node>, socket: &Path) -> anyhow::Result<()> {
-    if let Some(dir) = socket.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+        private_dir(dir)?;
     }
     if UnixStream::connect(socket).is_ok() {
         bail!("a node already serves {}", socket.display());
@@ -131,6 +137,8 @@ pub fn serve(node: Arc<Node>, socket: &Path) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(socket);
     let listener =
         UnixListener::bind(socket).with_context(|| format!("binding {}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("making {} private", socket.display()))?;
     tracing::info!(socket = %socket.display(), "node listening");
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
@@ -144,7 +152,85 @@ pub fn serve(node: Arc<Node>, socket: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Makes sure `dir` can hold the node's socket safely: created 0700 if
+/// missing; owned by this user or root; and if others may write to it, only
+/// with the sticky bit (as /tmp), so nobody else can replace the socket.
+fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let meta = std::fs::metadata(dir).with_context(|| format!("checking {}", dir.display()))?;
+    let me = current_uid();
+    if meta.uid() != me && meta.uid() != 0 {
+        bail!(
+            "{} belongs to uid {}, not to this user (uid {me}): refusing to serve a socket there",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    let mode = meta.mode();
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        bail!(
+            "others can write to {} (mode {:o}): refusing to serve a socket there",
+            dir.display(),
+            mode & 0o7777
+        );
+    }
+    Ok(())
+}
+
+fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// The user at the other end of `conn` (`SO_PEERCRED`).
+fn peer_uid(conn: &UnixStream) -> std::io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given, and
+    // the descriptor is open for the borrow of `conn`.
+    let rc = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(cred.uid)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Whether user `peer` may use a node that runs as user `node`.
+fn may_use(peer: u32, node: u32) -> bool {
+    peer == node || peer == 0
+}
+
 fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
+    let peer = peer_uid(&conn)?;
+    if !may_use(peer, current_uid()) {
+        let why = format!(
+            "uid {peer} may not use this node: it runs as uid {}",
+            current_uid()
+        );
+        tracing::warn!("refused a client: {why}");
+        let mut conn = conn;
+        write_frame(&mut conn, &Response::Error(why))?;
+        return Ok(());
+    }
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut writer = conn;
     let Some(request) = read_frame::<Request>(&mut reader)? else {
@@ -257,5 +343,39 @@ impl Client {
     /// The next response; an error if the node hung up.
     pub fn recv(&mut self) -> anyhow::Result<Response> {
         read_frame(&mut self.stream)?.context("the node closed the connection")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_socket_directory_is_made_private_and_checked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b");
+        private_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = private_dir(&dir).unwrap_err().to_string();
+        assert!(err.contains("others can write"), "{err}");
+        // Writable by all but sticky, as /tmp: nobody can replace our socket.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        private_dir(&dir).unwrap();
+        if current_uid() == 0 {
+            std::os::unix::fs::chown(&dir, Some(65534), None).unwrap();
+            let err = private_dir(&dir).unwrap_err().to_string();
+            assert!(err.contains("belongs to uid 65534"), "{err}");
+        }
+    }
+
+    #[test]
+    fn only_the_nodes_user_and_root_may_use_it() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert_eq!(peer_uid(&a).unwrap(), current_uid());
+        assert!(may_use(1000, 1000));
+        assert!(may_use(0, 1000));
+        assert!(!may_use(1001, 1000));
+        assert!(!may_use(1000, 0));
     }
 }
