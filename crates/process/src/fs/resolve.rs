@@ -56,12 +56,11 @@ pub(crate) fn resolve(dir: &Path, path: &str, follow: Follow) -> Result<PathBuf,
         return Err(Errno::NotCapable);
     }
     let root = canonical(dir)?;
-    let start = root.clone();
     // A trailing slash names a directory: follow a final link and insist.
     let must_be_dir = path.ends_with('/');
     let follow = if must_be_dir { Follow::Yes } else { follow };
     let mut links = 0;
-    let host = walk(&root, start, path, follow, &mut links)?;
+    let host = walk(&root, root.clone(), path, follow, &mut links)?;
     if must_be_dir {
         if let Ok(m) = std::fs::metadata(&host) {
             if !m.is_dir() {

@@ -63,12 +63,7 @@ impl Times {
     pub(crate) fn set_fd(&self, file: &File) -> std::io::Result<()> {
         // SAFETY: the descriptor is open for the borrow of `file`, and
         // `self.0` is the two timespecs futimens reads.
-        let rc = unsafe { libc::futimens(file.as_raw_fd(), self.0.as_ptr()) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
+        os_result(unsafe { libc::futimens(file.as_raw_fd(), self.0.as_ptr()) })
     }
 
     /// Sets the times of what `path` names; of a symbolic link itself unless
@@ -79,13 +74,18 @@ impl Times {
         let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
         // SAFETY: `c_path` is a NUL-terminated string and `self.0` the two
         // timespecs utimensat reads; both outlive the call.
-        let rc =
-            unsafe { libc::utimensat(libc::AT_FDCWD, c_path.as_ptr(), self.0.as_ptr(), flags) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
+        os_result(unsafe {
+            libc::utimensat(libc::AT_FDCWD, c_path.as_ptr(), self.0.as_ptr(), flags)
+        })
+    }
+}
+
+/// A libc call's return code as a result: 0 is success, else `errno`.
+fn os_result(rc: libc::c_int) -> std::io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
