@@ -1,6 +1,7 @@
 //! One kernel's end of the NoC.
 
 use std::collections::VecDeque;
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
 use atoll_abi::KernelId;
@@ -22,6 +23,39 @@ pub struct Incoming<M> {
 pub enum SendError<M> {
     #[error("kernel {to} does not exist")]
     UnknownKernel { to: KernelId, msg: M },
+    /// The kernel's node is a member, but its link is down.
+    #[error("node {} of kernel {to} cannot be reached: {why}", to.node)]
+    Unreachable { to: KernelId, msg: M, why: String },
+}
+
+/// Where an endpoint sends what is meant for kernels of other nodes: the
+/// links between nodes ([`crate::net::Links`]). Messages to one kernel
+/// arrive in the order they were sent, within each lane (control messages,
+/// and messages with bulk bytes).
+pub trait Uplink<M>: Send + Sync {
+    /// Sends `msg` (and `bulk`) from local kernel `from` to remote kernel `to`.
+    ///
+    /// # Errors
+    /// `UnknownKernel` for a node or kernel index the cluster does not
+    /// have, `Unreachable` when its node's link is down.
+    fn send(
+        &self,
+        from: KernelId,
+        to: KernelId,
+        msg: M,
+        bulk: Option<Vec<u8>>,
+    ) -> Result<(), SendError<M>>;
+
+    /// Whether kernel `to` of another node exists and its node is linked.
+    fn reaches(&self, to: KernelId) -> bool;
+}
+
+/// A kernel's lanes to the other nodes: the uplink for what it sends, and
+/// the channel on which the links deliver what comes for it (the sender
+/// rings the doorbell).
+pub struct Remote<M> {
+    pub uplink: Arc<dyn Uplink<M>>,
+    pub inbound: Receiver<Incoming<M>>,
 }
 
 /// A mailbox entry; `bulk` says the next portal item from the same sender
@@ -53,7 +87,20 @@ impl Noc {
         capacity: usize,
         doorbells: Arc<[Doorbell]>,
     ) -> Vec<Endpoint<M>> {
+        let remotes = (0..doorbells.len()).map(|_| None).collect();
+        Noc::build_with_remotes(node, capacity, doorbells, remotes)
+    }
+
+    /// As [`build_with_doorbells`](Self::build_with_doorbells), for a node
+    /// of a cluster: kernel `i` reaches the other nodes through `remotes[i]`.
+    pub fn build_with_remotes<M>(
+        node: u16,
+        capacity: usize,
+        doorbells: Arc<[Doorbell]>,
+        remotes: Vec<Option<Remote<M>>>,
+    ) -> Vec<Endpoint<M>> {
         let n = doorbells.len();
+        assert_eq!(remotes.len(), n, "one remote lane per kernel");
         // rings[to][from]: what `from` sends to `to`.
         let mut producers: Vec<Vec<Option<Outbox<M>>>> =
             (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
@@ -73,8 +120,9 @@ impl Noc {
         producers
             .into_iter()
             .zip(consumers)
+            .zip(remotes)
             .enumerate()
-            .map(|(i, (outboxes, inboxes))| Endpoint {
+            .map(|(i, ((outboxes, inboxes), remote))| Endpoint {
                 id: KernelId::new(node, i as u16),
                 outboxes,
                 inboxes,
@@ -82,6 +130,7 @@ impl Noc {
                 loopback: VecDeque::new(),
                 next_inbox: 0,
                 doorbells: doorbells.clone(),
+                remote,
             })
             .collect()
     }
@@ -110,6 +159,8 @@ pub struct Endpoint<M> {
     /// Where the next receive starts scanning, so no sender is starved.
     next_inbox: usize,
     doorbells: Arc<[Doorbell]>,
+    /// The other nodes, when this node is part of a cluster.
+    remote: Option<Remote<M>>,
 }
 
 impl<M> Endpoint<M> {
@@ -128,10 +179,20 @@ impl<M> Endpoint<M> {
         &self.doorbells[self.id.index as usize]
     }
 
+    /// Whether kernel `to` exists and can be sent to: a kernel of this node,
+    /// or of a node this one is linked to.
+    pub fn reaches(&self, to: KernelId) -> bool {
+        if to.node == self.id.node {
+            (to.index as usize) < self.outboxes.len()
+        } else {
+            self.remote.as_ref().is_some_and(|r| r.uplink.reaches(to))
+        }
+    }
+
     /// Sends a control message to kernel `to`.
     ///
     /// # Errors
-    /// [`SendError::UnknownKernel`] if `to` is not a kernel of this node.
+    /// [`SendError`] if `to` does not exist or its node cannot be reached.
     pub fn send(&mut self, to: KernelId, msg: M) -> Result<(), SendError<M>> {
         self.post(to, msg, None)
     }
@@ -140,13 +201,19 @@ impl<M> Endpoint<M> {
     /// the portal. The receiver gets both in one [`Incoming`].
     ///
     /// # Errors
-    /// [`SendError::UnknownKernel`] if `to` is not a kernel of this node.
+    /// [`SendError`] if `to` does not exist or its node cannot be reached.
     pub fn send_bulk(&mut self, to: KernelId, msg: M, bulk: Vec<u8>) -> Result<(), SendError<M>> {
         self.post(to, msg, Some(bulk))
     }
 
     fn post(&mut self, to: KernelId, msg: M, bulk: Option<Vec<u8>>) -> Result<(), SendError<M>> {
-        if to.node != self.id.node || to.index as usize >= self.outboxes.len() {
+        if to.node != self.id.node {
+            return match &self.remote {
+                Some(r) => r.uplink.send(self.id, to, msg, bulk),
+                None => Err(SendError::UnknownKernel { to, msg }),
+            };
+        }
+        if to.index as usize >= self.outboxes.len() {
             return Err(SendError::UnknownKernel { to, msg });
         }
         if to == self.id {
@@ -227,7 +294,7 @@ impl<M> Endpoint<M> {
                 });
             }
         }
-        None
+        self.remote.as_ref()?.inbound.try_recv().ok()
     }
 
     /// Whether a message sent to itself is waiting (the doorbell does not

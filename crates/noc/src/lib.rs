@@ -21,6 +21,11 @@
 //! the message waits in the sender's own backlog, in order, until
 //! [`Endpoint::flush`] moves it.
 //!
+//! Between nodes each pair of nodes has two TLS connections, one per lane
+//! ([`net::Links`]). An endpoint hands what is meant for another node's
+//! kernel to its [`Uplink`], and takes what the links delivered for it
+//! after its rings: the kernel's code is the same for both.
+//!
 //! A kernel with nothing to do sleeps on its [`Doorbell`]; a sender rings the
 //! doorbell after pushing, which wakes the receiver only if it sleeps (one
 //! atomic load otherwise). The doorbell's pending flag also lets a kernel
@@ -41,4 +46,4 @@ mod endpoint;
 pub mod net;
 
 pub use doorbell::Doorbell;
-pub use endpoint::{Endpoint, Incoming, Noc, SendError};
+pub use endpoint::{Endpoint, Incoming, Noc, Remote, SendError, Uplink};

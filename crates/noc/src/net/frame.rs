@@ -12,6 +12,7 @@ use std::io::{self, Read, Write};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The frame format this atoll speaks. A peer speaking another is refused.
 pub const VERSION: u16 = 1;
@@ -20,6 +21,8 @@ pub const VERSION: u16 = 1;
 const LEN: usize = 4;
 /// Bytes of the version, counted in the length.
 const VERSION_LEN: usize = 2;
+/// Bytes allocated ahead of what has arrived.
+const GROW: u64 = 1 << 20;
 
 /// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +72,26 @@ pub fn write<T: Serialize>(w: &mut impl Write, msg: &T) -> Result<(), FrameError
 pub fn read<T: DeserializeOwned>(r: &mut impl Read, max: u32) -> Result<T, FrameError> {
     let mut prefix = [0u8; LEN];
     r.read_exact(&mut prefix)?;
+    let len = check_len(prefix, max)?;
+    let mut body = Vec::with_capacity(len.min(GROW) as usize);
+    r.take(len).read_to_end(&mut body)?;
+    decode(&body, len)
+}
+
+/// As [`read`], from an asynchronous stream (a link's connection).
+pub async fn read_async<T: DeserializeOwned>(
+    r: &mut (impl AsyncRead + Unpin),
+    max: u32,
+) -> Result<T, FrameError> {
+    let mut prefix = [0u8; LEN];
+    r.read_exact(&mut prefix).await?;
+    let len = check_len(prefix, max)?;
+    let mut body = Vec::with_capacity(len.min(GROW) as usize);
+    r.take(len).read_to_end(&mut body).await?;
+    decode(&body, len)
+}
+
+fn check_len(prefix: [u8; LEN], max: u32) -> Result<u64, FrameError> {
     let len = u32::from_le_bytes(prefix);
     if len > max {
         return Err(FrameError::TooLarge {
@@ -79,8 +102,14 @@ pub fn read<T: DeserializeOwned>(r: &mut impl Read, max: u32) -> Result<T, Frame
     if (len as usize) < VERSION_LEN {
         return Err(FrameError::TooShort { len });
     }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body)?;
+    Ok(len.into())
+}
+
+/// Decodes a frame's body, which should be `len` bytes long.
+fn decode<T: DeserializeOwned>(body: &[u8], len: u64) -> Result<T, FrameError> {
+    if (body.len() as u64) < len {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    }
     let version = u16::from_le_bytes([body[0], body[1]]);
     if version != VERSION {
         return Err(FrameError::Version(version));

@@ -57,6 +57,17 @@ pub struct Identity {
     pub ca: CertificateDer<'static>,
 }
 
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Identity {
+            name: self.name.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone_key(),
+            ca: self.ca.clone(),
+        }
+    }
+}
+
 impl Identity {
     /// Loads node `name`'s identity from `dir` (as `atoll ca issue` wrote it).
     pub fn load(dir: &Path, name: &str) -> Result<Identity, IdentityError> {

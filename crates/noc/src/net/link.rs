@@ -1,0 +1,648 @@
+//! Links between nodes: who is in the cluster, and the two connections
+//! (control and bulk) between each pair of nodes.
+//!
+//! A node starts alone, or joins a cluster through any member's address
+//! (`atoll node --join ADDR`). The member it dials gives it a node id (unless
+//! it has one) and the list of the other members; the newcomer then dials
+//! each of them. Every pair of nodes thus has one connection per [`Lane`],
+//! dialled by the younger node, so that a 256 MiB pre-copy on the bulk lane
+//! never queues a 64-byte IPC message behind it.
+//!
+//! Every connection is mutual TLS with certificates of the cluster's CA
+//! ([`super::tls`]). Its first frames are the dialler's `Hello`, naming
+//! the member it is (checked against its certificate), and the listener's
+//! `Welcome` (checked the same way) or `Refused`. After that, only kernel
+//! messages travel: each names its source and destination kernels, and a
+//! peer that names a source on another node, or sends anything that does
+//! not decode, loses that connection and nothing else.
+//!
+//! Connections are served by one thread running tokio; a kernel that sends
+//! only encodes its message and queues it for that connection's writer.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use atoll_abi::KernelId;
+use rustls_pki_types::ServerName;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_bytes::{ByteBuf, Bytes};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
+
+use super::frame::{self, FrameError};
+use super::identity::Identity;
+use super::tls::{self, TlsError};
+use crate::{Incoming, SendError, Uplink};
+
+/// The largest frame on a control connection: IPC, spawn requests,
+/// reports. Larger messages are refused at the sender.
+pub const MAX_CONTROL: u32 = 4 << 20;
+/// The largest frame on a bulk connection: a pre-copy piece is 4 MiB, but
+/// a stop-and-copy without dirty tracking carries the whole memory.
+pub const MAX_BULK: u32 = u32::MAX;
+
+/// How long a dialler or a listener waits for the other's first frame.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The two connections between a pair of nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Lane {
+    /// Small messages: IPC, spawn, kill, commits, console output.
+    Control,
+    /// Messages with bulk bytes: process images, copied memory, modules.
+    Bulk,
+}
+
+impl Lane {
+    fn max(self) -> u32 {
+        match self {
+            Lane::Control => MAX_CONTROL,
+            Lane::Bulk => MAX_BULK,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One node of the cluster, as the others know it. A node that restarts
+/// comes back with the same name and id and a new incarnation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The name its certificate is issued for.
+    pub name: String,
+    pub node: u16,
+    /// Random, chosen at start.
+    pub incarnation: u64,
+    /// How many kernels it runs (`node.0` to `node.kernels-1`).
+    pub kernels: u16,
+    /// Where the others dial it.
+    pub addr: SocketAddr,
+}
+
+impl fmt::Display for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} ({}, {})", self.node, self.name, self.addr)
+    }
+}
+
+/// What travels on a connection. `B` is the bulk bytes: borrowed when
+/// sending, owned when received (the same encoding).
+#[derive(Debug, Serialize, Deserialize)]
+enum Wire<M, B> {
+    /// The dialler's first frame. `assign`: it has no node id yet.
+    Hello {
+        member: Member,
+        lane: Lane,
+        assign: bool,
+    },
+    /// The listener's answer: who it is, the dialler's node id, and the
+    /// other members (for a joining node to dial).
+    Welcome {
+        member: Member,
+        node: u16,
+        members: Vec<Member>,
+    },
+    /// The listener does not take the connection, and says why.
+    Refused(String),
+    /// A message from a kernel of the sending node to a kernel of the
+    /// receiving one.
+    Kernel {
+        from: KernelId,
+        to: KernelId,
+        msg: M,
+        bulk: Option<B>,
+    },
+}
+
+/// How a node takes part in a cluster.
+#[derive(Clone, Debug)]
+pub struct LinkConfig {
+    pub identity: Identity,
+    /// Its node id; `None` to be given one by the member it joins through
+    /// (or 0 when it starts a cluster).
+    pub node: Option<u16>,
+    pub kernels: u16,
+    /// Where it listens for other nodes.
+    pub listen: SocketAddr,
+    /// Where the others should dial it, when not `listen` (a node listening
+    /// on 0.0.0.0, behind NAT, in a pod).
+    pub advertise: Option<SocketAddr>,
+    /// A member to join through; `None` starts a cluster.
+    pub join: Option<SocketAddr>,
+}
+
+/// Why a node could not start its links or join.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("cannot listen on {addr}: {error}")]
+    Listen {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+    #[error("cannot join through {addr}: {why}")]
+    Join { addr: SocketAddr, why: String },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("cannot start the links' thread: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// Delivers a message that arrived for local kernel `to`.
+pub type Deliver<M> = Box<dyn Fn(KernelId, Incoming<M>) + Send + Sync>;
+
+/// A node's links to the other members of its cluster.
+pub struct Links<M> {
+    shared: Arc<Shared<M>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+struct Shared<M> {
+    me: Member,
+    peers: RwLock<HashMap<u16, Peer>>,
+    deliver: Deliver<M>,
+    acceptor: TlsAcceptor,
+}
+
+/// A member and the writers of its connections, by lane (`None`: down).
+struct Peer {
+    member: Member,
+    lanes: [Option<UnboundedSender<Vec<u8>>>; 2],
+}
+
+type Stream = TlsStream<TcpStream>;
+
+/// A connection whose first frames went through, not yet served.
+struct Dialled {
+    peer: Member,
+    lane: Lane,
+    stream: Stream,
+}
+
+impl<M> Links<M>
+where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
+    /// Listens for other nodes and, with `config.join`, joins the cluster
+    /// through that member: after this returns, every member that answered
+    /// is linked on both lanes. Messages for local kernels go to `deliver`.
+    ///
+    /// # Errors
+    /// The address cannot be bound, the member joined through refuses or
+    /// cannot be reached, or the identity is not usable.
+    pub fn start(config: LinkConfig, deliver: Deliver<M>) -> Result<Links<M>, LinkError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("atoll-links")
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(LinkError::Runtime)?;
+        let acceptor = TlsAcceptor::from(tls::server_config(&config.identity)?);
+        let connector = TlsConnector::from(tls::client_config(&config.identity)?);
+        let listener = runtime
+            .block_on(TcpListener::bind(config.listen))
+            .map_err(|error| LinkError::Listen {
+                addr: config.listen,
+                error,
+            })?;
+        let local = listener.local_addr().map_err(|error| LinkError::Listen {
+            addr: config.listen,
+            error,
+        })?;
+        let mut incarnation = [0u8; 8];
+        getrandom::fill(&mut incarnation)
+            .map_err(|e| LinkError::Runtime(std::io::Error::other(e.to_string())))?;
+        let mut me = Member {
+            name: config.identity.name.clone(),
+            node: config.node.unwrap_or(0),
+            incarnation: u64::from_le_bytes(incarnation),
+            kernels: config.kernels,
+            addr: config.advertise.unwrap_or(local),
+        };
+        let dialled = match config.join {
+            Some(addr) => runtime
+                .block_on(join(&connector, &mut me, addr, config.node.is_none()))
+                .map_err(|why| LinkError::Join { addr, why })?,
+            None => Vec::new(),
+        };
+        let shared = Arc::new(Shared {
+            me,
+            peers: RwLock::default(),
+            deliver,
+            acceptor,
+        });
+        for d in dialled {
+            let rx = shared.attach(&d.peer, d.lane);
+            runtime.spawn(serve(shared.clone(), d.peer, d.lane, d.stream, rx));
+        }
+        runtime.spawn(listen(shared.clone(), listener));
+        tracing::info!(me = %shared.me, "links up");
+        Ok(Links {
+            shared,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// This node, as the others know it.
+    pub fn me(&self) -> &Member {
+        &self.shared.me
+    }
+
+    /// The other members linked now (both lanes up), by node id.
+    pub fn members(&self) -> Vec<Member> {
+        let mut members: Vec<Member> = self
+            .shared
+            .peers
+            .read()
+            .expect("peers")
+            .values()
+            .filter(|p| p.lanes.iter().all(Option::is_some))
+            .map(|p| p.member.clone())
+            .collect();
+        members.sort_by_key(|m| m.node);
+        members
+    }
+}
+
+impl<M> Drop for Links<M> {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl<M: Serialize> Uplink<M> for Links<M> {
+    fn send(
+        &self,
+        from: KernelId,
+        to: KernelId,
+        msg: M,
+        bulk: Option<Vec<u8>>,
+    ) -> Result<(), SendError<M>> {
+        let lane = if bulk.is_some() {
+            Lane::Bulk
+        } else {
+            Lane::Control
+        };
+        let unreachable = |msg, why: String| Err(SendError::Unreachable { to, msg, why });
+        let peers = self.shared.peers.read().expect("peers");
+        let Some(peer) = peers.get(&to.node).filter(|p| to.index < p.member.kernels) else {
+            return Err(SendError::UnknownKernel { to, msg });
+        };
+        let Some(writer) = &peer.lanes[lane.index()] else {
+            return unreachable(msg, format!("its {lane:?} connection is down"));
+        };
+        let wire = Wire::<&M, &Bytes>::Kernel {
+            from,
+            to,
+            msg: &msg,
+            bulk: bulk.as_deref().map(Bytes::new),
+        };
+        let frame = match frame::encode(&wire) {
+            Ok(f) if f.len() - 4 > lane.max() as usize => {
+                return unreachable(msg, format!("a message of {} bytes is too large", f.len()))
+            }
+            Ok(f) => f,
+            Err(e) => return unreachable(msg, e.to_string()),
+        };
+        writer
+            .send(frame)
+            .or_else(|_| unreachable(msg, "its connection closed".into()))
+    }
+
+    fn reaches(&self, to: KernelId) -> bool {
+        self.shared
+            .peers
+            .read()
+            .expect("peers")
+            .get(&to.node)
+            .is_some_and(|p| to.index < p.member.kernels && p.lanes.iter().all(Option::is_some))
+    }
+}
+
+impl<M> Shared<M> {
+    /// Records `peer`'s connection on `lane` and returns the queue its
+    /// writer serves. A restarted peer (new incarnation) replaces the old.
+    fn attach(&self, peer: &Member, lane: Lane) -> UnboundedReceiver<Vec<u8>> {
+        let (tx, rx) = unbounded_channel();
+        let mut peers = self.peers.write().expect("peers");
+        let p = peers.entry(peer.node).or_insert_with(|| Peer {
+            member: peer.clone(),
+            lanes: [None, None],
+        });
+        if p.member.incarnation != peer.incarnation {
+            tracing::warn!(old = %p.member, incarnation = peer.incarnation, "a member restarted");
+            *p = Peer {
+                member: peer.clone(),
+                lanes: [None, None],
+            };
+        }
+        p.lanes[lane.index()] = Some(tx);
+        rx
+    }
+
+    /// A connection ended: its lane is down (unless it was replaced).
+    fn detach(&self, peer: &Member, lane: Lane, writer: &UnboundedSender<Vec<u8>>) {
+        let mut peers = self.peers.write().expect("peers");
+        if let Some(p) = peers.get_mut(&peer.node) {
+            let slot = &mut p.lanes[lane.index()];
+            if slot.as_ref().is_some_and(|w| w.same_channel(writer)) {
+                *slot = None;
+                tracing::warn!(%peer, ?lane, "link down");
+            }
+        }
+    }
+
+    /// Decides whether `hello` may join or link, and with which node id;
+    /// returns the members to tell it about.
+    fn admit(&self, member: &mut Member, assign: bool) -> Result<Vec<Member>, String> {
+        let peers = self.peers.read().expect("peers");
+        if assign {
+            // A member that comes back (a new incarnation) keeps its id.
+            let known = peers.values().find(|p| p.member.name == member.name);
+            member.node = match known {
+                Some(p) => p.member.node,
+                None => peers
+                    .keys()
+                    .chain([&self.me.node])
+                    .max()
+                    .map_or(0, |&n| n + 1),
+            };
+        }
+        if member.node == self.me.node {
+            return Err(format!("node id {} is {}'s", member.node, self.me.name));
+        }
+        if let Some(p) = peers.get(&member.node) {
+            if p.member.name != member.name {
+                return Err(format!(
+                    "node id {} is taken by `{}`",
+                    member.node, p.member.name
+                ));
+            }
+        }
+        if let Some(p) = peers
+            .values()
+            .find(|p| p.member.name == member.name && p.member.node != member.node)
+        {
+            return Err(format!(
+                "`{}` is already node {}",
+                member.name, p.member.node
+            ));
+        }
+        Ok(peers
+            .values()
+            .filter(|p| p.member.node != member.node)
+            .map(|p| p.member.clone())
+            .collect())
+    }
+}
+
+/// Joins through `addr`: both lanes to that member, then to every member it
+/// names. Members that cannot be reached are left out (and logged).
+async fn join(
+    connector: &TlsConnector,
+    me: &mut Member,
+    addr: SocketAddr,
+    assign: bool,
+) -> Result<Vec<Dialled>, String> {
+    let (first, node, members) = dial(connector, me, addr, Lane::Control, assign).await?;
+    me.node = node;
+    let mut dialled = vec![first];
+    dialled.push(dial(connector, me, addr, Lane::Bulk, false).await?.0);
+    for m in members.iter().filter(|m| m.node != me.node) {
+        for lane in [Lane::Control, Lane::Bulk] {
+            match dial(connector, me, m.addr, lane, false).await {
+                Ok((d, _, _)) => dialled.push(d),
+                Err(why) => tracing::warn!(member = %m, "cannot link: {why}"),
+            }
+        }
+    }
+    Ok(dialled)
+}
+
+/// Dials one connection: TLS, `Hello`, then the listener's `Welcome`, whose
+/// member name must be the one its certificate is for.
+async fn dial(
+    connector: &TlsConnector,
+    me: &Member,
+    addr: SocketAddr,
+    lane: Lane,
+    assign: bool,
+) -> Result<(Dialled, u16, Vec<Member>), String> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    // The name is not checked in the handshake (see `tls`), only after.
+    let name = ServerName::try_from("atoll-node").expect("a valid name");
+    let mut stream: Stream = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS with {addr}: {e}"))?
+        .into();
+    let hello = Wire::<(), ()>::Hello {
+        member: me.clone(),
+        lane,
+        assign,
+    };
+    write(&mut stream, &hello)
+        .await
+        .map_err(|e| e.to_string())?;
+    let answer = tokio::time::timeout(HELLO_TIMEOUT, frame::read_async(&mut stream, MAX_CONTROL))
+        .await
+        .map_err(|_| format!("{addr} did not answer"))?
+        .map_err(|e| format!("{addr}: {e}"))?;
+    match answer {
+        Wire::<(), ()>::Welcome {
+            member,
+            node,
+            members,
+        } => {
+            tls::check_peer(peer_certificate(&stream)?, &member.name).map_err(|e| e.to_string())?;
+            let dialled = Dialled {
+                peer: member,
+                lane,
+                stream,
+            };
+            Ok((dialled, node, members))
+        }
+        Wire::Refused(why) => Err(format!("{addr} refused: {why}")),
+        _ => Err(format!("{addr} answered out of turn")),
+    }
+}
+
+fn peer_certificate(stream: &Stream) -> Result<&rustls_pki_types::CertificateDer<'static>, String> {
+    let certs = match stream {
+        TlsStream::Client(s) => s.get_ref().1.peer_certificates(),
+        TlsStream::Server(s) => s.get_ref().1.peer_certificates(),
+    };
+    certs
+        .and_then(|c| c.first())
+        .ok_or_else(|| "the peer presented no certificate".to_owned())
+}
+
+async fn write<T: Serialize>(w: &mut (impl AsyncWrite + Unpin), msg: &T) -> Result<(), FrameError> {
+    w.write_all(&frame::encode(msg)?).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Accepts connections from other nodes until the node stops.
+async fn listen<M>(shared: Arc<Shared<M>>, listener: TcpListener)
+where
+    M: DeserializeOwned + Send + 'static,
+{
+    loop {
+        match listener.accept().await {
+            Ok((tcp, from)) => {
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    if let Err(why) = accept(shared, tcp).await {
+                        tracing::warn!(%from, "refused a connection: {why}");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!("accepting a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// The listening side of one connection: TLS, the dialler's `Hello`
+/// (checked against its certificate), then `Welcome` or `Refused`.
+async fn accept<M>(shared: Arc<Shared<M>>, tcp: TcpStream) -> Result<(), String>
+where
+    M: DeserializeOwned + Send + 'static,
+{
+    let _ = tcp.set_nodelay(true);
+    let handshake = async {
+        let mut stream: Stream = shared
+            .acceptor
+            .accept(tcp)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?
+            .into();
+        let hello = frame::read_async::<Wire<(), ()>>(&mut stream, MAX_CONTROL)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((stream, hello))
+    };
+    let (mut stream, hello) = tokio::time::timeout(HELLO_TIMEOUT, handshake)
+        .await
+        .map_err(|_| "no hello in time".to_owned())??;
+    let Wire::Hello {
+        mut member,
+        lane,
+        assign,
+    } = hello
+    else {
+        return Err("the first frame was not a hello".into());
+    };
+    tls::check_peer(peer_certificate(&stream)?, &member.name).map_err(|e| e.to_string())?;
+    let members = match shared.admit(&mut member, assign) {
+        Ok(m) => m,
+        Err(why) => {
+            let _ = write(&mut stream, &Wire::<(), ()>::Refused(why.clone())).await;
+            return Err(format!("{member}: {why}"));
+        }
+    };
+    // Attached before the welcome goes out, so nothing is sent on the
+    // connection ahead of it: the writer starts below.
+    let rx = shared.attach(&member, lane);
+    let welcome = Wire::<(), ()>::Welcome {
+        member: shared.me.clone(),
+        node: member.node,
+        members,
+    };
+    write(&mut stream, &welcome)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(peer = %member, ?lane, "linked");
+    tokio::spawn(serve(shared, member, lane, stream, rx));
+    Ok(())
+}
+
+/// Serves one connection until either direction fails: frames from `rx`
+/// go out, kernel messages that come in are delivered.
+async fn serve<M>(
+    shared: Arc<Shared<M>>,
+    peer: Member,
+    lane: Lane,
+    stream: Stream,
+    mut rx: UnboundedReceiver<Vec<u8>>,
+) where
+    M: DeserializeOwned + Send + 'static,
+{
+    let writer = match shared.peers.read().expect("peers").get(&peer.node) {
+        Some(Peer { lanes, .. }) => lanes[lane.index()].clone(),
+        None => None,
+    };
+    let (mut r, mut w) = tokio::io::split(stream);
+    let why = tokio::select! {
+        why = receive(&shared, &peer, lane, &mut r) => why,
+        why = transmit(&mut rx, &mut w) => why,
+    };
+    tracing::info!(%peer, ?lane, "connection closed: {why}");
+    if let Some(writer) = writer {
+        shared.detach(&peer, lane, &writer);
+    }
+}
+
+async fn receive<M>(
+    shared: &Shared<M>,
+    peer: &Member,
+    lane: Lane,
+    r: &mut (impl AsyncRead + Unpin),
+) -> String
+where
+    M: DeserializeOwned,
+{
+    loop {
+        let wire = match frame::read_async::<Wire<M, ByteBuf>>(r, lane.max()).await {
+            Ok(w) => w,
+            Err(e) => return e.to_string(),
+        };
+        let Wire::Kernel {
+            from,
+            to,
+            msg,
+            bulk,
+        } = wire
+        else {
+            return "a hello out of turn".into();
+        };
+        if from.node != peer.node || to.node != shared.me.node || to.index >= shared.me.kernels {
+            return format!("a message from kernel {from} to {to} cannot come from {peer}");
+        }
+        let bulk = bulk.map(ByteBuf::into_vec);
+        (shared.deliver)(to, Incoming { from, msg, bulk });
+    }
+}
+
+async fn transmit(
+    rx: &mut UnboundedReceiver<Vec<u8>>,
+    w: &mut (impl AsyncWrite + Unpin),
+) -> String {
+    while let Some(frame) = rx.recv().await {
+        let mut sent = w.write_all(&frame).await;
+        // Whatever else is queued goes out before the flush.
+        while let (Ok(()), Ok(more)) = (&sent, rx.try_recv()) {
+            sent = w.write_all(&more).await;
+        }
+        if let Err(e) = sent.and(w.flush().await) {
+            return e.to_string();
+        }
+    }
+    "the node stopped".into()
+}
