@@ -62,6 +62,14 @@ typedef int64_t atoll_pid_t;
 /* atoll_spawn(): let the runtime pick the kernel. */
 #define ATOLL_KERNEL_ANY (-1)
 
+/*
+ * A kernel argument (atoll_spawn, kmigrate_to) is the index of a kernel on
+ * the caller's node, or ATOLL_KERNEL(node, index) for kernel `index` of
+ * any node of the cluster (nodes 0 to 16383).
+ */
+#define ATOLL_KERNEL(node, index) \
+    ((int)(0x40000000u | (((unsigned)(node) & 0x3FFFu) << 16) | ((unsigned)(index) & 0xFFFFu)))
+
 /* "65535.65535:65535:65535" plus the NUL. */
 #define ATOLL_PID_STRLEN 24
 
@@ -219,7 +227,8 @@ static inline int atoll_kernel_count(void)
  *           module.
  *   argv    NULL-terminated, argv[0] included (as for execv); at least argv[0]
  *           is required, as every program expects one.
- *   kernel  index of a kernel on this node, or ATOLL_KERNEL_ANY.
+ *   kernel  index of a kernel on this node, ATOLL_KERNEL(node, index), or
+ *           ATOLL_KERNEL_ANY.
  *   pid     receives the child's pid; may be NULL.
  * Returns 0, or EINVAL, ENOMEM, ENOENT (no such module), ... from the runtime.
  */
@@ -295,13 +304,14 @@ static inline int atoll_kill(atoll_pid_t pid, int signal)
 }
 
 /*
- * Moves this process to kernel `kernel` (an index on this node) and returns
- * there: the pid, domain, grants, pending notifications, open files and
- * output stay the same. The node's migration mode decides how (`atoll node
- * --migrate-mode`: hand-over, or copy with pre-copy). Returns 0 (also when
- * it already runs there), EINVAL for a kernel that does not exist, or EAGAIN
- * when the destination could not take it (the process then goes on where
- * it was).
+ * Moves this process to kernel `kernel` (an index on this node, or
+ * ATOLL_KERNEL(node, index) on any node) and returns there: the pid, domain,
+ * grants, pending notifications, open files and output stay the same.
+ * Within the node, the node's migration mode decides how (`atoll node
+ * --migrate-mode`: hand-over, or copy with pre-copy); to another node it is
+ * always copied. Returns 0 (also when it already runs there), EINVAL for a
+ * kernel that does not exist, or EAGAIN when the destination could not take
+ * it or cannot be reached (the process then goes on where it was).
  */
 static inline int atoll_migrate_to(int kernel)
 {

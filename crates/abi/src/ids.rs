@@ -26,6 +26,24 @@ impl KernelId {
     pub fn to_abi(self) -> i32 {
         ((self.node as i32) << 16) | self.index as i32
     }
+
+    /// Marks a guest's kernel argument as naming a node too (`ATOLL_KERNEL`
+    /// in atoll.h); without it, the argument is an index on the caller's node.
+    pub const ON_NODE_ABI: i32 = 0x4000_0000;
+
+    /// Decodes a guest's kernel argument, as seen from kernel `here`: an
+    /// index on `here`'s node (0 to 0xFFFF), or `ON_NODE_ABI | node << 16 |
+    /// index` for nodes 0 to 0x3FFF. `None` for anything else.
+    pub fn from_arg(v: i32, here: KernelId) -> Option<KernelId> {
+        match v {
+            0..=0xFFFF => Some(KernelId::new(here.node, v as u16)),
+            _ if v & !0x3FFF_FFFF == Self::ON_NODE_ABI => Some(KernelId::new(
+                ((v >> 16) & 0x3FFF) as u16,
+                (v & 0xFFFF) as u16,
+            )),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for KernelId {
@@ -228,6 +246,17 @@ mod tests {
         assert!("x".parse::<KernelId>().is_err());
         assert_eq!(Pid::from_abi(-1), None);
         assert_eq!(KernelId::new(2, 7).to_abi(), (2 << 16) | 7);
+    }
+
+    #[test]
+    fn kernel_arguments_name_an_index_here_or_a_node_and_index() {
+        let here = KernelId::new(3, 1);
+        assert_eq!(KernelId::from_arg(2, here), Some(KernelId::new(3, 2)));
+        let on = KernelId::ON_NODE_ABI | (5 << 16) | 9;
+        assert_eq!(KernelId::from_arg(on, here), Some(KernelId::new(5, 9)));
+        assert_eq!(KernelId::from_arg(-1, here), None);
+        assert_eq!(KernelId::from_arg(0x10000, here), None);
+        assert_eq!(KernelId::from_arg(i32::MIN | 5, here), None);
     }
 
     #[test]

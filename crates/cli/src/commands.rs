@@ -1,6 +1,7 @@
 //! The subcommands.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use anyhow::{bail, Context as _};
 use atoll_abi::{status, KernelId, Pid};
 use atoll_ipc::DomainInfo;
 use atoll_migration::Mode;
-use atoll_noc::net::identity;
+use atoll_noc::net::{identity, LinkConfig};
 use atoll_node::daemon::{self, Client, Request, Response};
 use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
 use atoll_process::{Preopen, Stream};
@@ -79,9 +80,10 @@ pub struct RunArgs {
     /// Kernels of the embedded node [default: one per core]
     #[arg(short = 'k', long)]
     kernels: Option<u16>,
-    /// Kernel index to start the program on [default: the node chooses]
+    /// Kernel to start the program on, NODE.INDEX (INDEX alone: node 0)
+    /// [default: the node chooses]
     #[arg(long, value_name = "KERNEL")]
-    on: Option<u16>,
+    on: Option<KernelId>,
     /// Make a host directory visible to the program (HOST::GUEST or DIR)
     #[arg(long = "dir", value_name = "HOST::GUEST")]
     dirs: Vec<Preopen>,
@@ -233,20 +235,65 @@ pub struct NodeArgs {
     /// Longest a process runs before yielding, in milliseconds
     #[arg(long, default_value_t = 10, value_name = "MS")]
     quantum_ms: u64,
-    /// How `kmigrate_to` moves a process: `handover` or `copy`
+    /// How `kmigrate_to` moves a process within this node: `handover` or
+    /// `copy` (between nodes it is always copy)
     #[arg(long, default_value = "handover")]
     migrate_mode: Mode,
+    /// Take part in a cluster: listen for other nodes here (ADDR:PORT;
+    /// port 0 picks one). Needs --certs and --name
+    #[arg(long, value_name = "ADDR:PORT", requires_all = ["certs", "name"])]
+    listen: Option<SocketAddr>,
+    /// Join the cluster through this member (any member will do)
+    #[arg(long, value_name = "ADDR:PORT", requires = "listen")]
+    join: Option<SocketAddr>,
+    /// Where the other nodes should dial this one, when not --listen
+    /// (listening on 0.0.0.0, in a pod)
+    #[arg(long, value_name = "ADDR:PORT", requires = "listen")]
+    advertise: Option<SocketAddr>,
+    /// The directory of the cluster's CA certificate and of this node's
+    /// identity (`atoll ca init`, `atoll ca issue DIR NAME`)
+    #[arg(long, value_name = "DIR")]
+    certs: Option<PathBuf>,
+    /// This node's name: its certificate is NAME.pem in --certs
+    #[arg(long)]
+    name: Option<String>,
+    /// This node's id [default: 0 when it starts a cluster, else given by
+    /// the member it joins through]
+    #[arg(long, value_name = "N", requires = "listen")]
+    node_id: Option<u16>,
 }
 
 pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
     let mut config = ctx.node_config(a.kernels, a.quantum_ms);
     config.migration.mode = a.migrate_mode;
+    if let (Some(listen), Some(certs), Some(name)) = (a.listen, &a.certs, &a.name) {
+        let identity = identity::Identity::load(certs, name)?;
+        config.cluster = Some(LinkConfig {
+            identity,
+            node: a.node_id,
+            kernels: config.kernels,
+            listen,
+            advertise: a.advertise,
+            join: a.join,
+        });
+    }
     let node = Arc::new(Node::start(config)?);
-    eprintln!(
-        "atoll: node with {} kernels listening on {}",
-        node.kernel_count(),
-        ctx.socket.display()
-    );
+    match node.members().iter().find(|m| m.node == node.id()) {
+        Some(me) => eprintln!(
+            "atoll: node {} ({}) with {} kernels, linked at {} to {} other node(s); control socket {}",
+            me.node,
+            me.name,
+            node.kernel_count(),
+            me.addr,
+            node.members().len() - 1,
+            ctx.socket.display()
+        ),
+        None => eprintln!(
+            "atoll: node with {} kernels listening on {}",
+            node.kernel_count(),
+            ctx.socket.display()
+        ),
+    }
     daemon::serve(node, &ctx.socket)
 }
 

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use atoll_abi::{status, Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainTable, IpcState};
-use atoll_migration::{Mode, RoundPolicy};
-use atoll_noc::{Doorbell, Endpoint};
+use atoll_migration::{MigrationReport, Mode, RoundPolicy};
+use atoll_noc::{Doorbell, Endpoint, SendError};
+use atoll_prepare::ContentHash;
 pub(crate) use atoll_process::clock::monotonic_ns;
 use atoll_process::{
     CallState, Console, Container, FdTable, Host, KernelCall, ProcessImage, Reply, Runtime, Slice,
@@ -78,6 +79,13 @@ pub(crate) struct Process {
     pub container: Container,
 }
 
+/// A node request parked on this kernel until another kernel answers it.
+enum Pending {
+    Kill(Sender<Result<(), Errno>>),
+    Migrate(Sender<Result<MigrationReport, String>>),
+    Report(Sender<KernelReport>),
+}
+
 pub(crate) struct Kernel {
     pub id: KernelId,
     noc: Endpoint<Packet>,
@@ -96,7 +104,10 @@ pub(crate) struct Kernel {
     pub timers: BinaryHeap<Reverse<(u64, Pid)>>,
     pub(crate) homes: Homes,
     /// Node requests waiting for an answer from another kernel.
-    pending_kills: HashMap<u64, Sender<Result<(), Errno>>>,
+    pending: HashMap<u64, Pending>,
+    /// Messages from other nodes naming a module this node does not have
+    /// yet, by module, in arrival order; it has been asked for.
+    awaiting_modules: HashMap<ContentHash, Vec<(KernelId, Packet)>>,
     pub(crate) migration: MigrationConfig,
     /// Processes migrating to another kernel, at most one departure each.
     pub(crate) departures: FxHashMap<Pid, Departure>,
@@ -144,7 +155,8 @@ impl Kernel {
             run_queue: VecDeque::new(),
             timers: BinaryHeap::new(),
             homes: Homes::new(id),
-            pending_kills: HashMap::new(),
+            pending: HashMap::new(),
+            awaiting_modules: HashMap::new(),
             migration: p.migration,
             departures: FxHashMap::default(),
             incoming: FxHashMap::default(),
@@ -159,6 +171,12 @@ impl Kernel {
             deferred: Vec::new(),
             ipc: IpcCounters::default(),
         }
+    }
+
+    /// Whether kernel `to` exists and can be sent to (of this node, or of a
+    /// node linked to it).
+    pub(crate) fn noc_reaches(&self, to: KernelId) -> bool {
+        self.noc.reaches(to)
     }
 
     pub(crate) fn host_kernel_count(&self) -> u16 {
@@ -353,6 +371,17 @@ impl Kernel {
                     status: code,
                 },
             ),
+            None if u.console.node() != self.id.node => {
+                let (console, to) = (u.console, KernelId::new(u.console.node(), 0));
+                self.send(
+                    to,
+                    NocMsg::JobEnded {
+                        pid,
+                        console,
+                        status: code,
+                    },
+                );
+            }
             None => {
                 let _ = self.events.send(NodeEvent::Exited {
                     pid,
@@ -375,15 +404,27 @@ impl Kernel {
     }
 
     /// Puts a packet on the NoC: its message in the mailbox, its bulk bytes
-    /// (if any) in the portal.
+    /// (if any) in the portal; or, for a kernel of another node, on the
+    /// links to that node.
     pub(crate) fn transmit(&mut self, to: KernelId, mut packet: Packet) {
+        let local = to.node == self.id.node;
+        if !local && packet.handover.is_some() {
+            // `migrate` refuses this; a container must never be dropped.
+            panic!(
+                "kernel {}: a hand-over to kernel {to} of another node",
+                self.id
+            );
+        }
         let sent = match packet.bulk.take() {
             None => self.noc.send(to, packet),
             Some(bulk) => self.noc.send_bulk(to, packet, bulk),
         };
         match sent {
-            Ok(()) => self.runtime.interrupt(to.index),
-            Err(e) => tracing::error!(kernel = %self.id, "dropping NoC message: {e}"),
+            Ok(()) if local => self.runtime.interrupt(to.index),
+            Ok(()) => {}
+            Err(SendError::UnknownKernel { to, msg } | SendError::Unreachable { to, msg, .. }) => {
+                tracing::error!(kernel = %self.id, "dropping a message for kernel {to}, which cannot be reached: {:?}", msg.msg)
+            }
         }
     }
 
@@ -437,6 +478,9 @@ impl Kernel {
     fn undeliverable(&mut self, msg: NocMsg) {
         match msg {
             NocMsg::Kill { reply_to, .. } => self.answer_kill(reply_to, Err(Errno::Srch)),
+            NocMsg::Migrate { pid, reply_to, .. } => {
+                self.answer_migration(reply_to, Err(format!("no process {pid}")))
+            }
             NocMsg::Ipc(m) => self.ipc_undeliverable(m),
             other => {
                 tracing::debug!(kernel = %self.id, "dropping message for a process that ended: {other:?}")
@@ -459,7 +503,7 @@ impl Kernel {
     fn on_killed(&mut self, reply_to: ReplyTo, result: Result<(), Errno>) {
         match reply_to {
             ReplyTo::Control { req, .. } => {
-                if let Some(tx) = self.pending_kills.remove(&req) {
+                if let Some(Pending::Kill(tx)) = self.pending.remove(&req) {
                     let _ = tx.send(result);
                 }
             }
@@ -487,8 +531,70 @@ impl Kernel {
         }
     }
 
+    /// Answers whoever asked for a migration: a node request parked here
+    /// or on another kernel. A process that asked to move itself learns
+    /// where it runs when it resumes (`schedule`).
+    pub(crate) fn answer_migration(
+        &mut self,
+        reply_to: ReplyTo,
+        result: Result<MigrationReport, String>,
+    ) {
+        match reply_to {
+            ReplyTo::Control { kernel, req } if kernel == self.id => {
+                if let Some(Pending::Migrate(tx)) = self.pending.remove(&req) {
+                    let _ = tx.send(result);
+                }
+            }
+            ReplyTo::Control { kernel, req } => {
+                let result = result.map(Box::new);
+                self.send(kernel, NocMsg::Migrated { req, result })
+            }
+            ReplyTo::Process(_) => {}
+        }
+    }
+
+    /// Parks a message from another node until module `hash` has come
+    /// from its sender (asked for once).
+    fn await_module(&mut self, from: KernelId, hash: ContentHash, packet: Packet) {
+        let waiting = self.awaiting_modules.entry(hash).or_default();
+        waiting.push((from, packet));
+        if waiting.len() == 1 {
+            tracing::debug!(kernel = %self.id, %hash, "asking kernel {from} for a module");
+            self.send(from, NocMsg::NeedModule { hash });
+        }
+    }
+
+    /// A module asked for has come (or not, `bulk` empty): load it, then
+    /// handle the messages that waited for it. Without it they fail as
+    /// they would for any missing module.
+    fn on_module(&mut self, hash: ContentHash, bulk: Option<Vec<u8>>) {
+        let loaded = match bulk.filter(|b| !b.is_empty()) {
+            None => Err("the sender no longer has it".to_string()),
+            Some(bytes) => match self.runtime.load(&bytes, false) {
+                Ok(p) if p.hash() == hash => Ok(()),
+                Ok(p) => Err(format!("its bytes hash to {}", p.hash())),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        if let Err(why) = loaded {
+            tracing::warn!(kernel = %self.id, %hash, "module not loaded: {why}");
+        }
+        for (from, packet) in self.awaiting_modules.remove(&hash).unwrap_or_default() {
+            self.dispatch(from, packet);
+        }
+    }
+
     /// The NoC dispatcher.
     fn on_noc(&mut self, from: KernelId, packet: Packet) {
+        if let Some(hash) = packet.msg.module() {
+            if from.node != self.id.node && self.runtime.program(&hash).is_none() {
+                return self.await_module(from, hash, packet);
+            }
+        }
+        self.dispatch(from, packet);
+    }
+
+    fn dispatch(&mut self, from: KernelId, packet: Packet) {
         if let Some(pid) = packet.msg.target() {
             return self.forward(pid, packet);
         }
@@ -509,9 +615,44 @@ impl Kernel {
             NocMsg::Committed { pid, result } => self.on_committed(pid, result),
             NocMsg::Ended { pid } => self.homes.release(pid),
             NocMsg::Migration(m) => self.on_migration(from, m, bulk, handover),
+            NocMsg::Migrated { req, result } => {
+                let reply_to = ReplyTo::Control {
+                    kernel: self.id,
+                    req,
+                };
+                self.answer_migration(reply_to, result.map(|r| *r));
+            }
+            NocMsg::Report { kernel, req } => {
+                let report = Box::new(self.report());
+                self.send(kernel, NocMsg::Reported { req, report });
+            }
+            NocMsg::Reported { req, report } => {
+                if let Some(Pending::Report(tx)) = self.pending.remove(&req) {
+                    let _ = tx.send(*report);
+                }
+            }
+            NocMsg::NeedModule { hash } => {
+                let bytes = self
+                    .runtime
+                    .program(&hash)
+                    .map(|p| p.module_bytes().to_vec())
+                    .unwrap_or_default();
+                self.transmit(
+                    from,
+                    Packet {
+                        bulk: Some(bytes),
+                        ..Packet::new(NocMsg::Module { hash })
+                    },
+                );
+            }
+            NocMsg::Module { hash } => self.on_module(hash, bulk),
+            m @ (NocMsg::Output { .. } | NocMsg::JobEnded { .. }) => {
+                unreachable!("for the console service, which the links hand it to: {m:?}")
+            }
             m @ (NocMsg::Spawned { .. }
             | NocMsg::ChildExited { .. }
             | NocMsg::Kill { .. }
+            | NocMsg::Migrate { .. }
             | NocMsg::Ipc(_)) => {
                 unreachable!("routed by target: {m:?}")
             }
@@ -542,6 +683,13 @@ impl Kernel {
                 self.answer_kill(reply_to, result);
             }
             NocMsg::Killed { reply_to, result } => self.on_killed(reply_to, result),
+            NocMsg::Migrate {
+                to, mode, reply_to, ..
+            } => {
+                if let Err(why) = self.migrate(pid, to, mode, reply_to) {
+                    self.answer_migration(reply_to, Err(why));
+                }
+            }
             NocMsg::Ipc(m) => self.on_ipc(m, packet.bulk),
             other => tracing::error!(kernel = %self.id, "not a message for a process: {other:?}"),
         }
@@ -596,7 +744,7 @@ impl Kernel {
             }
             Control::Kill { pid, signal, reply } => {
                 let req = self.next_request();
-                self.pending_kills.insert(req, reply);
+                self.pending.insert(req, Pending::Kill(reply));
                 let reply_to = ReplyTo::Control {
                     kernel: self.id,
                     req,
@@ -629,10 +777,36 @@ impl Kernel {
                 mode,
                 reply,
             } => {
-                if let Err(why) = self.migrate(pid, to, mode, Some(reply.clone())) {
-                    let _ = reply.send(Err(why));
-                }
+                let req = self.next_request();
+                self.pending.insert(req, Pending::Migrate(reply));
+                let reply_to = ReplyTo::Control {
+                    kernel: self.id,
+                    req,
+                };
+                self.route(
+                    pid,
+                    NocMsg::Migrate {
+                        pid,
+                        to,
+                        mode,
+                        reply_to,
+                    },
+                );
             }
+            // A kernel that cannot be reached drops `reply`: the node hears
+            // that it will not answer.
+            Control::Report { kernel, reply } if self.noc.reaches(kernel) => {
+                let req = self.next_request();
+                self.pending.insert(req, Pending::Report(reply));
+                self.send(
+                    kernel,
+                    NocMsg::Report {
+                        kernel: self.id,
+                        req,
+                    },
+                );
+            }
+            Control::Report { .. } => {}
             Control::FailArrivals { count } => self.faults = count,
             Control::Locate { pid, reply } => {
                 let at = if self.procs.contains_key(&pid) {
@@ -739,7 +913,7 @@ impl Kernel {
             // It asked to move: it is where it asked to be, or (the move
             // failed and it came back) it stayed.
             CallState::Blocked(KernelCall::Migrate { to }) => {
-                let result = if to == self.id.index {
+                let result = if to == self.id {
                     Ok(())
                 } else {
                     Err(Errno::Again)

@@ -2,9 +2,9 @@
 //!
 //! [`NocMsg`] is the closed set of kernel-to-kernel messages; every kernel
 //! handles them in one dispatcher (`Kernel::on_noc`). They are plain data, so
-//! the same messages can cross a network link. [`Control`] is the node's
-//! request channel into a kernel (it carries reply channels, so it never
-//! leaves the machine).
+//! the same messages cross the links between nodes. [`Control`] is the
+//! node's request channel into a kernel (it carries reply channels, so it
+//! never leaves the machine).
 
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainTable, IpcStats};
 use atoll_migration::{MigrationReport, Mode};
 use atoll_prepare::ContentHash;
-use atoll_process::{ConsoleId, Container, Preopen, ProcessImage};
+use atoll_process::{ConsoleId, Container, Preopen, ProcessImage, Stream};
 use serde::{Deserialize, Serialize};
 
 /// Everything needed to start a process on any kernel.
@@ -43,12 +43,17 @@ pub enum ReplyTo {
 /// A NoC message with its routing budget, and what travels with it: bytes
 /// through the portal (process images, copied memory), or a whole container
 /// handed over between kernels of one node.
-#[derive(Debug)]
+///
+/// Between nodes the bulk bytes travel beside the packet (on the bulk
+/// connection), and a hand-over never does: the kernel refuses it first.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Packet {
     /// Times the message has been forwarded while looking for its process.
     pub hops: u8,
     pub msg: NocMsg,
+    #[serde(skip)]
     pub bulk: Option<Vec<u8>>,
+    #[serde(skip)]
     pub handover: Option<Handover>,
 }
 
@@ -115,6 +120,47 @@ pub enum NocMsg {
     },
     /// For the home kernel: `pid` ended; its slot may be reused.
     Ended { pid: Pid },
+    /// Migrate `pid` to kernel `to` (`atoll migrate` from any node), routed
+    /// to wherever it runs.
+    Migrate {
+        pid: Pid,
+        to: KernelId,
+        mode: Option<Mode>,
+        reply_to: ReplyTo,
+    },
+    /// The answer to `Migrate`, for the kernel that parked request `req`,
+    /// once the migration committed or failed.
+    Migrated {
+        req: u64,
+        result: Result<Box<MigrationReport>, String>,
+    },
+    /// Report this kernel's processes to `kernel`, which parked request
+    /// `req` (`atoll ps` on another node).
+    Report { kernel: KernelId, req: u64 },
+    /// The answer to `Report`.
+    Reported { req: u64, report: Box<KernelReport> },
+    /// This kernel lacks module `hash`, which a message it got from the
+    /// receiver names: send it. Code is content-addressed, so a node is sent
+    /// a module once, the first time one of its kernels needs it.
+    NeedModule { hash: ContentHash },
+    /// The answer to `NeedModule`: the module's bytes in the portal (none if
+    /// the sender no longer has it).
+    Module { hash: ContentHash },
+    /// Output of a process whose job's terminal is on another node: for
+    /// that node's console service (the links hand it over directly, so it
+    /// keeps its order with the job's end).
+    Output {
+        console: ConsoleId,
+        stream: Stream,
+        bytes: Vec<u8>,
+    },
+    /// A job's first process ended on another node than its terminal's:
+    /// for that node's console service.
+    JobEnded {
+        pid: Pid,
+        console: ConsoleId,
+        status: i32,
+    },
     /// A process moving between kernels (the `migration` module).
     Migration(MigrationMsg),
     /// Minix IPC between processes on different kernels.
@@ -133,6 +179,18 @@ impl NocMsg {
                 ..
             } => Some(*p),
             NocMsg::Ipc(m) => Some(m.target()),
+            NocMsg::Migrate { pid, .. } => Some(*pid),
+            _ => None,
+        }
+    }
+
+    /// The module a receiving kernel must have loaded to handle this
+    /// message: the program of a process that arrives or starts there.
+    pub fn module(&self) -> Option<ContentHash> {
+        match self {
+            NocMsg::Spawn { spec, .. } => Some(spec.module),
+            NocMsg::Migration(MigrationMsg::Round { module, .. })
+            | NocMsg::Migration(MigrationMsg::Final { module, .. }) => Some(*module),
             _ => None,
         }
     }
@@ -146,7 +204,12 @@ pub enum MigrationMsg {
     /// encoded [`ProcessImage`] in the portal. Frame 0 starts the process
     /// at the destination; the next frames are the rest of round 0, then
     /// the later rounds, as deltas.
-    Round { pid: Pid, req: u64, frame: u32 },
+    Round {
+        pid: Pid,
+        req: u64,
+        frame: u32,
+        module: ContentHash,
+    },
     /// The destination has applied frame `frame`: the source may send the
     /// next one, or freeze. Without this pacing, frames would queue up at
     /// a destination still busy with round 0, and the stop-and-copy would
@@ -158,6 +221,7 @@ pub enum MigrationMsg {
     Final {
         pid: Pid,
         req: u64,
+        module: ContentHash,
         report: Box<MigrationReport>,
         times: Times,
     },
@@ -169,7 +233,9 @@ pub enum MigrationMsg {
         times: Times,
     },
     /// The source gives up a migration still in pre-copy (the process
-    /// ended): the destination drops what it has.
+    /// ended): the destination drops what it has. Sent with (empty) bulk
+    /// bytes, so that between nodes it takes the bulk connection behind the
+    /// frames it cancels.
     Abort { pid: Pid, req: u64 },
     /// The destination's answer: the process runs there (the report is
     /// complete), or it failed and the source resumes it. A handed-over
@@ -182,7 +248,8 @@ pub enum MigrationMsg {
 }
 
 /// When a migration was asked for and when its process was frozen, on the
-/// machine's monotonic clock (kernels of one node share it).
+/// source's monotonic clock (kernels of one machine share it; between
+/// machines the source measures instead, see `on_migration_done`).
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Times {
     pub requested_ns: u64,
@@ -265,8 +332,8 @@ pub enum Control {
         image: Box<ProcessImage>,
         reply: Sender<Result<Pid, String>>,
     },
-    /// Migrate a process that runs here to kernel `to` (`mode`: the
-    /// kernel's default when `None`).
+    /// Migrate a process, wherever it runs, to kernel `to` (`mode`: the
+    /// default of the kernel it runs on when `None`).
     Migrate {
         pid: Pid,
         to: KernelId,
@@ -276,6 +343,11 @@ pub enum Control {
     /// Make the next `count` migrations arriving here fail just before
     /// they would commit, as if the destination broke (failure tests).
     FailArrivals { count: u32 },
+    /// Ask kernel `kernel` of another node for its report.
+    Report {
+        kernel: KernelId,
+        reply: Sender<KernelReport>,
+    },
     /// Where a process homed here runs (`None`: it ended or never existed).
     Locate {
         pid: Pid,

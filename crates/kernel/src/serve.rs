@@ -49,7 +49,7 @@ impl Kernel {
             // waits where the call left it (queued, watched, awaited).
             KernelCall::Ipc(_) => {}
             KernelCall::Migrate { to } => {
-                if let Err(why) = self.migrate(pid, KernelId::new(self.id.node, to), None, None) {
+                if let Err(why) = self.migrate(pid, to, None, ReplyTo::Process(pid)) {
                     self.diagnose(pid, &format!("cannot migrate: {why}"));
                     self.reply_now(pid, Reply::Migrated(Err(Errno::Again)));
                 }
@@ -97,7 +97,10 @@ impl Kernel {
             Err(errno) => return self.reply_now(parent, Reply::Spawned(Err(errno))),
         };
         let target = match req.kernel {
-            Some(k) => KernelId::new(self.id.node, k),
+            Some(k) if !self.noc_reaches(k) => {
+                return self.reply_now(parent, Reply::Spawned(Err(Errno::Inval)))
+            }
+            Some(k) => k,
             None => self.place(),
         };
         if target != self.id {

@@ -10,8 +10,10 @@ use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use atoll_abi::Pid;
-use atoll_kernel::NodeEvent;
+use atoll_abi::{KernelId, Pid};
+use atoll_kernel::{NocMsg, NodeEvent, Packet};
+use atoll_noc::net::Links;
+use atoll_noc::Uplink;
 use atoll_process::{Console, ConsoleId, Stream};
 
 /// Where a job's output and end go: a terminal, a client connection.
@@ -23,18 +25,41 @@ pub trait JobSink: Send {
 
 pub(crate) type Sinks = Arc<Mutex<HashMap<ConsoleId, Box<dyn JobSink>>>>;
 
-/// The kernels' side of the console service.
+/// The kernels' side of the console service. Output for a job of another
+/// node goes to that node's console service on the control link, the one
+/// its job's end will take too (so it arrives first).
 pub(crate) struct ChannelConsole {
     pub tx: Sender<NodeEvent>,
+    pub node: u16,
+    pub links: Option<Arc<Links<Packet>>>,
 }
 
 impl Console for ChannelConsole {
     fn write(&self, console: ConsoleId, stream: Stream, bytes: &[u8]) {
-        let _ = self.tx.send(NodeEvent::Output {
-            console,
-            stream,
-            bytes: bytes.to_vec(),
-        });
+        let bytes = bytes.to_vec();
+        match &self.links {
+            Some(links) if console.node() != self.node => {
+                let msg = NocMsg::Output {
+                    console,
+                    stream,
+                    bytes,
+                };
+                let (from, to) = (
+                    KernelId::new(self.node, 0),
+                    KernelId::new(console.node(), 0),
+                );
+                if let Err(e) = links.send(from, to, Packet::new(msg), None) {
+                    tracing::warn!("output for console {console:?} is lost: {e}");
+                }
+            }
+            _ => {
+                let _ = self.tx.send(NodeEvent::Output {
+                    console,
+                    stream,
+                    bytes,
+                });
+            }
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -10,12 +10,18 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainInfo, DomainTable};
-use atoll_kernel::{Control, KernelParams, KernelReport, MigrationConfig, ProcessSpec};
+use atoll_kernel::{
+    Control, KernelParams, KernelReport, MigrationConfig, NocMsg, NodeEvent, Packet, ProcessSpec,
+};
 use atoll_migration::{MigrationReport, Mode};
-use atoll_noc::{Doorbell, Noc};
+use atoll_noc::net::{LinkConfig, Links, Member};
+use atoll_noc::{Doorbell, Incoming, Noc, Remote};
 use atoll_process::{ConsoleId, Preopen, ProcessImage, Runtime, RuntimeConfig};
 
 use crate::console::{self, ChannelConsole, JobSink, Sinks};
+
+/// How long `ps` waits for a kernel of another node.
+const REMOTE_ANSWER: Duration = Duration::from_secs(5);
 
 /// How a node is set up.
 #[derive(Clone, Debug)]
@@ -30,6 +36,9 @@ pub struct NodeConfig {
     pub runtime: RuntimeConfig,
     /// How processes migrate when the request does not say (`kmigrate_to`).
     pub migration: MigrationConfig,
+    /// Joined to other nodes (`atoll node --listen`): the node id is then
+    /// the cluster's, not `node`.
+    pub cluster: Option<LinkConfig>,
 }
 
 impl NodeConfig {
@@ -45,6 +54,7 @@ impl NodeConfig {
                 ..RuntimeConfig::default()
             },
             migration: MigrationConfig::default(),
+            cluster: None,
         }
     }
 }
@@ -57,8 +67,8 @@ pub struct JobSpec {
     pub args: Vec<String>,
     pub env: Vec<String>,
     pub preopens: Vec<Preopen>,
-    /// Kernel index to start on; `None` lets the node choose.
-    pub kernel: Option<u16>,
+    /// Kernel to start on (of this node); `None` lets the node choose.
+    pub kernel: Option<KernelId>,
     /// Prepare the module (safepoints, Asyncify) before running it.
     pub prepare: bool,
     /// The domain to run in (`None`: the default domain).
@@ -66,6 +76,65 @@ pub struct JobSpec {
     /// Move the process to the next kernel after every system call
     /// ([`atoll_process::Wander`]), to test that nothing is lost by moving.
     pub wander: bool,
+}
+
+/// Each kernel's lanes to the other nodes, in kernel order.
+type KernelLanes = Vec<Option<Remote<Packet>>>;
+
+/// Joins the cluster `config` describes: the links, and each kernel's lanes
+/// to them. What comes for a kernel is queued for it and wakes it; output
+/// and job ends go straight to the console service, so that they keep the
+/// order in which the other node sent them.
+fn join(
+    config: LinkConfig,
+    doorbells: &Arc<[Doorbell]>,
+    runtime: &Arc<Runtime>,
+    events: &Sender<NodeEvent>,
+) -> anyhow::Result<(Arc<Links<Packet>>, KernelLanes)> {
+    let (inbound, receivers): (Vec<_>, Vec<_>) =
+        (0..doorbells.len()).map(|_| mpsc::channel()).unzip();
+    let (doorbells, runtime, events) = (doorbells.clone(), runtime.clone(), events.clone());
+    let deliver = move |to: KernelId, m: Incoming<Packet>| match m.msg.msg {
+        NocMsg::Output {
+            console,
+            stream,
+            bytes,
+        } => {
+            let _ = events.send(NodeEvent::Output {
+                console,
+                stream,
+                bytes,
+            });
+        }
+        NocMsg::JobEnded {
+            pid,
+            console,
+            status,
+        } => {
+            let _ = events.send(NodeEvent::Exited {
+                pid,
+                console,
+                status,
+            });
+        }
+        _ => {
+            let i = to.index as usize;
+            let _ = inbound[i].send(m);
+            doorbells[i].ring();
+            runtime.interrupt(to.index);
+        }
+    };
+    let links = Arc::new(Links::start(config, Box::new(deliver))?);
+    let remotes = receivers
+        .into_iter()
+        .map(|inbound| {
+            Some(Remote {
+                uplink: links.clone(),
+                inbound,
+            })
+        })
+        .collect();
+    Ok((links, remotes))
 }
 
 fn cores() -> usize {
@@ -85,6 +154,8 @@ pub struct Node {
     next_kernel: AtomicU64,
     /// The node's domains; each kernel has a copy of the latest table.
     domains: Mutex<DomainTable>,
+    /// The other nodes, when this one is part of a cluster.
+    links: Option<Arc<Links<Packet>>>,
 }
 
 impl Node {
@@ -95,8 +166,20 @@ impl Node {
         }
         let runtime = Runtime::new(config.runtime).context("starting the WebAssembly runtime")?;
         let doorbells: Arc<[Doorbell]> = (0..config.kernels).map(|_| Doorbell::default()).collect();
-        let endpoints = Noc::build_with_doorbells(config.node, 256, doorbells.clone());
         let (events_tx, events_rx) = mpsc::channel();
+        let (id, links, remotes) = match config.cluster {
+            None => (
+                config.node,
+                None,
+                (0..config.kernels).map(|_| None).collect(),
+            ),
+            Some(cluster) => {
+                let (links, remotes) = join(cluster, &doorbells, &runtime, &events_tx)
+                    .context("joining the cluster")?;
+                (links.me().node, Some(links), remotes)
+            }
+        };
+        let endpoints = Noc::build_with_remotes(id, 256, doorbells.clone(), remotes);
         let sinks = Sinks::default();
         let console_sinks = sinks.clone();
         let console = std::thread::Builder::new()
@@ -104,6 +187,8 @@ impl Node {
             .spawn(move || console::serve(events_rx, console_sinks))?;
         let console_impl = Arc::new(ChannelConsole {
             tx: events_tx.clone(),
+            node: id,
+            links: links.clone(),
         });
         let mut controls = Vec::new();
         let mut kernels = Vec::new();
@@ -127,9 +212,9 @@ impl Node {
                 migration: config.migration,
             })?);
         }
-        tracing::info!(node = config.node, kernels = config.kernels, "node started");
+        tracing::info!(node = id, kernels = config.kernels, "node started");
         Ok(Node {
-            id: config.node,
+            id,
             runtime,
             controls,
             doorbells,
@@ -139,7 +224,26 @@ impl Node {
             next_console: AtomicU64::new(1),
             next_kernel: AtomicU64::new(0),
             domains: Mutex::new(DomainTable::default()),
+            links,
         })
+    }
+
+    /// This node's id (0 unless a cluster gave it another).
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// This node and the others it is linked to now, by node id.
+    pub fn members(&self) -> Vec<Member> {
+        match &self.links {
+            Some(l) => {
+                let mut all = l.members();
+                all.push(l.me().clone());
+                all.sort_by_key(|m| m.node);
+                all
+            }
+            None => Vec::new(),
+        }
     }
 
     pub fn runtime(&self) -> &Arc<Runtime> {
@@ -164,6 +268,17 @@ impl Node {
 
     /// Sends a request to kernel `k` and waits for its answer.
     fn ask<T>(&self, k: KernelId, make: impl FnOnce(Sender<T>) -> Control) -> anyhow::Result<T> {
+        self.post(k, make)?
+            .recv()
+            .map_err(|_| anyhow!("kernel {k} did not answer"))
+    }
+
+    /// Sends a request to kernel `k`; its answer will come on the receiver.
+    fn post<T>(
+        &self,
+        k: KernelId,
+        make: impl FnOnce(Sender<T>) -> Control,
+    ) -> anyhow::Result<Receiver<T>> {
         let i = self.kernel(k)?;
         let (tx, rx) = mpsc::channel();
         self.controls[i]
@@ -171,7 +286,18 @@ impl Node {
             .map_err(|_| anyhow!("kernel {k} has stopped"))?;
         self.doorbells[i].ring();
         self.runtime.interrupt(k.index);
-        rx.recv().map_err(|_| anyhow!("kernel {k} did not answer"))
+        Ok(rx)
+    }
+
+    /// The kernel of this node that takes a request about kernel `k`'s
+    /// processes: `k` itself, or for another node's kernel, kernel 0 (it
+    /// sends the request on).
+    fn asker(&self, k: KernelId) -> KernelId {
+        if k.node == self.id {
+            k
+        } else {
+            KernelId::new(self.id, 0)
+        }
     }
 
     /// Loads the program and starts the job's first process; its output and
@@ -190,7 +316,12 @@ impl Node {
             }
         }
         let kernel = match job.kernel {
-            Some(k) => KernelId::new(self.id, k),
+            Some(k) if k.node != self.id => bail!(
+                "kernel {k} is on another node: start the job on node {} (its `atoll run`), \
+                 or start it here and migrate it",
+                k.node
+            ),
+            Some(k) => k,
             None => {
                 let n =
                     self.next_kernel.fetch_add(1, Ordering::Relaxed) % self.controls.len() as u64;
@@ -209,7 +340,7 @@ impl Node {
                     anyhow!("no domain `{name}` (create it with `atoll domain create {name}`)")
                 })?,
         };
-        let console = ConsoleId(self.next_console.fetch_add(1, Ordering::Relaxed));
+        let console = self.new_console();
         self.sinks.lock().expect("sinks").insert(console, sink);
         let spec = ProcessSpec {
             module: program.hash(),
@@ -229,11 +360,35 @@ impl Node {
         started
     }
 
-    /// Every kernel's processes.
+    fn new_console(&self) -> ConsoleId {
+        ConsoleId::new(self.id, self.next_console.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The processes of every kernel of this node and of the nodes linked
+    /// to it. A kernel of another node that does not answer in time is
+    /// left out (and logged).
     pub fn ps(&self) -> anyhow::Result<Vec<KernelReport>> {
-        (0..self.kernel_count())
+        let mut reports = (0..self.kernel_count())
             .map(|i| self.ask(KernelId::new(self.id, i), |reply| Control::Ps { reply }))
-            .collect()
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let here = KernelId::new(self.id, 0);
+        let mut asked = Vec::new();
+        for m in self.members().into_iter().filter(|m| m.node != self.id) {
+            for i in 0..m.kernels {
+                let kernel = KernelId::new(m.node, i);
+                asked.push((
+                    kernel,
+                    self.post(here, |reply| Control::Report { kernel, reply })?,
+                ));
+            }
+        }
+        for (kernel, rx) in asked {
+            match rx.recv_timeout(REMOTE_ANSWER) {
+                Ok(r) => reports.push(r),
+                Err(_) => tracing::warn!("kernel {kernel} did not answer `ps`"),
+            }
+        }
+        Ok(reports)
     }
 
     /// Where `pid` runs, asked of its home kernel.
@@ -245,12 +400,18 @@ impl Node {
             .ok_or_else(|| anyhow!("no process {pid}"))
     }
 
-    /// Ends `pid` with `signal`, wherever it runs.
+    /// Ends `pid` with `signal`, wherever it runs, on any node.
     pub fn kill(&self, pid: Pid, signal: i32) -> anyhow::Result<()> {
         let home = pid.home;
-        self.kernel(home).map_err(|_| anyhow!("no process {pid}"))?;
-        self.ask(home, |reply| Control::Kill { pid, signal, reply })?
-            .map_err(|e: Errno| anyhow!("cannot kill {pid}: {e}"))
+        if home.node == self.id {
+            self.kernel(home).map_err(|_| anyhow!("no process {pid}"))?;
+        }
+        self.ask(self.asker(home), |reply| Control::Kill {
+            pid,
+            signal,
+            reply,
+        })?
+        .map_err(|e: Errno| anyhow!("cannot kill {pid}: {e}"))
     }
 
     /// Writes `pid` to the checkpoint file `path`, captured at its next
@@ -317,7 +478,7 @@ impl Node {
             .or(image.uarea.accounting.last_kernel.map(|k| k.index))
             .filter(|&k| k < self.kernel_count())
             .unwrap_or(0);
-        let console = ConsoleId(self.next_console.fetch_add(1, Ordering::Relaxed));
+        let console = self.new_console();
         self.sinks.lock().expect("sinks").insert(console, sink);
         // The restored process is the first process of a new job.
         image.uarea.console = console;
@@ -335,17 +496,23 @@ impl Node {
         restored
     }
 
-    /// Migrates `pid` to kernel `to` while it runs (`mode`: the node's
-    /// default when `None`), and reports how it went.
+    /// Migrates `pid`, wherever it runs, to kernel `to` of any node while
+    /// it runs (`mode`: the default of the node it runs on when `None`; a
+    /// move between nodes is always a copy), and reports how it went.
     pub fn migrate(
         &self,
         pid: Pid,
         to: KernelId,
         mode: Option<Mode>,
     ) -> anyhow::Result<MigrationReport> {
-        self.kernel(to)?;
-        let at = self.locate(pid)?;
-        self.ask(at, |reply| Control::Migrate {
+        if to.node == self.id {
+            self.kernel(to)?;
+        }
+        if pid.home.node == self.id {
+            self.kernel(pid.home)
+                .map_err(|_| anyhow!("no process {pid}"))?;
+        }
+        self.ask(self.asker(pid.home), |reply| Control::Migrate {
             pid,
             to,
             mode,
@@ -409,7 +576,9 @@ impl Node {
             let _ = k.join();
         }
         self.controls.clear();
-        // The kernels held the last senders of the console channel.
+        // The kernels and the links held the last senders of the console
+        // channel.
+        self.links = None;
         if let Some(c) = self.console.take() {
             let _ = c.join();
         }

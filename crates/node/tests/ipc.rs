@@ -3,7 +3,7 @@
 
 mod common;
 
-use atoll_abi::status;
+use atoll_abi::{status, KernelId};
 use atoll_ipc::DomainId;
 use atoll_node::Node;
 use common::*;
@@ -14,7 +14,7 @@ fn both_ways(node: &Node, scenario: &str, args: &[&str]) {
         let mut argv = vec![scenario, place];
         argv.extend(args);
         let mut spec = job("ipc", &argv);
-        spec.kernel = Some(0);
+        spec.kernel = Some(KernelId::new(0, 0));
         let (status, out) = run(node, &spec);
         assert_eq!(
             status,
@@ -74,7 +74,7 @@ fn many_pairs_across_kernels_lose_and_duplicate_no_message() {
     // cores; each checks 2000 sequence numbers (ipc.c: stress).
     let node = node(4);
     let mut spec = job("ipc", &["stress", "same", "24", "2000"]);
-    spec.kernel = Some(0);
+    spec.kernel = Some(KernelId::new(0, 0));
     let (status, out) = run(&node, &spec);
     assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
     assert_eq!(out.stdout(), "ok stress\n");
@@ -91,7 +91,7 @@ fn many_pairs_across_kernels_lose_and_duplicate_no_message() {
 fn ps_shows_who_sends_to_and_receives_from_whom() {
     let node = node(2);
     let mut spec = job("ipc", &["hold", "other"]);
-    spec.kernel = Some(0);
+    spec.kernel = Some(KernelId::new(0, 0));
     let (pid, _out, done) = start(&node, &spec);
     let parent = wait_until(&node, "the parent sending", |p| {
         p.pid == pid && p.state.starts_with("SENDING to")
@@ -118,7 +118,7 @@ fn ending_a_domain_ends_its_processes_on_every_kernel() {
     lab.domain = Some("lab".into());
     let mut jobs = Vec::new();
     for k in 0..2 {
-        lab.kernel = Some(k);
+        lab.kernel = Some(KernelId::new(0, k));
         jobs.push(start(&node, &lab));
     }
     let (outsider, _, outsider_done) = start(&node, &job("ipc", &["sleeper", "same"]));
@@ -154,7 +154,7 @@ fn a_client_in_sendrec_and_a_server_in_receive_migrate_mid_conversation() {
     // once, in order (pingpong checks its sequence numbers).
     let node = node(2);
     let mut spec = job("ipc", &["pingpong", "same", "20000"]);
-    spec.kernel = Some(0);
+    spec.kernel = Some(KernelId::new(0, 0));
     let (client, out, done) = start(&node, &spec);
     let server = wait_until(&node, "the echo server", |p| {
         p.pid != client && p.name == "ipc"

@@ -19,7 +19,7 @@ fn k(index: u16) -> KernelId {
 }
 
 fn on(mut spec: JobSpec, kernel: u16) -> JobSpec {
-    spec.kernel = Some(kernel);
+    spec.kernel = Some(KernelId::new(0, kernel));
     spec
 }
 

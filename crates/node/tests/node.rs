@@ -12,7 +12,7 @@ use common::*;
 fn hello_reports_its_identity_on_the_chosen_kernel() {
     let node = node(4);
     let mut spec = job("hello", &["one", "two"]);
-    spec.kernel = Some(2);
+    spec.kernel = Some(KernelId::new(0, 2));
     let (status, out) = run(&node, &spec);
     assert_eq!(status, 0);
     let text = out.stdout();
@@ -179,7 +179,7 @@ fn exit_status_is_the_programs() {
 fn a_parent_moved_while_its_children_end_hears_from_every_child() {
     let node = node(4);
     let mut spec = job("spawn", &["12"]);
-    spec.kernel = Some(0);
+    spec.kernel = Some(KernelId::new(0, 0));
     let (pid, out, done) = start(&node, &spec);
     let mut moves = 0;
     for i in 1.. {
@@ -207,7 +207,7 @@ fn a_parent_moved_while_its_children_end_hears_from_every_child() {
 fn a_process_moves_itself_to_every_kernel_with_kmigrate_to() {
     let node = node(4);
     let mut spec = job("hop", &["25"]);
-    spec.kernel = Some(0);
+    spec.kernel = Some(KernelId::new(0, 0));
     let (status, out) = run(&node, &spec);
     assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
     let text = out.stdout();

@@ -8,6 +8,8 @@ mod common;
 
 use std::path::Path;
 
+use atoll_abi::KernelId;
+
 use atoll_migration::Mode;
 use atoll_node::{JobSpec, Node, NodeConfig};
 use atoll_process::Preopen;
@@ -57,7 +59,7 @@ fn conformance_regressions_pass_on_every_kernel() {
     for kernel in 0..3 {
         let dir = tempfile::tempdir().unwrap();
         let mut spec = with_dir(job("wasi_conformance", &["/data"]), dir.path());
-        spec.kernel = Some(kernel);
+        spec.kernel = Some(KernelId::new(0, kernel));
         let (status, out) = run(&node, &spec);
         assert_eq!(
             status,

@@ -10,7 +10,7 @@
 //! guest. Meanwhile the process holds no OS thread and no native stack, and
 //! can be serialized and moved.
 
-use atoll_abi::{Errno, Pid};
+use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{IpcCall, IpcState};
 use serde::{Deserialize, Serialize};
 
@@ -44,8 +44,8 @@ pub enum KernelCall {
     Ipc(IpcCall),
     /// Join the named domain, or leave the current one (`None`).
     Bind { domain: Option<String> },
-    /// Move this process to kernel `to` of its node (`kmigrate_to`).
-    Migrate { to: u16 },
+    /// Move this process to kernel `to`, of its node or another (`kmigrate_to`).
+    Migrate { to: KernelId },
 }
 
 impl KernelCall {
@@ -70,8 +70,8 @@ impl KernelCall {
 pub struct SpawnRequest {
     pub module: SpawnModule,
     pub args: Vec<String>,
-    /// Kernel index on the caller's node; `None` lets the kernel choose.
-    pub kernel: Option<u16>,
+    /// The kernel to start on; `None` lets the kernel choose.
+    pub kernel: Option<KernelId>,
 }
 
 /// The code of a new process.

@@ -36,6 +36,17 @@ pub struct Host {
     pub wake: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
+impl Host {
+    /// Decodes a guest's kernel argument ([`KernelId::from_arg`]). A kernel
+    /// of this node must exist; one of another node is checked by the kernel.
+    pub(crate) fn kernel_arg(&self, v: i32) -> Result<KernelId, atoll_abi::Errno> {
+        match KernelId::from_arg(v, self.kernel) {
+            Some(k) if k.node != self.kernel.node || k.index < self.kernel_count => Ok(k),
+            _ => Err(atoll_abi::Errno::Inval),
+        }
+    }
+}
+
 /// The store data of one process: its UArea plus host-side handles that are
 /// rebuilt wherever the process runs.
 pub struct ProcCtx {

@@ -27,7 +27,7 @@ pub use atoll_migration::BLOCK;
 const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 2: memory in runs of 4 KiB blocks, complete or delta.
 /// 3: each descriptor keeps its WASI rights mask.
-const VERSION: u16 = 3;
+const VERSION: u16 = 4;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

@@ -74,6 +74,9 @@ pub enum LoadError {
 pub struct Program {
     hash: ContentHash,
     prepared: bool,
+    /// The module that runs, as bytes: what is sent to another node that
+    /// needs the program.
+    module: Arc<[u8]>,
     pre: InstancePre<ProcCtx>,
 }
 
@@ -86,6 +89,11 @@ impl Program {
     /// Whether the module was prepared (has safepoints and can be captured).
     pub fn prepared(&self) -> bool {
         self.prepared
+    }
+
+    /// The module that runs (its content hash is [`hash`](Self::hash)).
+    pub fn module_bytes(&self) -> &[u8] {
+        &self.module
     }
 
     pub(crate) fn pre(&self) -> &InstancePre<ProcCtx> {
@@ -198,6 +206,7 @@ impl Runtime {
                 let p = Arc::new(Program {
                     hash,
                     prepared,
+                    module: module.into(),
                     pre,
                 });
                 self.programs

@@ -19,9 +19,22 @@ use crate::fd::FdTable;
 
 /// Identifies the console (job output stream) a process writes to. It stays
 /// the same wherever the process runs, so its output keeps going to the
-/// terminal of the job that started it.
+/// terminal of the job that started it. Its top 16 bits are the node that
+/// owns that terminal.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 pub struct ConsoleId(pub u64);
+
+impl ConsoleId {
+    /// The `seq`-th console of node `node`.
+    pub fn new(node: u16, seq: u64) -> Self {
+        ConsoleId(u64::from(node) << 48 | (seq & ((1 << 48) - 1)))
+    }
+
+    /// The node whose terminal (or client) shows this console.
+    pub fn node(self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+}
 
 /// Kernel-side state of one process.
 #[derive(Clone, Debug, Serialize, Deserialize)]

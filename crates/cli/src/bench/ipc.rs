@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
+use atoll_abi::KernelId;
 use serde::{Deserialize, Serialize};
 
 use super::plot::{grouped_bars, BarGroup};
@@ -184,7 +185,7 @@ impl Bench<'_> {
                 args,
                 env: vec![],
                 preopens: vec![],
-                kernel: Some(0),
+                kernel: Some(KernelId::new(0, 0)),
                 prepare: true,
                 domain: None,
                 wander: false,

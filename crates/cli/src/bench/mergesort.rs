@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use atoll_abi::KernelId;
+
 use super::{artifact, atoll_job, command_line, median, native, Machine, Report, Row};
 use crate::commands::Context;
 
@@ -33,7 +35,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
             .collect(),
         env: vec![],
         preopens: vec![],
-        kernel: Some(0),
+        kernel: Some(KernelId::new(0, 0)),
         prepare,
         domain: None,
         wander: false,

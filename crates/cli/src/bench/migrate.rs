@@ -571,7 +571,7 @@ impl Bench<'_> {
             ],
             env: vec![],
             preopens: vec![],
-            kernel: Some(0),
+            kernel: Some(KernelId::new(0, 0)),
             prepare: true,
             domain: None,
             wander: false,

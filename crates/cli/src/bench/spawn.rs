@@ -8,6 +8,8 @@
 
 use std::path::Path;
 
+use atoll_abi::KernelId;
+
 use super::{artifact, atoll_job, command_line, field, median, native, Machine, Report, Row};
 use crate::commands::Context;
 
@@ -41,7 +43,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
         args: vec!["spawnbench".into(), a.n.to_string(), a.inflight.to_string()],
         env: vec![],
         preopens: vec![],
-        kernel: Some(0),
+        kernel: Some(KernelId::new(0, 0)),
         prepare: true,
         domain: None,
         wander: false,

@@ -53,24 +53,25 @@ impl Kernel {
         handover: Option<Handover>,
     ) {
         match msg {
-            MigrationMsg::Round { pid, req, frame } => {
-                match self.on_round(from, pid, req, frame, bulk) {
-                    Ok(()) => self.send(
-                        from,
-                        NocMsg::Migration(MigrationMsg::Applied { pid, req, frame }),
-                    ),
-                    Err(why) => {
-                        self.incoming.remove(&pid);
-                        self.refuse(from, pid, req, why, None);
-                    }
+            MigrationMsg::Round {
+                pid, req, frame, ..
+            } => match self.on_round(from, pid, req, frame, bulk) {
+                Ok(()) => self.send(
+                    from,
+                    NocMsg::Migration(MigrationMsg::Applied { pid, req, frame }),
+                ),
+                Err(why) => {
+                    self.incoming.remove(&pid);
+                    self.refuse(from, pid, req, why, None);
                 }
-            }
+            },
             MigrationMsg::Applied { pid, req, frame } => self.on_round_applied(pid, req, frame),
             MigrationMsg::Final {
                 pid,
                 req,
                 report,
                 times,
+                ..
             } => {
                 let arrival = Arrival::Migrated {
                     from,

@@ -1,8 +1,6 @@
 //! The source side of a migration: pre-copy rounds while the process runs,
 //! the freeze, the stop-and-copy or hand-over, and the rollback.
 
-use std::sync::mpsc::Sender;
-
 use atoll_abi::{KernelId, Pid};
 use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport, BLOCK};
 use atoll_process::ProcessImage;
@@ -10,7 +8,7 @@ use quanta::Instant;
 
 use crate::kernel::Process;
 use crate::kernel::{monotonic_ns, Kernel};
-use crate::msg::{Handover, MigrationMsg, NocMsg, Packet, Times};
+use crate::msg::{Handover, MigrationMsg, NocMsg, Packet, ReplyTo, Times};
 
 /// A process on its way out. While pre-copy runs it is still in `procs`
 /// and runs; once frozen, it waits here for the destination's answer.
@@ -18,9 +16,12 @@ pub(crate) struct Departure {
     req: u64,
     to: KernelId,
     mode: Mode,
-    /// Who asked (`None`: the process itself, answered where it ends up).
-    reply: Option<Sender<Result<MigrationReport, String>>>,
+    /// Who asked: a node request, or the process itself (answered where it
+    /// ends up).
+    reply: ReplyTo,
     requested_ns: u64,
+    /// When it froze (0 before), on this kernel's clock.
+    frozen_ns: u64,
     rounds: Vec<RoundReport>,
     /// Where the next piece of round 0 starts (bytes), while it goes out.
     round0_at: Option<usize>,
@@ -55,16 +56,28 @@ impl Departure {
 }
 
 impl Kernel {
-    /// Starts moving `pid`, which runs here, to kernel `to`. `reply` (if
-    /// any) hears how it went, unless this fails at once.
+    /// Starts moving `pid`, which runs here, to kernel `to`, of this node
+    /// or another. `reply` hears how it went, unless this fails at once.
+    /// Between machines only copy mode exists: it is the default there, and
+    /// a hand-over is refused.
     pub(crate) fn migrate(
         &mut self,
         pid: Pid,
         to: KernelId,
         mode: Option<Mode>,
-        reply: Option<Sender<Result<MigrationReport, String>>>,
+        reply: ReplyTo,
     ) -> Result<(), String> {
-        let mode = mode.unwrap_or(self.migration.mode);
+        let remote = to.node != self.id.node;
+        let mode = match mode {
+            Some(Mode::Handover) if remote => {
+                return Err(format!(
+                    "kernel {to} is on another node: a hand-over never leaves its machine (use copy mode)"
+                ))
+            }
+            Some(m) => m,
+            None if remote => Mode::Copy,
+            None => self.migration.mode,
+        };
         if !self.procs.contains_key(&pid) {
             return Err(self.not_here(pid));
         }
@@ -72,21 +85,20 @@ impl Kernel {
             return Err(format!("process {pid} is already migrating"));
         }
         if to == self.id {
-            if let Some(reply) = reply {
-                let _ = reply.send(Ok(MigrationReport {
-                    pid,
-                    from: to,
-                    to,
-                    mode,
-                    rounds: Vec::new(),
-                    downtime_us: 0,
-                    total_us: 0,
-                }));
-            }
+            let report = MigrationReport {
+                pid,
+                from: to,
+                to,
+                mode,
+                rounds: Vec::new(),
+                downtime_us: 0,
+                total_us: 0,
+            };
+            self.answer_migration(reply, Ok(report));
             return Ok(());
         }
-        if to.node != self.id.node || to.index >= self.host_kernel_count() {
-            return Err(format!("kernel {to} does not exist"));
+        if !self.noc_reaches(to) {
+            return Err(format!("kernel {to} does not exist or cannot be reached"));
         }
         // Pre-copy also serves a blocked process: it stays able to take
         // messages (and run) while its memory is copied, and its freeze
@@ -115,6 +127,7 @@ impl Kernel {
             mode,
             reply,
             requested_ns: monotonic_ns(),
+            frozen_ns: 0,
             rounds: Vec::new(),
             round0_at: precopy.then_some(0),
             frames_sent: 0,
@@ -178,7 +191,14 @@ impl Kernel {
         };
         let (req, to, frame) = (d.req, d.to, d.frames_sent);
         d.frames_sent += 1;
-        let bytes = self.send_image(to, MigrationMsg::Round { pid, req, frame }, &image);
+        let module = image.uarea.module;
+        let round = MigrationMsg::Round {
+            pid,
+            req,
+            frame,
+            module,
+        };
+        let bytes = self.send_image(to, round, &image);
         let d = self.departure(pid);
         let blocks = image.memory.blocks() as u64;
         let us = t.elapsed().as_micros() as u64;
@@ -315,6 +335,7 @@ impl Kernel {
         let p = self.procs.remove(&pid).expect("checked above");
         self.run_queue.retain(|&q| q != pid);
         let d = self.departures.get_mut(&pid).expect("a departure");
+        d.frozen_ns = frozen_ns;
         let times = Times {
             requested_ns: d.requested_ns,
             frozen_ns,
@@ -348,6 +369,7 @@ impl Kernel {
             bytes: bytes.len() as u64,
             us: t.elapsed().as_micros() as u64,
         });
+        let module = p.container.uarea().module;
         d.phase = Phase::Frozen {
             tracker,
             process: Some(p),
@@ -359,6 +381,7 @@ impl Kernel {
                 ..Packet::new(NocMsg::Migration(MigrationMsg::Final {
                     pid,
                     req,
+                    module,
                     report,
                     times,
                 }))
@@ -372,13 +395,15 @@ impl Kernel {
     fn fail_departure(&mut self, pid: Pid, why: String) {
         if let Some(d) = self.departures.remove(&pid) {
             tracing::warn!(kernel = %self.id, %pid, "migration failed, process stays: {why}");
-            self.send(
+            let abort = NocMsg::Migration(MigrationMsg::Abort { pid, req: d.req });
+            self.transmit(
                 d.to,
-                NocMsg::Migration(MigrationMsg::Abort { pid, req: d.req }),
+                Packet {
+                    bulk: Some(Vec::new()),
+                    ..Packet::new(abort)
+                },
             );
-            if let Some(reply) = d.reply {
-                let _ = reply.send(Err(why));
-            }
+            self.answer_migration(d.reply, Err(why));
             self.answer_self_migration(pid);
         }
     }
@@ -407,14 +432,19 @@ impl Kernel {
         }
         let d = self.departures.remove(&pid).expect("checked above");
         match result {
-            Ok(report) => {
+            Ok(mut report) => {
+                if d.to.node != self.id.node {
+                    // The destination's clock is another machine's: measure
+                    // here, up to this answer (an upper bound by its trip).
+                    let now = monotonic_ns();
+                    report.downtime_us = now.saturating_sub(d.frozen_ns) / 1000;
+                    report.total_us = now.saturating_sub(d.requested_ns) / 1000;
+                }
                 tracing::info!(kernel = %self.id, "migrated {}", report.summary());
                 for packet in d.held {
                     self.transmit(d.to, packet);
                 }
-                if let Some(reply) = d.reply {
-                    let _ = reply.send(Ok(*report));
-                }
+                self.answer_migration(d.reply, Ok(*report));
                 if let Phase::Frozen { tracker, process } = d.phase {
                     drop(tracker);
                     drop(process);
@@ -450,9 +480,7 @@ impl Kernel {
                     None => tracing::error!(kernel = %self.id, %pid,
                         "a handed-over process did not come back from a failed migration"),
                 }
-                if let Some(reply) = d.reply {
-                    let _ = reply.send(Err(why));
-                }
+                self.answer_migration(d.reply, Err(why));
             }
         }
     }

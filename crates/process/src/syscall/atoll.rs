@@ -81,8 +81,7 @@ fn spawn(
         let args = decode_argv(mem, argv_ptr, argv_len)?;
         let kernel = match kernel {
             -1 => None,
-            k if (0..ctx.host.kernel_count as i32).contains(&k) => Some(k as u16),
-            _ => return Err(Errno::Inval),
+            k => Some(ctx.host.kernel_arg(k)?),
         };
         request = Some(SpawnRequest {
             module,
@@ -166,8 +165,9 @@ fn kill(mut c: Caller<'_, ProcCtx>, pid: i64, signal: i32) -> wasmtime::Result<i
     .map_or_else(|e| e.raw() as i32, |()| 0))
 }
 
-/// Moves the calling process to kernel `kernel` of its node; it returns
-/// there (or, if the destination could not take it, here with `EAGAIN`).
+/// Moves the calling process to kernel `kernel` (of its node, or another);
+/// it returns there (or, if the destination could not take it, here with
+/// `EAGAIN`).
 fn migrate_to(mut c: Caller<'_, ProcCtx>, kernel: i32) -> wasmtime::Result<i32> {
     if let Some(reply) = take_reply(&mut c)? {
         return Ok(match reply {
@@ -180,13 +180,14 @@ fn migrate_to(mut c: Caller<'_, ProcCtx>, kernel: i32) -> wasmtime::Result<i32> 
     }
     c.data_mut().uarea.accounting.syscalls += 1;
     let host = &c.data().host;
-    if !(0..i32::from(host.kernel_count)).contains(&kernel) {
-        return Ok(Errno::Inval.raw() as i32);
-    }
-    if kernel == i32::from(host.kernel.index) {
+    let to = match host.kernel_arg(kernel) {
+        Ok(to) => to,
+        Err(e) => return Ok(e.raw() as i32),
+    };
+    if to == host.kernel {
         return Ok(0);
     }
-    let call = KernelCall::Migrate { to: kernel as u16 };
+    let call = KernelCall::Migrate { to };
     Ok(enter_kernel(&mut c, call).map_or_else(|e| e.raw() as i32, |()| 0))
 }
 

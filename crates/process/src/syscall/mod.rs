@@ -17,7 +17,7 @@ mod ipc;
 mod wasi;
 mod wasi_fs;
 
-use atoll_abi::Errno;
+use atoll_abi::{Errno, KernelId};
 use wasmtime::{Caller, Linker, Val};
 
 use crate::call::{CallState, KernelCall, Reply};
@@ -86,7 +86,10 @@ fn wander(caller: &mut Caller<'_, ProcCtx>, rc: i32) {
     if host.kernel_count < 2 {
         return;
     }
-    let to = (host.kernel.index + 1) % host.kernel_count;
+    let to = KernelId::new(
+        host.kernel.node,
+        (host.kernel.index + 1) % host.kernel_count,
+    );
     // A module that cannot unwind (run unprepared) stays where it is.
     if enter_kernel(caller, KernelCall::Migrate { to }).is_ok() {
         caller.data_mut().uarea.wander.result = Some(rc);

@@ -1,0 +1,322 @@
+//! Several nodes, one atoll: real `atoll node` processes joined over
+//! loopback with mutual TLS, used from any of them, and processes moving
+//! live between them.
+
+#[path = "../../../tests/support.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn atoll(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_atoll"));
+    c.args(["--cache", support::cache_dir().to_str().unwrap()]);
+    c.env("ATOLL_SOCKET", "/nonexistent/atoll.sock");
+    c.args(args);
+    c
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn guest(name: &str) -> String {
+    support::guest(name).display().to_string()
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// One `atoll node` process of a test cluster.
+#[derive(Debug)]
+struct Member {
+    child: Child,
+    socket: PathBuf,
+    addr: String,
+}
+
+impl Member {
+    fn atoll(&self, args: &[&str]) -> Command {
+        let mut c = atoll(args);
+        c.env("ATOLL_SOCKET", &self.socket);
+        c
+    }
+
+    /// The PID of the process named `name`, once `atoll ps` here lists it.
+    fn wait_for(&self, name: &str) -> String {
+        let t = Instant::now();
+        loop {
+            let ps = self.atoll(&["ps"]).output().unwrap();
+            let found = text(&ps.stdout)
+                .lines()
+                .find(|l| l.contains(name))
+                .map(|l| l.split_whitespace().next().unwrap().to_owned());
+            if let Some(pid) = found {
+                return pid;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{name} never showed in ps"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Nodes `n0`..`nN-1`, each a separate process with its own certificate
+/// from one CA, `n0` started first and the others joining through it.
+struct Cluster {
+    dir: tempfile::TempDir,
+    nodes: Vec<Member>,
+}
+
+impl Cluster {
+    fn start(nodes: usize, kernels: u16) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca");
+        ok(atoll(&["ca", "init", ca.to_str().unwrap()])
+            .output()
+            .unwrap());
+        let mut cluster = Cluster {
+            dir,
+            nodes: Vec::new(),
+        };
+        for i in 0..nodes {
+            let name = format!("n{i}");
+            ok(atoll(&["ca", "issue", ca.to_str().unwrap(), &name])
+                .output()
+                .unwrap());
+            let join = cluster.nodes.first().map(|m| m.addr.clone());
+            let member = cluster
+                .spawn(&ca, &name, kernels, join.as_deref(), &[])
+                .unwrap_or_else(|e| panic!("{name} did not start: {e}"));
+            cluster.nodes.push(member);
+        }
+        cluster
+    }
+
+    /// Starts node `name` with certificates from `ca`, joining through
+    /// `join`, with `extra` options; returns its error output if it exits
+    /// instead.
+    fn spawn(
+        &self,
+        ca: &Path,
+        name: &str,
+        kernels: u16,
+        join: Option<&str>,
+        extra: &[&str],
+    ) -> Result<Member, String> {
+        let socket = self.dir.path().join(format!("{name}.sock"));
+        let mut args = vec![
+            "node".to_string(),
+            "--kernels".into(),
+            kernels.to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--certs".into(),
+            ca.to_str().unwrap().into(),
+            "--name".into(),
+            name.into(),
+        ];
+        if let Some(j) = join {
+            args.extend(["--join".into(), j.into()]);
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut child = atoll(&args)
+            .env("ATOLL_SOCKET", &socket)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The node says where it is linked; its stderr is drained after.
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut said = String::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split_once("linked at ").map(|(_, r)| r) {
+                    let _ = tx.send(Ok(rest.split_whitespace().next().unwrap().to_owned()));
+                }
+                said.push_str(&line);
+                said.push('\n');
+            }
+            let _ = tx.send(Err(said));
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(addr)) => addr,
+            failed => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(match failed {
+                    Ok(Err(said)) => said,
+                    _ => format!("{name} said nothing in time"),
+                });
+            }
+        };
+        let t = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{name}'s socket never came"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Member {
+            child,
+            socket,
+            addr,
+        })
+    }
+}
+
+/// What an unmoved run of `progress` prints.
+fn unmoved(args: &[&str]) -> String {
+    let mut all = vec!["run", "--embedded"];
+    let program = guest("progress");
+    all.push(&program);
+    all.extend(args);
+    ok(atoll(&all).output().unwrap())
+}
+
+#[test]
+fn a_running_process_moves_between_nodes_and_prints_what_an_unmoved_run_prints() {
+    let c = Cluster::start(3, 2);
+    let (a, b) = (&c.nodes[0], &c.nodes[2]);
+    let job = a
+        .atoll(&["run", "--on", "0.1", &guest("progress"), "30", "4000000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = a.wait_for("progress");
+    // Every node lists it, wherever it runs.
+    assert_eq!(b.wait_for("progress"), pid);
+    // From 0.1 over every node and back, asked from different nodes: the
+    // same path serves a process here and one on another machine.
+    for (i, to) in ["1.0", "2.1", "0.0", "1.1", "0.1"].iter().enumerate() {
+        let asker = &c.nodes[i % 3];
+        let out = ok(asker
+            .atoll(&["migrate", &pid, "--to", to, "--json"])
+            .output()
+            .unwrap());
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(report["to"], *to, "{out}");
+        assert_eq!(report["mode"], "copy", "{out}");
+        let ps = ok(c.nodes[(i + 1) % 3].atoll(&["ps"]).output().unwrap());
+        let line = ps.lines().find(|l| l.starts_with(&pid)).unwrap();
+        assert_eq!(line.split_whitespace().nth(1), Some(*to), "{ps}");
+    }
+    let out = job.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout), unmoved(&["30", "4000000"]));
+}
+
+#[test]
+fn a_process_moves_itself_across_nodes_with_kmigrate_to() {
+    let c = Cluster::start(2, 1);
+    let out = ok(c.nodes[0]
+        .atoll(&["run", &guest("roam"), "2", "10"])
+        .output()
+        .unwrap());
+    assert_eq!(out.lines().count(), 21, "{out}");
+    assert!(out.ends_with("\n") && out.lines().last().unwrap().starts_with("roam: ok "));
+    // A node that does not exist: the move is refused and the process
+    // carries on where it was (and reports the failure).
+    let out = c.nodes[1]
+        .atoll(&["run", &guest("roam"), "3", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("kmigrate_to(node 2) = "),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn kill_from_any_node_and_hand_over_refused_between_nodes() {
+    let c = Cluster::start(2, 1);
+    let (a, b) = (&c.nodes[0], &c.nodes[1]);
+    let job = a.atoll(&["run", &guest("spin")]).spawn().unwrap();
+    let pid = b.wait_for("spin");
+    let out = b
+        .atoll(&["migrate", &pid, "--to", "1.0", "--mode", "handover"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("never leaves its machine"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = b.atoll(&["migrate", &pid, "--to", "1.7"]).output().unwrap();
+    assert!(text(&out.stderr).contains("1.7"), "{}", text(&out.stderr));
+    ok(b.atoll(&["migrate", &pid, "--to", "1.0"]).output().unwrap());
+    ok(b.atoll(&["kill", &pid]).output().unwrap());
+    let status = job.wait_with_output().unwrap().status;
+    assert_eq!(status.code(), Some(137));
+    let out = b.atoll(&["kill", &pid]).output().unwrap();
+    assert!(
+        text(&out.stderr).contains("no such process"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn strangers_and_garbage_are_refused_and_the_cluster_carries_on() {
+    let c = Cluster::start(2, 1);
+    // A node whose certificate comes from another cluster's CA.
+    let other = c.dir.path().join("other-ca");
+    ok(atoll(&["ca", "init", other.to_str().unwrap()])
+        .output()
+        .unwrap());
+    ok(atoll(&["ca", "issue", other.to_str().unwrap(), "n9"])
+        .output()
+        .unwrap());
+    let stranger = c.spawn(&other, "n9", 1, Some(&c.nodes[0].addr), &[]);
+    assert!(stranger.is_err(), "a stranger joined");
+    // A member of this cluster may not take another's id, nor a second one.
+    let ca = c.dir.path().join("ca");
+    ok(atoll(&["ca", "issue", ca.to_str().unwrap(), "n2"])
+        .output()
+        .unwrap());
+    let join = Some(c.nodes[0].addr.as_str());
+    let taken = c.spawn(&ca, "n2", 1, join, &["--node-id", "1"]);
+    assert!(taken.unwrap_err().contains("node id 1 is taken by `n1`"));
+    let twice = c.spawn(&ca, "n1", 1, join, &["--node-id", "5"]);
+    assert!(twice.unwrap_err().contains("`n1` is already node 1"));
+    // Bytes that are not TLS, and TLS-less garbage after a valid length.
+    for garbage in [&b"GET / HTTP/1.1\r\n\r\n"[..], &[0xff; 64][..]] {
+        let mut s = TcpStream::connect(&c.nodes[0].addr).unwrap();
+        let _ = s.write_all(garbage);
+    }
+    // The members still work together.
+    let job = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();
+    let pid = c.nodes[1].wait_for("spin");
+    ok(c.nodes[1]
+        .atoll(&["migrate", &pid, "--to", "1.0"])
+        .output()
+        .unwrap());
+    ok(c.nodes[0].atoll(&["kill", &pid]).output().unwrap());
+    assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
+}
