@@ -7,9 +7,11 @@ use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::thread;
 
+use atoll_abi::KernelId;
 use atoll_noc::net::frame;
 use atoll_noc::net::identity::{self, Identity};
-use atoll_noc::net::tls;
+use atoll_noc::net::{tls, LinkConfig, Links};
+use atoll_noc::{Incoming, SendError, Uplink};
 use rustls::{ClientConnection, ServerConnection, StreamOwned};
 use serde::{Deserialize, Serialize};
 
@@ -231,4 +233,72 @@ fn a_garbled_frame_fails_its_link_only() {
     let (first, second) = server.join().unwrap().unwrap();
     assert!(first.unwrap_err().contains("does not decode"));
     assert!(second.unwrap_err().contains("larger than"));
+}
+
+/// Starts the links of node `id`, joining through `join`; what arrives
+/// for its kernels comes out of the receiver.
+fn links(
+    id: Identity,
+    kernels: u16,
+    join: Option<std::net::SocketAddr>,
+) -> (
+    Links<String>,
+    std::sync::mpsc::Receiver<(KernelId, Incoming<String>)>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let config = LinkConfig {
+        identity: id,
+        node: None,
+        kernels,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        advertise: None,
+        join,
+    };
+    let deliver = Box::new(move |to, m| tx.send((to, m)).unwrap());
+    (Links::start(config, deliver).unwrap(), rx)
+}
+
+#[test]
+fn links_join_through_any_member_and_carry_both_lanes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["n0", "n1", "n2"]).into_iter();
+    let (l0, r0) = links(ids.next().unwrap(), 2, None);
+    let (l1, r1) = links(ids.next().unwrap(), 2, Some(l0.me().addr));
+    // The third joins through the second, and is told about the first.
+    let (l2, r2) = links(ids.next().unwrap(), 1, Some(l1.me().addr));
+    assert_eq!(
+        [l0.me().node, l1.me().node, l2.me().node],
+        [0, 1, 2],
+        "ids are given in join order"
+    );
+    let nodes = |l: &Links<String>| l.members().iter().map(|m| m.node).collect::<Vec<_>>();
+    assert_eq!(nodes(&l2), [0, 1]);
+    let t = std::time::Instant::now();
+    while nodes(&l0) != [1, 2] {
+        assert!(t.elapsed().as_secs() < 10, "{:?}", nodes(&l0));
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let k = KernelId::new;
+    l2.send(k(2, 0), k(0, 1), "hello".into(), None).unwrap();
+    let (to, m) = r0.recv().unwrap();
+    assert_eq!(
+        (to, m.from, m.msg, m.bulk),
+        (k(0, 1), k(2, 0), "hello".into(), None)
+    );
+    // Bulk bytes beyond a control frame's limit take the bulk lane.
+    let image = vec![7u8; 5 << 20];
+    l0.send(k(0, 1), k(1, 1), "image".into(), Some(image.clone()))
+        .unwrap();
+    let (to, m) = r1.recv().unwrap();
+    assert_eq!(
+        (to, m.msg.as_str(), m.bulk),
+        (k(1, 1), "image", Some(image))
+    );
+    // Kernels and nodes that do not exist are refused at the sender.
+    assert!(l1.reaches(k(2, 0)) && !l1.reaches(k(2, 1)) && !l1.reaches(k(7, 0)));
+    assert!(matches!(
+        l1.send(k(1, 0), k(2, 1), "x".into(), None),
+        Err(SendError::UnknownKernel { .. })
+    ));
+    assert!(r2.try_recv().is_err());
 }
