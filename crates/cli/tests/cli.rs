@@ -1,31 +1,15 @@
 //! The `atoll` command as a user runs it: exit codes, output, errors, and
 //! the node daemon.
 
-#[path = "../../../tests/support.rs"]
-mod support;
+mod common;
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn atoll(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_atoll"));
-    c.args(["--cache", support::cache_dir().to_str().unwrap()]);
-    // Never talk to a node some other process left running.
-    c.env("ATOLL_SOCKET", "/nonexistent/atoll.sock");
-    c.args(args);
-    c
-}
+use common::{atoll, guest, pid_of, support, text, wait_for};
 
 fn run(args: &[&str]) -> Output {
     atoll(args).output().expect("atoll runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn guest(name: &str) -> String {
-    support::guest(name).display().to_string()
 }
 
 #[test]
@@ -266,18 +250,7 @@ impl Daemon {
 
     /// The PID of the process named `name`, once `atoll ps` lists it.
     fn wait_for(&self, name: &str) -> String {
-        let t = Instant::now();
-        loop {
-            let ps = self.atoll(&["ps"]).output().unwrap();
-            if let Some(pid) = pid_of(&text(&ps.stdout), name) {
-                return pid;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "{name} never showed in ps"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for(&self.socket, name)
     }
 }
 
@@ -286,12 +259,6 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn pid_of(ps: &str, name: &str) -> Option<String> {
-    ps.lines()
-        .find(|l| l.contains(name))
-        .map(|l| l.split_whitespace().next().unwrap().to_owned())
 }
 
 #[test]

@@ -2,8 +2,7 @@
 //! loopback with mutual TLS, used from any of them, and processes moving
 //! live between them.
 
-#[path = "../../../tests/support.rs"]
-mod support;
+mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -12,21 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-fn atoll(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_atoll"));
-    c.args(["--cache", support::cache_dir().to_str().unwrap()]);
-    c.env("ATOLL_SOCKET", "/nonexistent/atoll.sock");
-    c.args(args);
-    c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn guest(name: &str) -> String {
-    support::guest(name).display().to_string()
-}
+use common::{atoll, guest, text, wait_for};
 
 fn ok(out: Output) -> String {
     assert!(
@@ -56,22 +41,7 @@ impl Member {
 
     /// The PID of the process named `name`, once `atoll ps` here lists it.
     fn wait_for(&self, name: &str) -> String {
-        let t = Instant::now();
-        loop {
-            let ps = self.atoll(&["ps"]).output().unwrap();
-            let found = text(&ps.stdout)
-                .lines()
-                .find(|l| l.contains(name))
-                .map(|l| l.split_whitespace().next().unwrap().to_owned());
-            if let Some(pid) = found {
-                return pid;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "{name} never showed in ps"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for(&self.socket, name)
     }
 }
 

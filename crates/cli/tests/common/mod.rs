@@ -1,0 +1,53 @@
+//! What the `atoll` command's tests share: running the binary, and finding
+//! a process in what a node's `atoll ps` lists.
+
+#![allow(dead_code)]
+
+#[path = "../../../../tests/support.rs"]
+pub mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The `atoll` binary with the tests' module cache, talking to no node
+/// unless the caller sets `ATOLL_SOCKET`.
+pub fn atoll(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_atoll"));
+    c.args(["--cache", support::cache_dir().to_str().unwrap()]);
+    // Never talk to a node some other process left running.
+    c.env("ATOLL_SOCKET", "/nonexistent/atoll.sock");
+    c.args(args);
+    c
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+pub fn guest(name: &str) -> String {
+    support::guest(name).display().to_string()
+}
+
+/// The PID of the process named `name` in `atoll ps` output.
+pub fn pid_of(ps: &str, name: &str) -> Option<String> {
+    ps.lines()
+        .find(|l| l.contains(name))
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+}
+
+/// The PID of the process named `name`, once the node at `socket` lists it.
+pub fn wait_for(socket: &Path, name: &str) -> String {
+    let t = Instant::now();
+    loop {
+        let ps = atoll(&["ps"]).env("ATOLL_SOCKET", socket).output().unwrap();
+        if let Some(pid) = pid_of(&text(&ps.stdout), name) {
+            return pid;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{name} never showed in ps"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
