@@ -349,8 +349,10 @@ static inline int atoll_migrate_to(int kernel)
  * Errors (returned, never in errno):
  *   ELOCKED      the call would close a cycle of processes blocked on each
  *                other (including sending to or receiving from oneself).
- *   EDEADSRCDST  the peer does not exist, or ended while the caller waited.
- *   EBADSRCDST   the endpoint is not a pid of a reachable kernel.
+ *   EDEADSRCDST  the peer does not exist, or ended while the caller waited,
+ *                or was lost with its node.
+ *   EBADSRCDST   the endpoint is not a pid, or names a kernel of this node
+ *                that does not exist.
  *   ENOTREADY    ipc_sendnb: the receiver is not waiting.
  *   ECALLDENIED  the peer is in another domain, or the caller is in none.
  *   EFAULT       a message or status pointer outside the caller's memory.

@@ -304,18 +304,23 @@ pub struct PsArgs {
     json: bool,
 }
 
-fn reports(
-    ctx: &Context,
-    what: &str,
-) -> anyhow::Result<(Vec<atoll_kernel::KernelReport>, Vec<DomainInfo>)> {
+/// What `atoll ps` asks of the node: every kernel's report, the domains
+/// and the nodes of the cluster.
+type Listing = (
+    Vec<atoll_kernel::KernelReport>,
+    Vec<DomainInfo>,
+    Vec<atoll_node::NodeStatus>,
+);
+
+fn reports(ctx: &Context, what: &str) -> anyhow::Result<Listing> {
     match ctx.ask(&Request::Ps, what)? {
-        Response::Ps(r, d) => Ok((r, d)),
+        Response::Ps(r, d, n) => Ok((r, d, n)),
         other => Err(unexpected(other)),
     }
 }
 
 pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
-    let (reports, domains) = reports(ctx, "ps")?;
+    let (reports, domains, nodes) = reports(ctx, "ps")?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
         return Ok(());
@@ -375,6 +380,10 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
             r.slices,
             r.messages
         );
+    }
+    for n in &nodes {
+        let state = if n.up { "up" } else { "DOWN" };
+        eprintln!("{}: {state}", n.member);
     }
     Ok(())
 }
@@ -534,7 +543,7 @@ pub fn domain(ctx: &Context, a: DomainArgs) -> anyhow::Result<()> {
             Ok(())
         }
         (Response::Domains(list), _) => {
-            let (reports, _) = reports(ctx, what)?;
+            let (reports, _, _) = reports(ctx, what)?;
             println!("{:<6} {:<20} {:>9}", "ID", "NAME", "PROCESSES");
             for d in list {
                 let n = reports
@@ -559,7 +568,7 @@ pub struct IpcArgs {
 
 /// Per-kernel IPC counters of the running node.
 pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
-    let (reports, _) = reports(ctx, "ipc")?;
+    let (reports, _, _) = reports(ctx, "ipc")?;
     if a.json {
         let counters: Vec<_> = reports
             .iter()

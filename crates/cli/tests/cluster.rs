@@ -290,3 +290,142 @@ fn strangers_and_garbage_are_refused_and_the_cluster_carries_on() {
     ok(c.nodes[0].atoll(&["kill", &pid]).output().unwrap());
     assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
 }
+
+/// Reads `child`'s stdout line by line until a line equals `line`; the
+/// rest is returned when the child ends.
+fn read_until(child: &mut Child, line: &str) -> BufReader<std::process::ChildStdout> {
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut got = String::new();
+    loop {
+        got.clear();
+        assert!(out.read_line(&mut got).unwrap() > 0, "no `{line}` line");
+        if got.trim_end() == line {
+            return out;
+        }
+    }
+}
+
+#[test]
+fn a_node_killed_mid_conversation_ends_every_wait_on_it() {
+    let mut c = Cluster::start(2, 1);
+    // A parent on node 0 with two children on node 1, talking to one.
+    let mut far = c.nodes[0]
+        .atoll(&["run", &guest("far"), "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut rest = read_until(&mut far, "far: ready");
+    // A job homed on node 0 that runs on node 1.
+    let spin = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();
+    let pid = c.nodes[0].wait_for("spin.wasm");
+    ok(c.nodes[0]
+        .atoll(&["migrate", &pid, "--to", "1.0"])
+        .output()
+        .unwrap());
+    let mut lost = c.nodes.pop().unwrap();
+    lost.child.kill().unwrap();
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut rest, &mut said).unwrap();
+    assert_eq!(
+        said,
+        "far: sendrec EDEADSRCDST\n\
+         far: spinner ended with status 137\n\
+         far: server ended with status 137\n",
+    );
+    assert_eq!(far.wait().unwrap().code(), Some(0));
+    assert_eq!(spin.wait_with_output().unwrap().status.code(), Some(137));
+    let ps = c.nodes[0].atoll(&["ps"]).output().unwrap();
+    assert!(
+        text(&ps.stderr).contains("node 1 (n1"),
+        "{}",
+        text(&ps.stderr)
+    );
+    assert!(text(&ps.stderr).contains(": DOWN"), "{}", text(&ps.stderr));
+    // What is sent to the lost node now fails at once.
+    let job = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();
+    let pid = c.nodes[0].wait_for("spin.wasm");
+    let out = c.nodes[0]
+        .atoll(&["migrate", &pid, "--to", "1.0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    ok(c.nodes[0].atoll(&["kill", &pid]).output().unwrap());
+    assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
+    drop(lost);
+}
+
+#[test]
+fn a_destination_killed_mid_migration_commits_once_or_rolls_back() {
+    let mut c = Cluster::start(3, 1);
+    // 256 MiB: its pre-copy takes long enough to be cut.
+    let job = c.nodes[0]
+        .atoll(&["run", &guest("dirty"), "256", "64", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut job = job;
+    let mut out = read_until(&mut job, "dirty: ready");
+    let pid = c.nodes[0].wait_for("dirty");
+    let migrate = c.nodes[0]
+        .atoll(&["migrate", &pid, "--to", "1.0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut lost = c.nodes.remove(1);
+    lost.child.kill().unwrap();
+    let migrated = migrate.wait_with_output().unwrap();
+    let ps = ok(c.nodes[1].atoll(&["ps"]).output().unwrap());
+    eprintln!("migrate: {}", text(&migrated.stderr).trim());
+    if migrated.status.success() {
+        // It moved before the kill: it was lost with node 1.
+        assert!(!ps.contains(&pid), "{ps}");
+        assert_eq!(job.wait().unwrap().code(), Some(137));
+    } else {
+        // Rolled back: it runs on at its source, and can move elsewhere.
+        let line = ps.lines().find(|l| l.starts_with(&pid)).unwrap();
+        assert_eq!(line.split_whitespace().nth(1), Some("0.0"), "{ps}");
+        ok(c.nodes[1]
+            .atoll(&["migrate", &pid, "--to", "2.0"])
+            .output()
+            .unwrap());
+        ok(c.nodes[0].atoll(&["kill", &pid]).output().unwrap());
+        assert_eq!(job.wait().unwrap().code(), Some(137));
+    }
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    drop(lost);
+}
+
+#[test]
+fn a_silent_node_is_given_up_and_a_restarted_one_is_a_new_node() {
+    let mut c = Cluster::start(2, 1);
+    let job = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();
+    let pid = c.nodes[0].wait_for("spin.wasm");
+    ok(c.nodes[0]
+        .atoll(&["migrate", &pid, "--to", "1.0"])
+        .output()
+        .unwrap());
+    // Stopped, node 1 says nothing but its connections stay open (as when
+    // a link is cut): its heartbeats stop, and it is given up.
+    let stopped = c.nodes.pop().unwrap();
+    let n1 = stopped.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &n1])
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
+    let ps = c.nodes[0].atoll(&["ps"]).output().unwrap();
+    assert!(text(&ps.stderr).contains(": DOWN"), "{}", text(&ps.stderr));
+    let _ = Command::new("kill").args(["-CONT", &n1]).status();
+    drop(stopped);
+    // n1 again: a new node id, so no PID of its former life names anything.
+    let ca = c.dir.path().join("ca");
+    let again = c
+        .spawn(&ca, "n1", 1, Some(c.nodes[0].addr.as_str()), &[])
+        .unwrap();
+    let out = ok(again.atoll(&["run", &guest("hello")]).output().unwrap());
+    assert!(out.contains("(node 2)"), "{out}");
+}

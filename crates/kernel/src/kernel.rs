@@ -19,7 +19,7 @@ use atoll_process::{
 };
 use rustc_hash::FxHashMap;
 
-use crate::homes::Homes;
+use crate::homes::{Homes, Kin};
 use crate::migration::{Arriving, Departure, Incoming};
 use crate::msg::{
     Control, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo,
@@ -105,9 +105,13 @@ pub(crate) struct Kernel {
     pub(crate) homes: Homes,
     /// Node requests waiting for an answer from another kernel.
     pending: HashMap<u64, Pending>,
+    /// Messages that could not be sent (their kernel's node is down), with
+    /// why: each is answered as its sender expects, at the next turn of the
+    /// loop (`nodes.rs`).
+    pub(crate) unsent: Vec<(KernelId, Packet, String)>,
     /// Messages from other nodes naming a module this node does not have
     /// yet, by module, in arrival order; it has been asked for.
-    awaiting_modules: HashMap<ContentHash, Vec<(KernelId, Packet)>>,
+    pub(crate) awaiting_modules: HashMap<ContentHash, Vec<(KernelId, Packet)>>,
     pub(crate) migration: MigrationConfig,
     /// Processes migrating to another kernel, at most one departure each.
     pub(crate) departures: FxHashMap<Pid, Departure>,
@@ -156,6 +160,7 @@ impl Kernel {
             timers: BinaryHeap::new(),
             homes: Homes::new(id),
             pending: HashMap::new(),
+            unsent: Vec::new(),
             awaiting_modules: HashMap::new(),
             migration: p.migration,
             departures: FxHashMap::default(),
@@ -206,6 +211,11 @@ impl Kernel {
                 let mut packet = m.msg;
                 packet.bulk = m.bulk;
                 self.on_noc(m.from, packet);
+            }
+            while !self.unsent.is_empty() {
+                for (to, packet, why) in std::mem::take(&mut self.unsent) {
+                    self.unsendable(to, packet, why);
+                }
             }
             let backlog = self.noc.flush();
             self.fire_timers();
@@ -321,9 +331,13 @@ impl Kernel {
                 format!("module {} is not loaded", spec.module),
             )
         })?;
+        let kin = Kin {
+            parent,
+            console: spec.console,
+        };
         let pid = self
             .homes
-            .allocate()
+            .allocate(kin)
             .map_err(|e| (e, "process table is full".to_string()))?;
         let fds = FdTable::new(&spec.preopens);
         let mut uarea = UArea::new(
@@ -362,7 +376,21 @@ impl Kernel {
         self.ipc_ended(pid, ipc, &p.container.uarea().call);
         let u = p.container.uarea();
         tracing::debug!(kernel = %self.id, %pid, code, "process ended");
-        match u.parent {
+        let kin = Kin {
+            parent: u.parent,
+            console: u.console,
+        };
+        self.announce_end(pid, kin, code);
+        if pid.home == self.id {
+            self.homes.release(pid);
+        } else {
+            self.send(pid.home, NocMsg::Ended { pid });
+        }
+    }
+
+    /// Tells `pid`'s parent, or its job's console, that it ended.
+    pub(crate) fn announce_end(&mut self, pid: Pid, kin: Kin, code: i32) {
+        match kin.parent {
             Some(parent) => self.route(
                 parent,
                 NocMsg::ChildExited {
@@ -371,29 +399,26 @@ impl Kernel {
                     status: code,
                 },
             ),
-            None if u.console.node() != self.id.node => {
-                let (console, to) = (u.console, KernelId::new(u.console.node(), 0));
+            None if kin.console.node() != self.id.node => {
+                let to = KernelId::new(kin.console.node(), 0);
+                let console = kin.console;
+                let status = code;
                 self.send(
                     to,
                     NocMsg::JobEnded {
                         pid,
                         console,
-                        status: code,
+                        status,
                     },
                 );
             }
             None => {
                 let _ = self.events.send(NodeEvent::Exited {
                     pid,
-                    console: u.console,
+                    console: kin.console,
                     status: code,
                 });
             }
-        }
-        if pid.home == self.id {
-            self.homes.release(pid);
-        } else {
-            self.send(pid.home, NocMsg::Ended { pid });
         }
     }
 
@@ -422,9 +447,11 @@ impl Kernel {
         match sent {
             Ok(()) if local => self.runtime.interrupt(to.index),
             Ok(()) => {}
-            Err(SendError::UnknownKernel { to, msg } | SendError::Unreachable { to, msg, .. }) => {
-                tracing::error!(kernel = %self.id, "dropping a message for kernel {to}, which cannot be reached: {:?}", msg.msg)
+            Err(SendError::UnknownKernel { to, msg }) => {
+                let why = format!("kernel {to} does not exist");
+                self.unsent.push((to, msg, why));
             }
+            Err(SendError::Unreachable { to, msg, why }) => self.unsent.push((to, msg, why)),
         }
     }
 
@@ -475,7 +502,7 @@ impl Kernel {
 
     /// A message for a process that no longer exists: answer requests with
     /// ESRCH, drop notifications.
-    fn undeliverable(&mut self, msg: NocMsg) {
+    pub(crate) fn undeliverable(&mut self, msg: NocMsg) {
         match msg {
             NocMsg::Kill { reply_to, .. } => self.answer_kill(reply_to, Err(Errno::Srch)),
             NocMsg::Migrate { pid, reply_to, .. } => {
@@ -488,7 +515,7 @@ impl Kernel {
         }
     }
 
-    fn answer_kill(&mut self, reply_to: ReplyTo, result: Result<(), Errno>) {
+    pub(crate) fn answer_kill(&mut self, reply_to: ReplyTo, result: Result<(), Errno>) {
         match reply_to {
             ReplyTo::Process(p) => self.route(p, NocMsg::Killed { reply_to, result }),
             ReplyTo::Control { kernel, .. } if kernel == self.id => {
@@ -567,7 +594,7 @@ impl Kernel {
     /// A module asked for has come (or not, `bulk` empty): load it, then
     /// handle the messages that waited for it. Without it they fail as
     /// they would for any missing module.
-    fn on_module(&mut self, hash: ContentHash, bulk: Option<Vec<u8>>) {
+    pub(crate) fn on_module(&mut self, hash: ContentHash, bulk: Option<Vec<u8>>) {
         let loaded = match bulk.filter(|b| !b.is_empty()) {
             None => Err("the sender no longer has it".to_string()),
             Some(bytes) => match self.runtime.load(&bytes, false) {
@@ -613,7 +640,15 @@ impl Kernel {
                 self.send(at, NocMsg::Committed { pid, result });
             }
             NocMsg::Committed { pid, result } => self.on_committed(pid, result),
-            NocMsg::Ended { pid } => self.homes.release(pid),
+            NocMsg::Ended { pid } => {
+                self.homes.release(pid);
+            }
+            NocMsg::Reclaim { pid, at, req } => {
+                let resume = self.reclaim(pid, at);
+                self.send(at, NocMsg::Reclaimed { pid, req, resume });
+            }
+            NocMsg::Reclaimed { pid, req, resume } => self.on_reclaimed(pid, req, resume),
+            NocMsg::NodeDown { node, incarnation } => self.on_node_down(node, incarnation),
             NocMsg::Migration(m) => self.on_migration(from, m, bulk, handover),
             NocMsg::Migrated { req, result } => {
                 let reply_to = ReplyTo::Control {
@@ -719,7 +754,7 @@ impl Kernel {
         Ok(())
     }
 
-    fn child_exited(&mut self, parent: Pid, child: Pid, code: i32) {
+    pub(crate) fn child_exited(&mut self, parent: Pid, child: Pid, code: i32) {
         let Some(p) = self.procs.get_mut(&parent) else {
             return;
         };

@@ -10,15 +10,18 @@
 //! Reading order: [`msg`] (what kernels say), `kernel.rs` (the loop and the
 //! dispatchers), `serve.rs` (system calls that need the kernel),
 //! `homes.rs` (PIDs and where their processes are), `migration/` (a process
-//! leaving this kernel, `source.rs`, or arriving, `destination.rs`).
+//! leaving this kernel, `source.rs`, or arriving, `destination.rs`),
+//! `nodes.rs` (when another node is lost).
 
 mod homes;
 mod ipc;
 mod kernel;
 mod migration;
 pub mod msg;
+mod nodes;
 mod serve;
 
+pub use homes::Kin;
 pub use ipc::IpcMsg;
 pub use kernel::MigrationConfig;
 pub use kernel::{start, KernelParams};

@@ -14,6 +14,8 @@ use atoll_ipc::{DomainId, DomainTable, IpcStats};
 use atoll_migration::{MigrationReport, Mode};
 use atoll_prepare::ContentHash;
 use atoll_process::{ConsoleId, Container, Preopen, ProcessImage, Stream};
+
+use crate::homes::Kin;
 use serde::{Deserialize, Serialize};
 
 /// Everything needed to start a process on any kernel.
@@ -110,8 +112,13 @@ pub enum NocMsg {
     },
     /// For the home kernel: `pid` was restored on `at` and runs there once
     /// the home has recorded it (commit at the home kernel). `adopt`: it
-    /// comes from a checkpoint and may take its PID's free slot back.
-    Commit { pid: Pid, at: KernelId, adopt: bool },
+    /// comes from a checkpoint and may take its PID's free slot back; whom
+    /// to tell if it is lost.
+    Commit {
+        pid: Pid,
+        at: KernelId,
+        adopt: Option<Kin>,
+    },
     /// The home's answer to `Commit`, for the kernel that restored `pid`:
     /// an error if the home knows no such process.
     Committed {
@@ -120,6 +127,15 @@ pub enum NocMsg {
     },
     /// For the home kernel: `pid` ended; its slot may be reused.
     Ended { pid: Pid },
+    /// For the home kernel, from `at`, which holds `pid` frozen for a
+    /// migration to a node that went down: may it resume `pid`? Yes unless
+    /// the move was committed (then `pid` was lost with that node).
+    Reclaim { pid: Pid, at: KernelId, req: u64 },
+    /// The home's answer to `Reclaim`.
+    Reclaimed { pid: Pid, req: u64, resume: bool },
+    /// Node `node` (that incarnation of it) is down: its links failed.
+    /// Every kernel of this node hears it, after whatever that node sent.
+    NodeDown { node: u16, incarnation: u64 },
     /// Migrate `pid` to kernel `to` (`atoll migrate` from any node), routed
     /// to wherever it runs.
     Migrate {

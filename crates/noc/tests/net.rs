@@ -255,7 +255,7 @@ fn links(
         join,
     };
     let deliver = Box::new(move |to, m| tx.send((to, m)).unwrap());
-    (Links::start(config, deliver).unwrap(), rx)
+    (Links::start(config, deliver, Box::new(|_| ())).unwrap(), rx)
 }
 
 #[test]

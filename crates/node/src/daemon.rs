@@ -28,7 +28,7 @@ use atoll_migration::{MigrationReport, Mode};
 use atoll_process::Stream;
 use serde::{Deserialize, Serialize};
 
-use crate::{JobSink, JobSpec, Node};
+use crate::{JobSink, JobSpec, Node, NodeStatus};
 
 /// Largest frame accepted (a `ps` of many processes fits easily).
 const MAX_FRAME: u32 = 64 << 20;
@@ -77,8 +77,9 @@ pub enum Response {
     Exited {
         status: i32,
     },
-    /// Every kernel's report, and the domains (to name them).
-    Ps(Vec<KernelReport>, Vec<DomainInfo>),
+    /// Every kernel's report, the domains (to name them), and the nodes of
+    /// the cluster (empty for a node alone).
+    Ps(Vec<KernelReport>, Vec<DomainInfo>, Vec<NodeStatus>),
     Domains(Vec<DomainInfo>),
     Migrated(MigrationReport),
     /// A checkpoint file of this many bytes was written.
@@ -248,7 +249,9 @@ fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
             let start = |sink| node.restore_job(&path, program.as_deref(), kernel, sink);
             return run(node, start, reader, writer);
         }
-        Request::Ps => node.ps().map(|r| Response::Ps(r, node.domains())),
+        Request::Ps => node
+            .ps()
+            .map(|r| Response::Ps(r, node.domains(), node.nodes())),
         Request::Kill { pid, signal } => node.kill(pid, signal).map(|()| Response::Done),
         Request::Migrate { pid, to, mode } => node.migrate(pid, to, mode).map(Response::Migrated),
         Request::Checkpoint {

@@ -12,4 +12,4 @@ pub mod daemon;
 mod node;
 
 pub use console::JobSink;
-pub use node::{JobSpec, Node, NodeConfig};
+pub use node::{JobSpec, Node, NodeConfig, NodeStatus};

@@ -22,6 +22,11 @@ use crate::console::{self, ChannelConsole, JobSink, Sinks};
 
 /// How long `ps` waits for a kernel of another node.
 const REMOTE_ANSWER: Duration = Duration::from_secs(5);
+/// How long `kill` and `migrate` wait for an answer that may have to come
+/// from another node: a request that reached a node just before it was
+/// lost is never answered (one sent after is, at once, with an error).
+const KILL_ANSWER: Duration = Duration::from_secs(60);
+const MIGRATE_ANSWER: Duration = Duration::from_secs(600);
 
 /// How a node is set up.
 #[derive(Clone, Debug)]
@@ -59,6 +64,14 @@ impl NodeConfig {
     }
 }
 
+/// A node of the cluster, as `atoll ps` shows it.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct NodeStatus {
+    pub member: Member,
+    /// Linked now; `false`: its links failed and it has not come back.
+    pub up: bool,
+}
+
 /// What to run as a job: a program, its arguments and what it may see.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct JobSpec {
@@ -84,7 +97,8 @@ type KernelLanes = Vec<Option<Remote<Packet>>>;
 /// Joins the cluster `config` describes: the links, and each kernel's lanes
 /// to them. What comes for a kernel is queued for it and wakes it; output
 /// and job ends go straight to the console service, so that they keep the
-/// order in which the other node sent them.
+/// order in which the other node sent them. Every kernel hears that a
+/// member is down (`NodeDown`), after everything that member sent it.
 fn join(
     config: LinkConfig,
     doorbells: &Arc<[Doorbell]>,
@@ -93,7 +107,12 @@ fn join(
 ) -> anyhow::Result<(Arc<Links<Packet>>, KernelLanes)> {
     let (inbound, receivers): (Vec<_>, Vec<_>) =
         (0..doorbells.len()).map(|_| mpsc::channel()).unzip();
-    let (doorbells, runtime, events) = (doorbells.clone(), runtime.clone(), events.clone());
+    let kernels = Arc::new(Inbound {
+        queues: inbound,
+        doorbells: doorbells.clone(),
+        runtime: runtime.clone(),
+    });
+    let (events, to_kernels) = (events.clone(), kernels.clone());
     let deliver = move |to: KernelId, m: Incoming<Packet>| match m.msg.msg {
         NocMsg::Output {
             console,
@@ -117,14 +136,24 @@ fn join(
                 status,
             });
         }
-        _ => {
-            let i = to.index as usize;
-            let _ = inbound[i].send(m);
-            doorbells[i].ring();
-            runtime.interrupt(to.index);
+        _ => to_kernels.push(to.index, m),
+    };
+    let down = move |m: &Member| {
+        for i in 0..kernels.queues.len() as u16 {
+            let msg = NocMsg::NodeDown {
+                node: m.node,
+                incarnation: m.incarnation,
+            };
+            let from = KernelId::new(m.node, 0);
+            let down = Incoming {
+                from,
+                msg: Packet::new(msg),
+                bulk: None,
+            };
+            kernels.push(i, down);
         }
     };
-    let links = Arc::new(Links::start(config, Box::new(deliver))?);
+    let links = Arc::new(Links::start(config, Box::new(deliver), Box::new(down))?);
     let remotes = receivers
         .into_iter()
         .map(|inbound| {
@@ -135,6 +164,22 @@ fn join(
         })
         .collect();
     Ok((links, remotes))
+}
+
+/// The links' way into this node's kernels.
+struct Inbound {
+    queues: Vec<Sender<Incoming<Packet>>>,
+    doorbells: Arc<[Doorbell]>,
+    runtime: Arc<Runtime>,
+}
+
+impl Inbound {
+    /// Queues `m` for kernel `index` and wakes it.
+    fn push(&self, index: u16, m: Incoming<Packet>) {
+        let _ = self.queues[index as usize].send(m);
+        self.doorbells[index as usize].ring();
+        self.runtime.interrupt(index);
+    }
 }
 
 fn cores() -> usize {
@@ -233,6 +278,22 @@ impl Node {
         self.id
     }
 
+    /// Every node this one knows of, up or down, by node id (empty for a
+    /// node alone).
+    pub fn nodes(&self) -> Vec<NodeStatus> {
+        let lost = self.links.as_ref().map(|l| l.lost()).unwrap_or_default();
+        let up = self
+            .members()
+            .into_iter()
+            .map(|member| NodeStatus { member, up: true });
+        let down = lost
+            .into_iter()
+            .map(|member| NodeStatus { member, up: false });
+        let mut all: Vec<NodeStatus> = up.chain(down).collect();
+        all.sort_by_key(|s| s.member.node);
+        all
+    }
+
     /// This node and the others it is linked to now, by node id.
     pub fn members(&self) -> Vec<Member> {
         match &self.links {
@@ -271,6 +332,25 @@ impl Node {
         self.post(k, make)?
             .recv()
             .map_err(|_| anyhow!("kernel {k} did not answer"))
+    }
+
+    /// As [`ask`](Self::ask), for a request about a process that may run
+    /// on another node: it waits at most `limit`.
+    fn ask_within<T>(
+        &self,
+        k: KernelId,
+        limit: Duration,
+        make: impl FnOnce(Sender<T>) -> Control,
+    ) -> anyhow::Result<T> {
+        self.post(k, make)?
+            .recv_timeout(limit)
+            .map_err(|e| match e {
+                mpsc::RecvTimeoutError::Timeout => anyhow!(
+                    "no answer in {}s: the process's node may have been lost",
+                    limit.as_secs()
+                ),
+                mpsc::RecvTimeoutError::Disconnected => anyhow!("kernel {k} did not answer"),
+            })
     }
 
     /// Sends a request to kernel `k`; its answer will come on the receiver.
@@ -406,7 +486,7 @@ impl Node {
         if home.node == self.id {
             self.kernel(home).map_err(|_| anyhow!("no process {pid}"))?;
         }
-        self.ask(self.asker(home), |reply| Control::Kill {
+        self.ask_within(self.asker(home), KILL_ANSWER, |reply| Control::Kill {
             pid,
             signal,
             reply,
@@ -512,11 +592,13 @@ impl Node {
             self.kernel(pid.home)
                 .map_err(|_| anyhow!("no process {pid}"))?;
         }
-        self.ask(self.asker(pid.home), |reply| Control::Migrate {
-            pid,
-            to,
-            mode,
-            reply,
+        self.ask_within(self.asker(pid.home), MIGRATE_ANSWER, |reply| {
+            Control::Migrate {
+                pid,
+                to,
+                mode,
+                reply,
+            }
         })?
         .map_err(|e| anyhow!(e))
     }

@@ -8,6 +8,7 @@ use atoll_abi::{status, KernelId, Pid};
 use atoll_migration::MigrationReport;
 use atoll_process::{Container, ProcessImage};
 
+use crate::homes::Kin;
 use crate::kernel::Process;
 use crate::kernel::{monotonic_ns, Kernel};
 use crate::msg::{Handover, MigrationMsg, NocMsg, Packet, Times};
@@ -202,6 +203,23 @@ impl Kernel {
         );
     }
 
+    /// Migrations coming from node `node`, which is lost: pre-copy frames
+    /// of a source that is gone are dropped. A process restored here whose
+    /// home is on that node can never be committed, so it is dropped too
+    /// (its source does not resume it either: `departures_to_lost_node`).
+    pub(crate) fn arrivals_from_lost_node(&mut self, node: u16) {
+        self.incoming.retain(|_, i| i.from.node != node);
+        let orphans: Vec<Pid> = self
+            .arrivals
+            .keys()
+            .copied()
+            .filter(|p| p.home.node == node)
+            .collect();
+        for pid in orphans {
+            self.on_committed(pid, Err(format!("its home node {node} is down")));
+        }
+    }
+
     /// Restores a checkpointed process here; it runs once its home commits.
     pub(crate) fn restore(
         &mut self,
@@ -246,7 +264,12 @@ impl Kernel {
                 container,
             ));
         }
-        let restored = matches!(arrival, Arrival::Restored(_));
+        let u = container.uarea();
+        let kin = Kin {
+            parent: u.parent,
+            console: u.console,
+        };
+        let adopt = matches!(arrival, Arrival::Restored(_)).then_some(kin);
         self.arrivals.insert(
             pid,
             Arriving {
@@ -256,27 +279,27 @@ impl Kernel {
             },
         );
         if pid.home == self.id {
-            let result = self.commit(pid, self.id, restored);
+            let result = self.commit(pid, self.id, adopt);
             self.on_committed(pid, result);
         } else {
-            self.send(
-                pid.home,
-                NocMsg::Commit {
-                    pid,
-                    at: self.id,
-                    adopt: restored,
-                },
-            );
+            let at = self.id;
+            self.send(pid.home, NocMsg::Commit { pid, at, adopt });
         }
         Ok(())
     }
 
     /// At the home kernel: records that `pid` runs on `at`. A restored
-    /// checkpoint (`adopt`) takes its PID back only if its slot is free: a
-    /// checkpoint of a process that still runs must not make it run twice.
-    pub(crate) fn commit(&mut self, pid: Pid, at: KernelId, adopt: bool) -> Result<(), String> {
-        if adopt {
-            self.homes.adopt(pid, at)
+    /// checkpoint (`adopt`, with whom to tell if it is lost) takes its PID
+    /// back only if its slot is free: a checkpoint of a process that still
+    /// runs must not make it run twice.
+    pub(crate) fn commit(
+        &mut self,
+        pid: Pid,
+        at: KernelId,
+        adopt: Option<Kin>,
+    ) -> Result<(), String> {
+        if let Some(kin) = adopt {
+            self.homes.adopt(pid, at, kin)
         } else if self.homes.relocate(pid, at) {
             Ok(())
         } else {

@@ -6,6 +6,7 @@ use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport, BL
 use atoll_process::ProcessImage;
 use quanta::Instant;
 
+use crate::homes::Kin;
 use crate::kernel::Process;
 use crate::kernel::{monotonic_ns, Kernel};
 use crate::msg::{Handover, MigrationMsg, NocMsg, Packet, ReplyTo, Times};
@@ -483,6 +484,68 @@ impl Kernel {
                 self.answer_migration(d.reply, Err(why));
             }
         }
+    }
+
+    /// Migrations to node `node`, which is lost. One still in pre-copy fails
+    /// (the process never stopped). A frozen one resumes here unless its
+    /// home committed the move, in which case the process ran there and is
+    /// lost with it; if its home is lost too, nobody can say, and the
+    /// process is lost rather than risk running twice.
+    pub(crate) fn departures_to_lost_node(&mut self, node: u16) {
+        let lost: Vec<(Pid, u64, bool)> = self
+            .departures
+            .iter()
+            .filter(|(_, d)| d.to.node == node)
+            .map(|(&pid, d)| (pid, d.req, d.is_frozen()))
+            .collect();
+        for (pid, req, frozen) in lost {
+            let why = format!("the destination's node {node} is down");
+            if !frozen {
+                self.fail_departure(pid, why);
+            } else if pid.home.node == node {
+                self.lose_departure(pid, why);
+            } else {
+                let at = self.id;
+                self.send(pid.home, NocMsg::Reclaim { pid, at, req });
+            }
+        }
+    }
+
+    /// The home's answer to `Reclaim`: resume the frozen process here, or
+    /// drop it (the home has told its parent or console that it was lost).
+    pub(crate) fn on_reclaimed(&mut self, pid: Pid, req: u64, resume: bool) {
+        if self.departures.get(&pid).is_none_or(|d| d.req != req) {
+            return;
+        }
+        let why = "the destination's node is down".to_string();
+        if resume {
+            self.on_migration_done(pid, req, Err(why), None);
+        } else if let Some(d) = self.departures.remove(&pid) {
+            tracing::warn!(kernel = %self.id, %pid, "lost with the destination's node");
+            self.answer_migration(d.reply, Err(format!("{why}: {pid} was lost with it")));
+        }
+    }
+
+    /// Drops a frozen departure whose process is lost, and says so.
+    fn lose_departure(&mut self, pid: Pid, why: String) {
+        let Some(d) = self.departures.remove(&pid) else {
+            return;
+        };
+        tracing::warn!(kernel = %self.id, %pid, "lost: {why}");
+        if let Phase::Frozen {
+            tracker,
+            process: Some(p),
+        } = d.phase
+        {
+            drop(tracker);
+            let u = p.container.uarea();
+            let kin = Kin {
+                parent: u.parent,
+                console: u.console,
+            };
+            self.mourn(pid, kin);
+        }
+        self.answer_migration(d.reply, Err(format!("{why}: {pid} was lost with it")));
     }
 
     /// A process that asked to move and stays is told so.

@@ -3,8 +3,9 @@
 //!
 //! A node starts alone, or joins a cluster through any member's address
 //! (`atoll node --join ADDR`). The member it dials gives it a node id (unless
-//! it has one) and the list of the other members; the newcomer then dials
-//! each of them. Every pair of nodes thus has one connection per [`Lane`],
+//! it has one: ids given are never given again, so a node that restarts is
+//! a new node and the PIDs of its former life stay dead) and the list of
+//! the other members; the newcomer then dials each of them. Every pair of nodes thus has one connection per [`Lane`],
 //! dialled by the younger node, so that a 256 MiB pre-copy on the bulk lane
 //! never queues a 64-byte IPC message behind it.
 //!
@@ -18,6 +19,14 @@
 //!
 //! Connections are served by one thread running tokio; a kernel that sends
 //! only encodes its message and queues it for that connection's writer.
+//!
+//! **Failure.** A connection that says nothing for [`DEAD_AFTER`] is dead
+//! (each side sends a `Ping` after [`HEARTBEAT`] of silence), and so is one
+//! that closes or fails. When either connection of a peer ends, the peer is
+//! down: both are closed, sends to it fail at once, and the node is told
+//! (`Down`), once, so that whatever waits on that node can end. A member
+//! that comes back with a new incarnation replaces the old one, whose end
+//! is told the same way.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -49,6 +58,10 @@ pub const MAX_BULK: u32 = u32::MAX;
 
 /// How long a dialler or a listener waits for the other's first frame.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection with nothing to send sends a `Ping` this often.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A connection that brought nothing for this long is dead.
+pub const DEAD_AFTER: Duration = Duration::from_secs(5);
 
 /// The two connections between a pair of nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +125,8 @@ enum Wire<M, B> {
     },
     /// The listener does not take the connection, and says why.
     Refused(String),
+    /// Nothing to say for a while: the link is alive.
+    Ping,
     /// A message from a kernel of the sending node to a kernel of the
     /// receiving one.
     Kernel {
@@ -158,6 +173,10 @@ pub enum LinkError {
 /// Delivers a message that arrived for local kernel `to`.
 pub type Deliver<M> = Box<dyn Fn(KernelId, Incoming<M>) + Send + Sync>;
 
+/// Hears that a member is down (its links failed, or it came back as a
+/// new incarnation): nothing more will come from that life of it.
+pub type Down = Box<dyn Fn(&Member) + Send + Sync>;
+
 /// A node's links to the other members of its cluster.
 pub struct Links<M> {
     shared: Arc<Shared<M>>,
@@ -167,7 +186,10 @@ pub struct Links<M> {
 struct Shared<M> {
     me: Member,
     peers: RwLock<HashMap<u16, Peer>>,
+    /// Members that went down and have not come back, by node id.
+    lost: RwLock<HashMap<u16, Member>>,
     deliver: Deliver<M>,
+    down: Down,
     acceptor: TlsAcceptor,
 }
 
@@ -192,12 +214,17 @@ where
 {
     /// Listens for other nodes and, with `config.join`, joins the cluster
     /// through that member: after this returns, every member that answered
-    /// is linked on both lanes. Messages for local kernels go to `deliver`.
+    /// is linked on both lanes. Messages for local kernels go to `deliver`;
+    /// members that go down are told to `down`.
     ///
     /// # Errors
     /// The address cannot be bound, the member joined through refuses or
     /// cannot be reached, or the identity is not usable.
-    pub fn start(config: LinkConfig, deliver: Deliver<M>) -> Result<Links<M>, LinkError> {
+    pub fn start(
+        config: LinkConfig,
+        deliver: Deliver<M>,
+        down: Down,
+    ) -> Result<Links<M>, LinkError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("atoll-links")
@@ -236,7 +263,9 @@ where
         let shared = Arc::new(Shared {
             me,
             peers: RwLock::default(),
+            lost: RwLock::default(),
             deliver,
+            down,
             acceptor,
         });
         for d in dialled {
@@ -269,6 +298,20 @@ where
             .collect();
         members.sort_by_key(|m| m.node);
         members
+    }
+
+    /// Members that went down and have not come back, by node id.
+    pub fn lost(&self) -> Vec<Member> {
+        let mut lost: Vec<Member> = self
+            .shared
+            .lost
+            .read()
+            .expect("lost")
+            .values()
+            .cloned()
+            .collect();
+        lost.sort_by_key(|m| m.node);
+        lost
     }
 }
 
@@ -334,31 +377,51 @@ impl<M> Shared<M> {
     /// writer serves. A restarted peer (new incarnation) replaces the old.
     fn attach(&self, peer: &Member, lane: Lane) -> UnboundedReceiver<Vec<u8>> {
         let (tx, rx) = unbounded_channel();
-        let mut peers = self.peers.write().expect("peers");
-        let p = peers.entry(peer.node).or_insert_with(|| Peer {
-            member: peer.clone(),
-            lanes: [None, None],
-        });
-        if p.member.incarnation != peer.incarnation {
-            tracing::warn!(old = %p.member, incarnation = peer.incarnation, "a member restarted");
-            *p = Peer {
+        let replaced = {
+            let mut peers = self.peers.write().expect("peers");
+            let p = peers.entry(peer.node).or_insert_with(|| Peer {
                 member: peer.clone(),
                 lanes: [None, None],
-            };
+            });
+            let replaced = (p.member.incarnation != peer.incarnation).then(|| {
+                let new = Peer {
+                    member: peer.clone(),
+                    lanes: [None, None],
+                };
+                std::mem::replace(p, new).member
+            });
+            p.lanes[lane.index()] = Some(tx);
+            replaced
+        };
+        self.lost.write().expect("lost").remove(&peer.node);
+        if let Some(old) = replaced {
+            tracing::warn!(%old, incarnation = peer.incarnation, "a member came back: its former life is down");
+            (self.down)(&old);
         }
-        p.lanes[lane.index()] = Some(tx);
         rx
     }
 
-    /// A connection ended: its lane is down (unless it was replaced).
+    /// A connection of `peer` ended: unless it was replaced meanwhile, the
+    /// peer is down. Its other connection is closed (its writer goes), and
+    /// the node is told.
     fn detach(&self, peer: &Member, lane: Lane, writer: &UnboundedSender<Vec<u8>>) {
-        let mut peers = self.peers.write().expect("peers");
-        if let Some(p) = peers.get_mut(&peer.node) {
-            let slot = &mut p.lanes[lane.index()];
-            if slot.as_ref().is_some_and(|w| w.same_channel(writer)) {
-                *slot = None;
-                tracing::warn!(%peer, ?lane, "link down");
-            }
+        let gone = {
+            let mut peers = self.peers.write().expect("peers");
+            let current = peers.get(&peer.node).is_some_and(|p| {
+                p.member.incarnation == peer.incarnation
+                    && p.lanes[lane.index()]
+                        .as_ref()
+                        .is_some_and(|w| w.same_channel(writer))
+            });
+            current.then(|| peers.remove(&peer.node)).flatten()
+        };
+        if let Some(p) = gone {
+            tracing::warn!(peer = %p.member, ?lane, "link down: the member is down");
+            self.lost
+                .write()
+                .expect("lost")
+                .insert(p.member.node, p.member.clone());
+            (self.down)(&p.member);
         }
     }
 
@@ -367,16 +430,15 @@ impl<M> Shared<M> {
     fn admit(&self, member: &mut Member, assign: bool) -> Result<Vec<Member>, String> {
         let peers = self.peers.read().expect("peers");
         if assign {
-            // A member that comes back (a new incarnation) keeps its id.
-            let known = peers.values().find(|p| p.member.name == member.name);
-            member.node = match known {
-                Some(p) => p.member.node,
-                None => peers
-                    .keys()
-                    .chain([&self.me.node])
-                    .max()
-                    .map_or(0, |&n| n + 1),
-            };
+            // Never an id that was used, even by a member now lost: the
+            // PIDs of its former life stay dead.
+            let lost = self.lost.read().expect("lost");
+            member.node = peers
+                .keys()
+                .chain(lost.keys())
+                .chain([&self.me.node])
+                .max()
+                .map_or(0, |&n| n + 1);
         }
         if member.node == self.me.node {
             return Err(format!("node id {} is {}'s", member.node, self.me.name));
@@ -609,18 +671,21 @@ where
     M: DeserializeOwned,
 {
     loop {
-        let wire = match frame::read_async::<Wire<M, ByteBuf>>(r, lane.max()).await {
-            Ok(w) => w,
-            Err(e) => return e.to_string(),
+        let read = frame::read_async::<Wire<M, ByteBuf>>(r, lane.max());
+        let wire = match tokio::time::timeout(DEAD_AFTER, read).await {
+            Ok(Ok(w)) => w,
+            Ok(Err(e)) => return e.to_string(),
+            Err(_) => return format!("nothing came for {DEAD_AFTER:?}"),
         };
-        let Wire::Kernel {
-            from,
-            to,
-            msg,
-            bulk,
-        } = wire
-        else {
-            return "a hello out of turn".into();
+        let (from, to, msg, bulk) = match wire {
+            Wire::Kernel {
+                from,
+                to,
+                msg,
+                bulk,
+            } => (from, to, msg, bulk),
+            Wire::Ping => continue,
+            _ => return "a hello out of turn".into(),
         };
         if from.node != peer.node || to.node != shared.me.node || to.index >= shared.me.kernels {
             return format!("a message from kernel {from} to {to} cannot come from {peer}");
@@ -634,7 +699,13 @@ async fn transmit(
     rx: &mut UnboundedReceiver<Vec<u8>>,
     w: &mut (impl AsyncWrite + Unpin),
 ) -> String {
-    while let Some(frame) = rx.recv().await {
+    let ping = frame::encode(&Wire::<(), ()>::Ping).expect("a ping encodes");
+    loop {
+        let frame = match tokio::time::timeout(HEARTBEAT, rx.recv()).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return "the node stopped".into(),
+            Err(_) => ping.clone(),
+        };
         let mut sent = w.write_all(&frame).await;
         // Whatever else is queued goes out before the flush.
         while let (Ok(()), Ok(more)) = (&sent, rx.try_recv()) {
@@ -644,5 +715,4 @@ async fn transmit(
             return e.to_string();
         }
     }
-    "the node stopped".into()
 }

@@ -128,14 +128,15 @@ fn kernel_call(
 }
 
 /// An endpoint the guest named: SELF is the caller, ANY is refused (callers
-/// that accept it check first), and a PID must name a kernel that exists.
+/// that accept it check first), and a PID of this node must name a kernel
+/// that exists. One of another node is checked there: a node or kernel the
+/// cluster does not have makes the call fail with EDEADSRCDST.
 fn endpoint(ctx: &ProcCtx, v: i64) -> Result<Pid, Errno> {
     if v == Pid::SELF_ABI {
         return Ok(ctx.uarea.pid);
     }
     let pid = Pid::from_abi(v).ok_or(Errno::BadSrcDst)?;
-    // Kernels of other nodes are not reachable yet: the NoC spans one node.
-    if pid.home.node != ctx.host.kernel.node || pid.home.index >= ctx.host.kernel_count {
+    if pid.home.node == ctx.host.kernel.node && pid.home.index >= ctx.host.kernel_count {
         return Err(Errno::BadSrcDst);
     }
     Ok(pid)

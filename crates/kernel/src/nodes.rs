@@ -1,0 +1,156 @@
+//! When another node is lost: a kernel ends whatever waits on it, so that
+//! no call and no migration hangs on a machine that is gone (DESIGN.md,
+//! "Nodes"). Two things bring the news:
+//!
+//! - a message that cannot be sent (its node is down, or the kernel does
+//!   not exist) is answered the way its sender expects an answer from a
+//!   process that is gone ([`Kernel::unsendable`]);
+//! - `NodeDown`, which every kernel hears when the links give a node up,
+//!   ends what was already waiting on it ([`Kernel::on_node_down`]).
+//!
+//! A process on a lost node is lost with it. Its home kernel tells its
+//! parent (or its job's console) that it ended with SIGKILL's status; a
+//! process homed on the lost node is reported lost by its parent's kernel.
+
+use atoll_abi::{status, Errno, KernelId, Pid};
+use atoll_process::{CallState, KernelCall, Reply};
+
+use crate::homes::Kin;
+use crate::ipc::IpcMsg;
+use crate::kernel::Kernel;
+use crate::msg::{MigrationMsg, NocMsg, Packet};
+
+/// The status of a process lost with its node.
+fn lost() -> i32 {
+    status::killed(status::SIGKILL)
+}
+
+impl Kernel {
+    /// A packet for kernel `to` could not be sent: answer it as if what it
+    /// was for were gone.
+    pub(crate) fn unsendable(&mut self, to: KernelId, packet: Packet, why: String) {
+        tracing::warn!(kernel = %self.id, "cannot send to kernel {to} ({why}): {:?}", packet.msg);
+        if packet.msg.target().is_some() {
+            return self.undeliverable(packet.msg);
+        }
+        match packet.msg {
+            NocMsg::Spawn { parent, .. } => {
+                let result = Err(Errno::Again);
+                self.route(parent, NocMsg::Spawned { parent, result });
+            }
+            NocMsg::Commit { pid, .. } => {
+                self.on_committed(pid, Err(format!("its home kernel {to}: {why}")))
+            }
+            NocMsg::Migration(
+                MigrationMsg::Round { pid, req, .. } | MigrationMsg::Final { pid, req, .. },
+            ) => self.on_migration_done(pid, req, Err(format!("kernel {to}: {why}")), None),
+            NocMsg::NeedModule { hash } => self.on_module(hash, None),
+            NocMsg::Reclaim { pid, req, .. } => self.on_reclaimed(pid, req, false),
+            // Answers and news for a kernel that is gone.
+            _ => {}
+        }
+    }
+
+    /// Node `node` is down: end every wait on it.
+    pub(crate) fn on_node_down(&mut self, node: u16, incarnation: u64) {
+        tracing::warn!(kernel = %self.id, node, incarnation, "node down: ending what waits on it");
+        // Processes homed here that ran there.
+        for (pid, kin) in self.homes.lost_on(node) {
+            self.announce_end(pid, kin, lost());
+        }
+        let here: Vec<Pid> = self.procs.keys().copied().collect();
+        for pid in here {
+            self.unwait(pid, node);
+        }
+        self.departures_to_lost_node(node);
+        self.arrivals_from_lost_node(node);
+        let modules: Vec<_> = self
+            .awaiting_modules
+            .iter()
+            .filter(|(_, w)| w.first().is_some_and(|(from, _)| from.node == node))
+            .map(|(&hash, _)| hash)
+            .collect();
+        for hash in modules {
+            self.on_module(hash, None);
+        }
+    }
+
+    /// Ends what `pid` (which runs here) waits for on node `node`: its
+    /// children homed there, and the call it is blocked in.
+    fn unwait(&mut self, pid: Pid, node: u16) {
+        let u = self.procs[&pid].container.uarea();
+        let orphaned: Vec<Pid> = u
+            .children
+            .live
+            .iter()
+            .copied()
+            .filter(|c| c.home.node == node)
+            .collect();
+        for child in orphaned {
+            self.child_exited(pid, child, lost());
+        }
+        let u = self.procs[&pid].container.uarea();
+        let CallState::Blocked(call) = &u.call else {
+            return;
+        };
+        match call {
+            KernelCall::Ipc(c) => {
+                let Some(peer) = c.blocked_on().filter(|p| !self.procs.contains_key(p)) else {
+                    return;
+                };
+                if peer.home.node == node {
+                    self.ipc.dead += 1;
+                    self.reply_if_blocked(pid, is_ipc, Reply::Ipc(Err(Errno::DeadSrcDst)));
+                } else {
+                    // It may have run there: ask its home. A peer that is
+                    // gone answers `PeerDead`, which ends the call.
+                    let probe = IpcMsg::Watch {
+                        to: peer,
+                        watcher: pid,
+                    };
+                    self.route(peer, NocMsg::Ipc(probe));
+                }
+            }
+            KernelCall::Kill { pid: target, .. } if target.home.node == node => {
+                self.reply_if_blocked(pid, is_kill, Reply::Killed(Err(Errno::Srch)));
+            }
+            KernelCall::Spawn(req) if req.kernel.is_some_and(|k| k.node == node) => {
+                self.reply_if_blocked(pid, is_spawn, Reply::Spawned(Err(Errno::Again)));
+            }
+            _ => {}
+        }
+    }
+
+    /// At the home kernel: `at` holds `pid` frozen for a migration whose
+    /// destination is lost. It may resume it only if the move was not
+    /// committed; if it was, `pid` ran there and is lost with that node.
+    pub(crate) fn reclaim(&mut self, pid: Pid, at: KernelId) -> bool {
+        match self.homes.locate(pid) {
+            Some(l) if l == at => true,
+            Some(_) => {
+                if let Some(kin) = self.homes.release(pid) {
+                    self.announce_end(pid, kin, lost());
+                }
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Tells whom a process lost here concerns that it ended.
+    pub(crate) fn mourn(&mut self, pid: Pid, kin: Kin) {
+        self.announce_end(pid, kin, lost());
+    }
+}
+
+fn is_ipc(c: &KernelCall) -> bool {
+    matches!(c, KernelCall::Ipc(_))
+}
+
+fn is_kill(c: &KernelCall) -> bool {
+    matches!(c, KernelCall::Kill { .. })
+}
+
+fn is_spawn(c: &KernelCall) -> bool {
+    matches!(c, KernelCall::Spawn(_))
+}
