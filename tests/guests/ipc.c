@@ -3,8 +3,9 @@
  *
  *   ipc SCENARIO WHERE [ARGS]
  *
- * WHERE is "same" (peers on the caller's kernel) or "other" (on the next
- * kernel): every scenario must behave the same both ways. Scenarios:
+ * WHERE is "same" (peers on the caller's kernel), "other" (on the next
+ * kernel) or "nodesN" (on kernel 0 of the next of N nodes of a cluster):
+ * every scenario must behave the same every way. Scenarios:
  *
  *   pingpong N        sendrec and send/receive with sequence numbers
  *   notify            coalescing, NOTIFY status, sendnb's ENOTREADY
@@ -57,12 +58,16 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-/* The kernel a peer goes to: this one, or the next. */
+/* The kernel a peer goes to: this one, the next, or one of the next node. */
 static int peer_kernel(int nth)
 {
     int here = atoll_kernel_index();
     if (strcmp(where, "same") == 0)
         return here;
+    if (strncmp(where, "nodes", 5) == 0) {
+        int nodes = atoi(where + 5);
+        return ATOLL_KERNEL((atoll_kernel_node() + 1 + nth) % nodes, 0);
+    }
     return (here + 1 + nth) % atoll_kernel_count();
 }
 
@@ -569,9 +574,12 @@ static void stress(long pairs, const char *n)
 {
     atoll_pid_t *clients = calloc((size_t)pairs, sizeof *clients);
     CHECK(clients != NULL);
+    int anywhere = strncmp(where, "nodes", 5) != 0;
     for (long i = 0; i < pairs; i++) {
-        atoll_pid_t server = spawn_on(ATOLL_KERNEL_ANY, "child-server", n);
-        clients[i] = spawn_on(ATOLL_KERNEL_ANY, "child-client", n);
+        int to = anywhere ? ATOLL_KERNEL_ANY : peer_kernel((int)(2 * i));
+        atoll_pid_t server = spawn_on(to, "child-server", n);
+        to = anywhere ? ATOLL_KERNEL_ANY : peer_kernel((int)(2 * i + 1));
+        clients[i] = spawn_on(to, "child-client", n);
         message m;
         memset(&m, 0, sizeof m);
         m.m2_ll1 = server;

@@ -429,3 +429,61 @@ fn a_silent_node_is_given_up_and_a_restarted_one_is_a_new_node() {
     let out = ok(again.atoll(&["run", &guest("hello")]).output().unwrap());
     assert!(out.contains("(node 2)"), "{out}");
 }
+
+#[test]
+fn minix_ipc_between_nodes_behaves_as_on_one_node() {
+    let c = Cluster::start(3, 1);
+    let ipc = guest("ipc");
+    for scenario in [
+        &["pingpong", "nodes3", "200"][..],
+        &["notify", "nodes3"],
+        &["locked", "nodes3"],
+        &["dead", "nodes3"],
+        &["grants", "nodes3"],
+    ] {
+        let mut args = vec!["run", ipc.as_str()];
+        args.extend(scenario);
+        let out = ok(c.nodes[0].atoll(&args).output().unwrap());
+        assert_eq!(out, format!("ok {}\n", scenario[0]));
+    }
+}
+
+#[test]
+fn ipc_stress_over_three_nodes_while_its_processes_migrate_between_them() {
+    let c = Cluster::start(3, 1);
+    // 6 client/server pairs, each call numbered and checked in order by its
+    // server, every process on another node than its parent.
+    let job = c.nodes[0]
+        .atoll(&["run", &guest("ipc"), "stress", "nodes3", "6", "5000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.nodes[0].wait_for("ipc.wasm");
+    let mut moved = 0;
+    for round in 0..20 {
+        let ps = text(&c.nodes[round % 3].atoll(&["ps"]).output().unwrap().stdout);
+        // The children (argv[0] `ipc`), not the parent (`ipc.wasm`).
+        let pids: Vec<&str> = ps
+            .lines()
+            .filter(|l| l.split_whitespace().nth(3) == Some("ipc"))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        if pids.len() < 2 {
+            break;
+        }
+        for (i, pid) in pids.iter().enumerate() {
+            let to = format!("{}.0", (round + i) % 3);
+            let out = c.nodes[i % 3]
+                .atoll(&["migrate", pid, "--to", &to])
+                .output()
+                .unwrap();
+            // A process may end between `ps` and its move.
+            moved += usize::from(out.status.success());
+        }
+    }
+    let out = job.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), "ok stress\n");
+    assert!(out.status.success());
+    eprintln!("moved {moved} times while it ran");
+    assert!(moved > 0, "nothing was moved while it ran");
+}
