@@ -12,6 +12,7 @@
  *               process (a third party), with both grants
  * WHERE  same   the servers run on this process's kernel
  *        other  the servers run on the next kernel
+ *        nodeN  the servers run on kernel 0 of node N of the cluster
  * SIZE   block size of the copy tests, default 4096.
  *
  * Runs ITERS/10 (at least 100) untimed rounds, then ITERS timed ones, and
@@ -121,7 +122,7 @@ int main(int argc, char **argv)
         return serve_buffer(argv[2], argv[3]);
 
     if (argc < 4 || argc > 5) {
-        fprintf(stderr, "usage: ipcbench ipc1|ipc2|ipc3|copy1|copy2 same|other ITERS [SIZE]\n");
+        fprintf(stderr, "usage: ipcbench ipc1|ipc2|ipc3|copy1|copy2 same|other|nodeN ITERS [SIZE]\n");
         return 2;
     }
     const char *test = argv[1], *where = argv[2];
@@ -134,8 +135,10 @@ int main(int argc, char **argv)
         kernel = here;
     else if (strcmp(where, "other") == 0 && atoll_kernel_count() > 1)
         kernel = (here + 1) % atoll_kernel_count();
+    else if (strncmp(where, "node", 4) == 0 && where[4] != '\0')
+        kernel = ATOLL_KERNEL(atoi(where + 4), 0);
     else {
-        fprintf(stderr, "ipcbench: WHERE is same or other (other needs 2 kernels)\n");
+        fprintf(stderr, "ipcbench: WHERE is same, other (needs 2 kernels) or nodeN\n");
         return 2;
     }
     if (iters < 1 || size < 1) {

@@ -33,7 +33,7 @@ use atoll_process::Stream;
 use serde::Serialize;
 
 use super::plot::{Level, LineChart, Series};
-use super::{artifact, command_line, median, Machine, Recorded};
+use super::{artifact, command_line, md_table, median, text_table, Machine, Recorded};
 use crate::commands::Context;
 
 #[derive(clap::Args)]
@@ -1209,46 +1209,6 @@ fn pause(pause_us: f64, interval_us: f64) -> String {
     } else {
         "—".into()
     }
-}
-
-fn text_table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
-    let widths: Vec<usize> = (0..N)
-        .map(|c| {
-            rows.iter()
-                .map(|r| r[c].len())
-                .chain([head[c].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<&str>| {
-        let mut s = String::from(" ");
-        for (c, cell) in cells.iter().enumerate() {
-            if c < 2 {
-                s += &format!(" {cell:<w$}", w = widths[c]);
-            } else {
-                s += &format!("  {cell:>w$}", w = widths[c]);
-            }
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let mut s = line(head.to_vec());
-    for r in rows {
-        s += &line(r.iter().map(String::as_str).collect());
-    }
-    s
-}
-
-fn md_table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
-    let mut s = format!("| {} |\n|", head.join(" | "));
-    for c in 0..N {
-        s += if c < 2 { "---|" } else { "---:|" };
-    }
-    s += "\n";
-    for r in rows {
-        s += &format!("| {} |\n", r.join(" | "));
-    }
-    s + "\n"
 }
 
 impl Recorded for MigrateReport {

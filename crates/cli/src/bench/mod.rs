@@ -5,6 +5,7 @@
 //! invocation, reports medians of repeated runs and atoll's ratio to each
 //! alternative, and can record the result with the machine it ran on.
 
+mod cluster;
 mod ipc;
 mod mergesort;
 mod migrate;
@@ -51,6 +52,8 @@ enum Which {
     Ipc(ipc::Args),
     /// Live migration downtime and total time, hand-over and copy mode, vs memory, WWS, parallelism
     Migrate(migrate::Args),
+    /// Two nodes over loopback TLS: IPC, copies and live migration between them vs TCP and TLS
+    Cluster(cluster::Args),
 }
 
 pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
@@ -60,6 +63,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
         Which::Mergesort(m) => emit(&mergesort::run(ctx, &a.build, m)?, json, record),
         Which::Ipc(i) => emit(&ipc::run(ctx, &a.build, i)?, json, record),
         Which::Migrate(m) => emit(&migrate::run(ctx, &a.build, m)?, json, record),
+        Which::Cluster(c) => emit(&cluster::run(ctx, &a.build, c)?, json, record),
     }
 }
 
@@ -334,4 +338,46 @@ pub fn field(line: &str, key: &str) -> anyhow::Result<f64> {
 pub fn command_line() -> String {
     let args: Vec<String> = std::env::args().skip(1).collect();
     format!("atoll {}", args.join(" "))
+}
+
+/// A text table: the first two columns left-aligned, the rest right.
+pub fn text_table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].len())
+                .chain([head[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let mut s = String::from(" ");
+        for (c, cell) in cells.iter().enumerate() {
+            if c < 2 {
+                s += &format!(" {cell:<w$}", w = widths[c]);
+            } else {
+                s += &format!("  {cell:>w$}", w = widths[c]);
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut s = line(head.to_vec());
+    for r in rows {
+        s += &line(r.iter().map(String::as_str).collect());
+    }
+    s
+}
+
+/// The same table in Markdown.
+pub fn md_table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
+    let mut s = format!("| {} |\n|", head.join(" | "));
+    for c in 0..N {
+        s += if c < 2 { "---|" } else { "---:|" };
+    }
+    s += "\n";
+    for r in rows {
+        s += &format!("| {} |\n", r.join(" | "));
+    }
+    s + "\n"
 }

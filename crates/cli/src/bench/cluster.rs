@@ -1,0 +1,559 @@
+//! Two nodes on one machine, joined by mutual TLS over loopback: IPC,
+//! copies and live migration between them, against what the same link
+//! gives two Linux programs.
+//!
+//! atoll: two nodes of one kernel each, in this process, each with its own
+//! runtime and links (the links are real TCP connections with TLS 1.3,
+//! through the kernel's loopback). Linux: two threads exchanging 64-byte
+//! messages over one TCP connection on loopback (TCP_NODELAY), plain and
+//! with the same TLS (rustls, the cluster's certificates), and one thread
+//! streaming bytes to another, plain and with TLS.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use atoll_abi::{KernelId, Pid};
+use atoll_migration::{MigrationReport, Mode};
+use atoll_noc::net::identity::{self, Identity};
+use atoll_noc::net::{tls, LinkConfig};
+use atoll_node::{JobSink, JobSpec, Node};
+use atoll_process::Stream;
+use rustls::{ClientConnection, ServerConnection, StreamOwned};
+use serde::Serialize;
+
+use super::plot::{grouped_bars, LineChart, Series};
+use super::{artifact, atoll_job, command_line, md_table, median, text_table, Machine, Recorded};
+use crate::commands::Context;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Round trips per IPC run
+    #[arg(long, default_value_t = 20_000)]
+    iters: u32,
+    /// Runs of each measurement; the median is reported
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Fewer sizes and runs (for a quick look)
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Bytes of a COPY1 block, and of each write of the Linux stream.
+const BLOCK: usize = 1 << 20;
+/// Bytes each stream run sends.
+const STREAM_BYTES: usize = 256 << 20;
+/// Longest wait for a process to fill its memory, or a job to end.
+const PATIENCE: Duration = Duration::from_secs(300);
+
+/// The result of `atoll bench cluster`.
+#[derive(Serialize)]
+pub struct ClusterReport {
+    name: String,
+    command: String,
+    machine: Machine,
+    runs: usize,
+    /// Round trips of 64-byte messages, ns (median).
+    ipc2_ns: Measured,
+    tcp_pingpong_ns: Measured,
+    tls_pingpong_ns: Measured,
+    /// 1 MiB blocks, MB/s (median).
+    copy1_mbps: Measured,
+    tcp_stream_mbps: Measured,
+    tls_stream_mbps: Measured,
+    migrations: Vec<MigrationRow>,
+    notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Measured {
+    median: f64,
+    samples: Vec<f64>,
+}
+
+impl Measured {
+    fn of(samples: Vec<f64>) -> Measured {
+        Measured {
+            median: median(&samples),
+            samples,
+        }
+    }
+}
+
+/// Migrations of one size between the nodes (there and back, repeatedly).
+#[derive(Serialize)]
+struct MigrationRow {
+    memory_mib: u64,
+    wws_kib: u64,
+    downtime_us: f64,
+    total_us: f64,
+    /// Bytes sent per migration, and the rate of the whole migration.
+    bytes: f64,
+    throughput_mbps: f64,
+    reports: Vec<MigrationReport>,
+}
+
+pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport> {
+    let ipcbench = std::path::absolute(artifact(build, "wasm/ipcbench.wasm")?)?;
+    let dirty = std::path::absolute(artifact(build, "wasm/dirty.wasm")?)?;
+    let runs = if a.quick { 3 } else { a.runs.max(1) };
+    let certs = tempfile::tempdir()?;
+    identity::init_ca(certs.path())?;
+    let id = |name: &str| -> anyhow::Result<Identity> {
+        identity::issue(certs.path(), name)?;
+        Ok(Identity::load(certs.path(), name)?)
+    };
+    let (first, second) = (id("n0")?, id("n1")?);
+    let a_node = start(ctx, first.clone(), None)?;
+    let join = a_node.members()[0].addr;
+    let b_node = start(ctx, second, Some(join))?;
+    let there = KernelId::new(b_node.id(), 0);
+    for program in [&ipcbench, &dirty] {
+        a_node.runtime().load_file(program, true)?;
+    }
+
+    eprintln!("IPC2 and COPY1 between nodes, against TCP and TLS on the same loopback:");
+    let node_arg = format!("node{}", there.node);
+    let (mut ipc2, mut copy1) = (Vec::new(), Vec::new());
+    let (mut tcp, mut tls_rt) = (Vec::new(), Vec::new());
+    let (mut tcp_stream, mut tls_stream) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        ipc2.push(ipcbench_run(
+            &a_node,
+            &ipcbench,
+            &["ipc2", &node_arg, &a.iters.to_string()],
+        )?);
+        let copies = (a.iters / 100).max(200).to_string();
+        let ns = ipcbench_run(
+            &a_node,
+            &ipcbench,
+            &["copy1", &node_arg, &copies, &BLOCK.to_string()],
+        )?;
+        copy1.push(BLOCK as f64 / ns * 1e3);
+        tcp.push(pingpong(None, a.iters)?);
+        tls_rt.push(pingpong(Some(&first), a.iters)?);
+        tcp_stream.push(stream(None)?);
+        tls_stream.push(stream(Some(&first))?);
+    }
+    eprintln!(
+        "  IPC2 {:.0} ns, TCP {:.0} ns, TLS {:.0} ns; COPY1 {:.0} MB/s, TCP stream {:.0} MB/s, TLS stream {:.0} MB/s",
+        median(&ipc2),
+        median(&tcp),
+        median(&tls_rt),
+        median(&copy1),
+        median(&tcp_stream),
+        median(&tls_stream)
+    );
+
+    eprintln!("live migration between nodes (copy mode):");
+    let sizes: &[u64] = if a.quick {
+        &[1, 16, 64]
+    } else {
+        &[1, 16, 64, 256]
+    };
+    let mut migrations = Vec::new();
+    for wws_kib in [64, 1024] {
+        for &mib in sizes {
+            let row = migrate_row(&a_node, &dirty, there, mib, wws_kib, runs)?;
+            eprintln!(
+                "  {mib:>4} MiB  WWS {wws_kib:>5} KiB  downtime {:>7.0} us  total {:>9.0} us  {:>6.0} MB/s",
+                row.downtime_us, row.total_us, row.throughput_mbps
+            );
+            migrations.push(row);
+        }
+    }
+    b_node.shutdown();
+    a_node.shutdown();
+    let notes = vec![
+        "two atoll nodes of one kernel each in one process, not pinned (the machine has 2 cores), linked by their control and bulk TLS 1.3 connections over loopback; the IPC server and the migration's destination run on node 1".into(),
+        format!("IPC2: ipcbench's sendrec round trip with a 64-byte message, {} round trips per run; TCP and TLS: two threads exchanging 64-byte messages over one loopback connection (TCP_NODELAY), the same number of round trips", a.iters),
+        format!("COPY1: ipcbench's vcopy of {} KiB blocks into a server on node 1 (granted), over the bulk connection; streams: one thread writes {} MiB in 1 MiB writes to another over loopback", BLOCK >> 10, STREAM_BYTES >> 20),
+        "migration: `dirty` (MiB of memory, rewriting its first WWS KiB forever) migrated from node 0 to node 1 and back, in copy mode (pre-copy rounds over the bulk connection, then stop-and-copy); downtime measured on the source, from the freeze until the destination's answer arrived (an upper bound by one message's trip); throughput: bytes sent over the total time of the migration".into(),
+        "targets (issue 9): IPC2 between nodes within 1.3x of the TLS ping-pong; downtime at most 2 ms with a WWS of at most 1 MiB up to 256 MiB; pre-copy throughput at least 80 % of the raw TCP stream".into(),
+    ];
+    Ok(ClusterReport {
+        name: "cluster".into(),
+        command: command_line(),
+        machine: Machine::probe(),
+        runs,
+        ipc2_ns: Measured::of(ipc2),
+        tcp_pingpong_ns: Measured::of(tcp),
+        tls_pingpong_ns: Measured::of(tls_rt),
+        copy1_mbps: Measured::of(copy1),
+        tcp_stream_mbps: Measured::of(tcp_stream),
+        tls_stream_mbps: Measured::of(tls_stream),
+        migrations,
+        notes,
+    })
+}
+
+/// A node of one kernel, listening on loopback; the second joins the first.
+fn start(
+    ctx: &Context,
+    identity: Identity,
+    join: Option<std::net::SocketAddr>,
+) -> anyhow::Result<Node> {
+    let mut config = ctx.node_config(Some(1), 10);
+    config.pin = false;
+    config.cluster = Some(LinkConfig {
+        identity,
+        node: None,
+        kernels: 1,
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        advertise: None,
+        join,
+    });
+    Node::start(config)
+}
+
+/// Runs ipcbench on kernel 0 of `node`; returns its ns per operation.
+fn ipcbench_run(node: &Node, program: &Path, args: &[&str]) -> anyhow::Result<f64> {
+    let job = job(program, "ipcbench", args);
+    let (out, _) = atoll_job(node, &job)?;
+    let line: serde_json::Value = serde_json::from_str(out.trim())
+        .with_context(|| format!("ipcbench printed `{}`", out.trim()))?;
+    line["ns_per_op"]
+        .as_f64()
+        .context("no ns_per_op in ipcbench's line")
+}
+
+fn job(program: &Path, name: &str, args: &[&str]) -> JobSpec {
+    JobSpec {
+        program: program.to_path_buf(),
+        args: std::iter::once(name)
+            .chain(args.iter().copied())
+            .map(String::from)
+            .collect(),
+        env: vec![],
+        preopens: vec![],
+        kernel: Some(KernelId::new(0, 0)),
+        prepare: true,
+        domain: None,
+        wander: false,
+    }
+}
+
+/// A connected pair of loopback sockets, each end wrapped by `wrap`.
+fn loopback_pair() -> anyhow::Result<(TcpStream, TcpStream)> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let client = TcpStream::connect(listener.local_addr()?)?;
+    let (server, _) = listener.accept()?;
+    for s in [&client, &server] {
+        s.set_nodelay(true)?;
+    }
+    Ok((client, server))
+}
+
+/// One end of a link, plain or TLS.
+type End = Box<dyn ReadWrite + Send>;
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// Both ends of a loopback connection, with TLS 1.3 between them when
+/// `identity` is given (the cluster's certificates, atoll's configuration).
+fn ends(identity: Option<&Identity>) -> anyhow::Result<(End, End)> {
+    let (client, server) = loopback_pair()?;
+    let Some(id) = identity else {
+        return Ok((Box::new(client), Box::new(server)));
+    };
+    let server_conn = ServerConnection::new(tls::server_config(id)?)?;
+    let handshake = std::thread::spawn(move || -> anyhow::Result<End> {
+        let mut s = StreamOwned::new(server_conn, server);
+        while s.conn.is_handshaking() {
+            s.conn.complete_io(&mut s.sock)?;
+        }
+        Ok(Box::new(s))
+    });
+    let name = tls::server_name(&id.name)?;
+    let mut c = StreamOwned::new(
+        ClientConnection::new(tls::client_config(id)?, name)?,
+        client,
+    );
+    while c.conn.is_handshaking() {
+        c.conn.complete_io(&mut c.sock)?;
+    }
+    let server = handshake.join().expect("handshake thread")?;
+    Ok((Box::new(c), server))
+}
+
+/// Median-free: the ns per round trip of `iters` 64-byte ping-pongs
+/// between two threads (after a tenth as many untimed ones).
+fn pingpong(identity: Option<&Identity>, iters: u32) -> anyhow::Result<f64> {
+    let (mut client, mut server) = ends(identity)?;
+    let warmup = (iters / 10).max(100);
+    let total = warmup + iters;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut m = [0u8; 64];
+        for _ in 0..total {
+            server.read_exact(&mut m)?;
+            m[0] = m[0].wrapping_add(1);
+            server.write_all(&m)?;
+            server.flush()?;
+        }
+        Ok(())
+    });
+    let mut m = [0u8; 64];
+    let mut t = Instant::now();
+    for i in 0..total {
+        if i == warmup {
+            t = Instant::now();
+        }
+        client.write_all(&m)?;
+        client.flush()?;
+        client.read_exact(&mut m)?;
+    }
+    let ns = t.elapsed().as_nanos() as f64 / f64::from(iters);
+    echo.join().expect("echo thread")?;
+    Ok(ns)
+}
+
+/// MB/s of [`STREAM_BYTES`] written in 1 MiB writes from one thread to another.
+fn stream(identity: Option<&Identity>) -> anyhow::Result<f64> {
+    let (mut client, mut server) = ends(identity)?;
+    let sink = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut buf = vec![0u8; BLOCK];
+        let mut left = STREAM_BYTES;
+        while left > 0 {
+            let n = server.read(&mut buf)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            left -= n.min(left);
+        }
+        server.write_all(b"k")?;
+        server.flush()
+    });
+    let block = vec![7u8; BLOCK];
+    let t = Instant::now();
+    for _ in 0..STREAM_BYTES / BLOCK {
+        client.write_all(&block)?;
+    }
+    client.flush()?;
+    let mut ack = [0u8; 1];
+    client.read_exact(&mut ack)?;
+    let secs = t.elapsed().as_secs_f64();
+    sink.join().expect("sink thread")?;
+    Ok(STREAM_BYTES as f64 / secs / 1e6)
+}
+
+/// `dirty` of `mib` MiB rewriting `wws_kib` KiB, migrated to `there` and
+/// back `runs` times after a warm-up round trip.
+fn migrate_row(
+    node: &Node,
+    dirty: &Path,
+    there: KernelId,
+    mib: u64,
+    wws_kib: u64,
+    runs: usize,
+) -> anyhow::Result<MigrationRow> {
+    let (ready_tx, ready) = mpsc::channel();
+    let args = [mib.to_string(), wws_kib.to_string(), "0".into()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let pid = node.run_job(
+        &job(dirty, "dirty", &args),
+        Box::new(Ready {
+            seen: Vec::new(),
+            ready: Some(ready_tx),
+        }),
+    )?;
+    match ready.recv_timeout(PATIENCE) {
+        Ok(true) => {}
+        _ => bail!("dirty {mib} MiB did not start"),
+    }
+    let here = KernelId::new(node.id(), 0);
+    let mut reports = Vec::new();
+    for i in 0..=runs {
+        for to in [there, here] {
+            let r = node
+                .migrate(pid, to, Some(Mode::Copy))
+                .with_context(|| format!("migrating dirty {mib} MiB to {to}"))?;
+            std::thread::sleep(Duration::from_millis(20));
+            if i > 0 {
+                reports.push(r);
+            }
+        }
+    }
+    node.kill(pid, 9)?;
+    let m = |f: fn(&MigrationReport) -> f64| median(&reports.iter().map(f).collect::<Vec<_>>());
+    let bytes = m(|r| r.rounds.iter().map(|x| x.bytes).sum::<u64>() as f64);
+    let total_us = m(|r| r.total_us as f64);
+    Ok(MigrationRow {
+        memory_mib: mib,
+        wws_kib,
+        downtime_us: m(|r| r.downtime_us as f64),
+        total_us,
+        bytes,
+        throughput_mbps: m(|r| {
+            r.rounds.iter().map(|x| x.bytes).sum::<u64>() as f64 / r.total_us.max(1) as f64
+        }),
+        reports,
+    })
+}
+
+/// Says when a `dirty` process has filled its memory (or ended first).
+struct Ready {
+    seen: Vec<u8>,
+    ready: Option<mpsc::Sender<bool>>,
+}
+
+impl JobSink for Ready {
+    fn output(&mut self, stream: Stream, bytes: &[u8]) {
+        if stream == Stream::Stdout && self.ready.is_some() {
+            self.seen.extend_from_slice(bytes);
+            if String::from_utf8_lossy(&self.seen).contains("dirty: ready") {
+                let _ = self.ready.take().map(|r| r.send(true));
+            }
+        }
+    }
+
+    fn exited(&mut self, _pid: Pid, _status: i32) {
+        let _ = self.ready.take().map(|r| r.send(false));
+    }
+}
+
+impl ClusterReport {
+    fn summary(&self) -> Vec<[String; 4]> {
+        let ratio = |a: f64, b: f64| format!("{:.2}x", a / b);
+        vec![
+            [
+                "IPC2 round trip between nodes (ns)".into(),
+                format!("{:.0}", self.ipc2_ns.median),
+                format!(
+                    "TCP {:.0}, TLS {:.0}",
+                    self.tcp_pingpong_ns.median, self.tls_pingpong_ns.median
+                ),
+                format!(
+                    "{} of TLS",
+                    ratio(self.ipc2_ns.median, self.tls_pingpong_ns.median)
+                ),
+            ],
+            [
+                "COPY1 1 MiB between nodes (MB/s)".into(),
+                format!("{:.0}", self.copy1_mbps.median),
+                format!(
+                    "TCP {:.0}, TLS {:.0}",
+                    self.tcp_stream_mbps.median, self.tls_stream_mbps.median
+                ),
+                format!(
+                    "{} of TCP",
+                    ratio(self.copy1_mbps.median, self.tcp_stream_mbps.median)
+                ),
+            ],
+        ]
+    }
+
+    fn migration_rows(&self) -> Vec<[String; 5]> {
+        self.migrations
+            .iter()
+            .map(|m| {
+                [
+                    format!("{} MiB, WWS {} KiB", m.memory_mib, m.wws_kib),
+                    format!("{:.0}", m.downtime_us),
+                    format!("{:.0}", m.total_us),
+                    format!("{:.1}", m.bytes / 1048576.0),
+                    format!(
+                        "{:.0} ({:.0} % of the TCP stream)",
+                        m.throughput_mbps,
+                        m.throughput_mbps / self.tcp_stream_mbps.median * 100.0
+                    ),
+                ]
+            })
+            .collect()
+    }
+}
+
+const SUMMARY_HEAD: [&str; 4] = ["", "atoll", "Linux, same link", "atoll vs Linux"];
+const MIGRATION_HEAD: [&str; 5] = [
+    "migration 0 -> 1 -> 0",
+    "downtime (us)",
+    "total (us)",
+    "sent (MiB)",
+    "throughput (MB/s)",
+];
+
+impl Recorded for ClusterReport {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn table(&self) -> String {
+        let mut s = format!("{} (medians of {} runs)\n", self.name, self.runs);
+        s += &text_table(SUMMARY_HEAD, &self.summary());
+        s += &text_table(MIGRATION_HEAD, &self.migration_rows());
+        for n in &self.notes {
+            s += &format!("  {n}\n");
+        }
+        s
+    }
+
+    fn markdown(&self) -> String {
+        let mut s = format!(
+            "# {}\n\nCommand: `{}`\n\nMachine: {}\n\nMedians of {} runs.\n\n",
+            self.name,
+            self.command,
+            self.machine.describe(),
+            self.runs
+        );
+        s += &md_table(SUMMARY_HEAD, &self.summary());
+        s += &md_table(MIGRATION_HEAD, &self.migration_rows());
+        s += "\n![](cluster-ipc.png)\n\n![](cluster-migration.png)\n\n";
+        for n in &self.notes {
+            s += &format!("- {n}\n");
+        }
+        s
+    }
+
+    fn write_extra(&self, dir: &Path) -> anyhow::Result<()> {
+        let ipc = [super::plot::BarGroup {
+            name: "64-byte round trip (us)".into(),
+            bars: vec![
+                ("atoll IPC2 between nodes".into(), self.ipc2_ns.median / 1e3),
+                ("TCP ping-pong".into(), self.tcp_pingpong_ns.median / 1e3),
+                ("TLS ping-pong".into(), self.tls_pingpong_ns.median / 1e3),
+            ],
+        }];
+        grouped_bars(
+            &dir.join("cluster-ipc.png"),
+            "Round trip between two nodes on loopback",
+            "microseconds",
+            &ipc,
+            false,
+        )?;
+        let categories: Vec<String> = self
+            .migrations
+            .iter()
+            .filter(|m| m.wws_kib == 64)
+            .map(|m| format!("{} MiB", m.memory_mib))
+            .collect();
+        let series: Vec<Series> = [64, 1024]
+            .into_iter()
+            .map(|wws| Series {
+                name: format!("downtime, WWS {wws} KiB"),
+                values: self
+                    .migrations
+                    .iter()
+                    .filter(|m| m.wws_kib == wws)
+                    .map(|m| m.downtime_us / 1e3)
+                    .collect(),
+            })
+            .collect();
+        LineChart {
+            title: "Live migration between two nodes (copy mode)",
+            x_label: "memory of the process",
+            value_label: "milliseconds",
+            categories: &categories,
+            series: &series,
+            levels: &[super::plot::Level {
+                name: "target 2 ms".into(),
+                value: 2.0,
+                colour_of: 1,
+            }],
+            log: false,
+        }
+        .draw(&dir.join("cluster-migration.png"))
+    }
+}
