@@ -487,3 +487,57 @@ fn ipc_stress_over_three_nodes_while_its_processes_migrate_between_them() {
     eprintln!("moved {moved} times while it ran");
     assert!(moved > 0, "nothing was moved while it ran");
 }
+
+#[test]
+fn nodes_joining_at_once_end_up_linked_each_to_each() {
+    let mut c = Cluster::start(1, 1);
+    let ca = c.dir.path().join("ca");
+    for i in 1..=3 {
+        let name = format!("n{i}");
+        ok(atoll(&["ca", "issue", ca.to_str().unwrap(), &name])
+            .output()
+            .unwrap());
+    }
+    // As under Slurm: every other node at once, with the ids it is told.
+    let seed = c.nodes[0].addr.clone();
+    let joined: Vec<Member> = std::thread::scope(|s| {
+        let starts: Vec<_> = (1..=3)
+            .map(|i| {
+                let (c, ca, seed) = (&c, &ca, &seed);
+                s.spawn(move || {
+                    let id = i.to_string();
+                    let name = format!("n{i}");
+                    c.spawn(ca, &name, 1, Some(seed), &["--node-id", &id])
+                        .unwrap()
+                })
+            })
+            .collect();
+        starts.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    c.nodes.extend(joined);
+    for m in &c.nodes {
+        let t = Instant::now();
+        loop {
+            let ps = text(&m.atoll(&["ps"]).output().unwrap().stderr);
+            if ps.lines().filter(|l| l.ends_with(": up")).count() == 4 {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "not a full mesh:\n{ps}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // Every pair carries a migration.
+    let job = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();
+    let pid = c.nodes[0].wait_for("spin.wasm");
+    for to in ["3.0", "1.0", "2.0", "3.0", "2.0", "1.0", "0.0"] {
+        ok(c.nodes[3]
+            .atoll(&["migrate", &pid, "--to", to])
+            .output()
+            .unwrap());
+    }
+    ok(c.nodes[2].atoll(&["kill", &pid]).output().unwrap());
+    assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
+}

@@ -5,9 +5,12 @@
 //! (`atoll node --join ADDR`). The member it dials gives it a node id (unless
 //! it has one: ids given are never given again, so a node that restarts is
 //! a new node and the PIDs of its former life stay dead) and the list of
-//! the other members; the newcomer then dials each of them. Every pair of nodes thus has one connection per [`Lane`],
-//! dialled by the younger node, so that a 256 MiB pre-copy on the bulk lane
-//! never queues a 64-byte IPC message behind it.
+//! the other members, and tells those members that it joined (`Joined`).
+//! Of each pair of members, the one with the larger node id dials the
+//! other, whichever learnt of the other first: nodes that join at once (a
+//! Slurm allocation) still end up linked in a full mesh, with exactly one
+//! connection per [`Lane`] between each pair, so that a 256 MiB pre-copy on
+//! the bulk lane never queues a 64-byte IPC message behind it.
 //!
 //! Every connection is mutual TLS with certificates of the cluster's CA
 //! ([`super::tls`]). Its first frames are the dialler's `Hello`, naming
@@ -127,6 +130,8 @@ enum Wire<M, B> {
     Refused(String),
     /// Nothing to say for a while: the link is alive.
     Ping,
+    /// This member has just joined through the sender.
+    Joined(Member),
     /// A message from a kernel of the sending node to a kernel of the
     /// receiving one.
     Kernel {
@@ -191,6 +196,9 @@ struct Shared<M> {
     deliver: Deliver<M>,
     down: Down,
     acceptor: TlsAcceptor,
+    connector: TlsConnector,
+    /// Held while a member is admitted and attached.
+    joining: tokio::sync::Mutex<()>,
 }
 
 /// A member and the writers of its connections, by lane (`None`: down).
@@ -267,6 +275,8 @@ where
             deliver,
             down,
             acceptor,
+            connector,
+            joining: tokio::sync::Mutex::new(()),
         });
         for d in dialled {
             let rx = shared.attach(&d.peer, d.lane);
@@ -425,6 +435,19 @@ impl<M> Shared<M> {
         }
     }
 
+    /// Tells the other members that `member` joined through this node.
+    fn announce(&self, member: &Member) {
+        let Ok(frame) = frame::encode(&Wire::<(), ()>::Joined(member.clone())) else {
+            return;
+        };
+        let peers = self.peers.read().expect("peers");
+        for p in peers.values().filter(|p| p.member.node != member.node) {
+            if let Some(w) = &p.lanes[Lane::Control.index()] {
+                let _ = w.send(frame.clone());
+            }
+        }
+    }
+
     /// Decides whether `hello` may join or link, and with which node id;
     /// returns the members to tell it about.
     fn admit(&self, member: &mut Member, assign: bool) -> Result<Vec<Member>, String> {
@@ -469,7 +492,9 @@ impl<M> Shared<M> {
 }
 
 /// Joins through `addr`: both lanes to that member, then to every member it
-/// names. Members that cannot be reached are left out (and logged).
+/// names whose id is smaller than this node's (the others dial this one
+/// when they hear that it joined). Members that cannot be reached are left
+/// out (and logged).
 async fn join(
     connector: &TlsConnector,
     me: &mut Member,
@@ -480,15 +505,49 @@ async fn join(
     me.node = node;
     let mut dialled = vec![first];
     dialled.push(dial(connector, me, addr, Lane::Bulk, false).await?.0);
-    for m in members.iter().filter(|m| m.node != me.node) {
-        for lane in [Lane::Control, Lane::Bulk] {
-            match dial(connector, me, m.addr, lane, false).await {
-                Ok((d, _, _)) => dialled.push(d),
-                Err(why) => tracing::warn!(member = %m, "cannot link: {why}"),
-            }
+    for m in members.iter().filter(|m| m.node < me.node) {
+        match link_to(connector, me, m).await {
+            Ok(both) => dialled.extend(both),
+            Err(why) => tracing::warn!(member = %m, "cannot link: {why}"),
         }
     }
     Ok(dialled)
+}
+
+/// Dials both lanes to member `m`.
+async fn link_to(
+    connector: &TlsConnector,
+    me: &Member,
+    m: &Member,
+) -> Result<[Dialled; 2], String> {
+    let control = dial(connector, me, m.addr, Lane::Control, false).await?.0;
+    let bulk = dial(connector, me, m.addr, Lane::Bulk, false).await?.0;
+    Ok([control, bulk])
+}
+
+/// Another member says that `m` joined: if this node is not linked to it
+/// and has the larger id, it dials `m` (otherwise `m` dials this node).
+fn meet<M>(shared: &Arc<Shared<M>>, m: Member)
+where
+    M: DeserializeOwned + Send + 'static,
+{
+    let linked = shared.peers.read().expect("peers").contains_key(&m.node);
+    if linked || m.node >= shared.me.node {
+        return;
+    }
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        match link_to(&shared.connector, &shared.me, &m).await {
+            Ok(both) => {
+                for d in both {
+                    let rx = shared.attach(&d.peer, d.lane);
+                    tokio::spawn(serve(shared.clone(), d.peer, d.lane, d.stream, rx));
+                }
+                tracing::info!(member = %m, "linked to a member that joined after this node");
+            }
+            Err(why) => tracing::warn!(member = %m, "cannot link: {why}"),
+        }
+    });
 }
 
 /// Dials one connection: TLS, `Hello`, then the listener's `Welcome`, whose
@@ -612,16 +671,27 @@ where
         return Err("the first frame was not a hello".into());
     };
     tls::check_peer(peer_certificate(&stream)?, &member.name).map_err(|e| e.to_string())?;
-    let members = match shared.admit(&mut member, assign) {
-        Ok(m) => m,
+    // Admitted and attached at once, so that a member joining meanwhile
+    // is either in the welcome's list or told of this one (`Joined`).
+    // Attached before the welcome goes out, so nothing is sent on the
+    // connection ahead of it: the writer starts below.
+    let admitted = {
+        let _joining = shared.joining.lock().await;
+        shared.admit(&mut member, assign).map(|members| {
+            let rx = shared.attach(&member, lane);
+            if lane == Lane::Control {
+                shared.announce(&member);
+            }
+            (members, rx)
+        })
+    };
+    let (members, rx) = match admitted {
+        Ok(a) => a,
         Err(why) => {
             let _ = write(&mut stream, &Wire::<(), ()>::Refused(why.clone())).await;
             return Err(format!("{member}: {why}"));
         }
     };
-    // Attached before the welcome goes out, so nothing is sent on the
-    // connection ahead of it: the writer starts below.
-    let rx = shared.attach(&member, lane);
     let welcome = Wire::<(), ()>::Welcome {
         member: shared.me.clone(),
         node: member.node,
@@ -662,13 +732,13 @@ async fn serve<M>(
 }
 
 async fn receive<M>(
-    shared: &Shared<M>,
+    shared: &Arc<Shared<M>>,
     peer: &Member,
     lane: Lane,
     r: &mut (impl AsyncRead + Unpin),
 ) -> String
 where
-    M: DeserializeOwned,
+    M: DeserializeOwned + Send + 'static,
 {
     loop {
         let read = frame::read_async::<Wire<M, ByteBuf>>(r, lane.max());
@@ -685,6 +755,10 @@ where
                 bulk,
             } => (from, to, msg, bulk),
             Wire::Ping => continue,
+            Wire::Joined(m) => {
+                meet(shared, m);
+                continue;
+            }
             _ => return "a hello out of turn".into(),
         };
         if from.node != peer.node || to.node != shared.me.node || to.index >= shared.me.kernels {
