@@ -200,6 +200,31 @@ fn a_running_process_moves_between_nodes_and_prints_what_an_unmoved_run_prints()
 }
 
 #[test]
+fn a_job_starts_on_another_nodes_kernel_and_stays_on_this_terminal() {
+    let c = Cluster::start(2, 2);
+    let out = ok(c.nodes[0]
+        .atoll(&["run", "--on", "1.1", &guest("hello"), "far"])
+        .output()
+        .unwrap());
+    assert!(out.contains("on kernel 1 of 2 (node 1)"), "{out}");
+    assert!(out.contains("argv[1] = far"), "{out}");
+    let out = c.nodes[1]
+        .atoll(&["run", "--on", "0.0", &guest("exit"), "7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    let out = c.nodes[0]
+        .atoll(&["run", "--on", "4.0", &guest("hello")])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stderr).contains("kernel 4.0 does not exist"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn a_process_moves_itself_across_nodes_with_kmigrate_to() {
     let c = Cluster::start(2, 1);
     let out = ok(c.nodes[0]

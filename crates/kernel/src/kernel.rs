@@ -81,6 +81,7 @@ pub(crate) struct Process {
 
 /// A node request parked on this kernel until another kernel answers it.
 enum Pending {
+    Start(Sender<Result<Pid, String>>),
     Kill(Sender<Result<(), Errno>>),
     Migrate(Sender<Result<MigrationReport, String>>),
     Report(Sender<KernelReport>),
@@ -580,6 +581,13 @@ impl Kernel {
         }
     }
 
+    /// The answer to a node request to start a job on another node.
+    pub(crate) fn on_started(&mut self, req: u64, result: Result<Pid, String>) {
+        if let Some(Pending::Start(tx)) = self.pending.remove(&req) {
+            let _ = tx.send(result);
+        }
+    }
+
     /// Parks a message from another node until module `hash` has come
     /// from its sender (asked for once).
     fn await_module(&mut self, from: KernelId, hash: ContentHash, packet: Packet) {
@@ -661,6 +669,11 @@ impl Kernel {
                 let report = Box::new(self.report());
                 self.send(kernel, NocMsg::Reported { req, report });
             }
+            NocMsg::Start { spec, kernel, req } => {
+                let result = self.create(spec, None).map_err(|(_, why)| why);
+                self.send(kernel, NocMsg::Started { req, result });
+            }
+            NocMsg::Started { req, result } => self.on_started(req, result),
             NocMsg::Reported { req, report } => {
                 if let Some(Pending::Report(tx)) = self.pending.remove(&req) {
                     let _ = tx.send(*report);
@@ -771,8 +784,17 @@ impl Kernel {
     /// The node-request dispatcher.
     fn on_control(&mut self, c: Control) {
         match c {
-            Control::Start { spec, reply } => {
+            Control::Start { spec, on, reply } if on == self.id => {
                 let _ = reply.send(self.create(spec, None).map_err(|(_, why)| why));
+            }
+            Control::Start { on, reply, .. } if !self.noc.reaches(on) => {
+                let _ = reply.send(Err(format!("kernel {on} does not exist or cannot be reached")));
+            }
+            Control::Start { spec, on, reply } => {
+                let req = self.next_request();
+                self.pending.insert(req, Pending::Start(reply));
+                let kernel = self.id;
+                self.send(on, NocMsg::Start { spec, kernel, req });
             }
             Control::Ps { reply } => {
                 let _ = reply.send(self.report());

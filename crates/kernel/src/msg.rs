@@ -86,6 +86,18 @@ impl std::fmt::Debug for Handover {
 pub enum NocMsg {
     /// Create a process here, as a child of `parent`.
     Spawn { parent: Pid, spec: ProcessSpec },
+    /// Start a job's first process here, for a node request that kernel
+    /// `kernel` parked under `req` (`atoll run --on` another node's kernel).
+    Start {
+        spec: ProcessSpec,
+        kernel: KernelId,
+        req: u64,
+    },
+    /// The answer to `Start`.
+    Started {
+        req: u64,
+        result: Result<Pid, String>,
+    },
     /// The answer to `Spawn`, for the parent.
     Spawned {
         parent: Pid,
@@ -204,7 +216,7 @@ impl NocMsg {
     /// message: the program of a process that arrives or starts there.
     pub fn module(&self) -> Option<ContentHash> {
         match self {
-            NocMsg::Spawn { spec, .. } => Some(spec.module),
+            NocMsg::Spawn { spec, .. } | NocMsg::Start { spec, .. } => Some(spec.module),
             NocMsg::Migration(MigrationMsg::Round { module, .. })
             | NocMsg::Migration(MigrationMsg::Final { module, .. }) => Some(*module),
             _ => None,
@@ -323,9 +335,11 @@ pub struct IpcCounters {
 
 /// A request from the node.
 pub enum Control {
-    /// Start a job's first process here.
+    /// Start a job's first process on kernel `on`: this one, or one of
+    /// another node.
     Start {
         spec: ProcessSpec,
+        on: KernelId,
         reply: Sender<Result<Pid, String>>,
     },
     /// Report this kernel's processes.

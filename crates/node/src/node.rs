@@ -27,6 +27,9 @@ const REMOTE_ANSWER: Duration = Duration::from_secs(5);
 /// lost is never answered (one sent after is, at once, with an error).
 const KILL_ANSWER: Duration = Duration::from_secs(60);
 const MIGRATE_ANSWER: Duration = Duration::from_secs(600);
+/// How long a job started on another node may take to start there (it may
+/// have to fetch and compile its program first).
+const START_ANSWER: Duration = Duration::from_secs(120);
 
 /// How a node is set up.
 #[derive(Clone, Debug)]
@@ -80,7 +83,8 @@ pub struct JobSpec {
     pub args: Vec<String>,
     pub env: Vec<String>,
     pub preopens: Vec<Preopen>,
-    /// Kernel to start on (of this node); `None` lets the node choose.
+    /// Kernel to start on, of this node or another; `None` lets the node
+    /// choose (one of its own).
     pub kernel: Option<KernelId>,
     /// Prepare the module (safepoints, Asyncify) before running it.
     pub prepare: bool,
@@ -396,11 +400,6 @@ impl Node {
             }
         }
         let kernel = match job.kernel {
-            Some(k) if k.node != self.id => bail!(
-                "kernel {k} is on another node: start the job on node {} (its `atoll run`), \
-                 or start it here and migrate it",
-                k.node
-            ),
             Some(k) => k,
             None => {
                 let n =
@@ -408,7 +407,9 @@ impl Node {
                 KernelId::new(self.id, n as u16)
             }
         };
-        self.kernel(kernel)?;
+        if kernel.node == self.id {
+            self.kernel(kernel)?;
+        }
         let domain = match &job.domain {
             None => DomainId::DEFAULT,
             Some(name) => self
@@ -431,8 +432,14 @@ impl Node {
             domain: Some(domain),
             wander: job.wander,
         };
+        // A kernel of another node is asked through kernel 0 of this one;
+        // the job's output and end come back here.
         let started = self
-            .ask(kernel, |reply| Control::Start { spec, reply })
+            .ask_within(self.asker(kernel), START_ANSWER, |reply| Control::Start {
+                spec,
+                on: kernel,
+                reply,
+            })
             .and_then(|r| r.map_err(|e| anyhow!(e)));
         if started.is_err() {
             self.sinks.lock().expect("sinks").remove(&console);
