@@ -566,3 +566,65 @@ fn nodes_joining_at_once_end_up_linked_each_to_each() {
     ok(c.nodes[2].atoll(&["kill", &pid]).output().unwrap());
     assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
 }
+
+#[test]
+fn a_domain_made_on_one_node_spans_every_node() {
+    let mut c = Cluster::start(3, 1);
+    ok(c.nodes[1]
+        .atoll(&["domain", "create", "lab"])
+        .output()
+        .unwrap());
+    let listed = |m: &Member| {
+        let t = Instant::now();
+        while !ok(m.atoll(&["domain", "list"]).output().unwrap()).contains("lab") {
+            assert!(t.elapsed() < Duration::from_secs(10), "lab never listed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    listed(&c.nodes[0]);
+    // A node that joins later is told of it too.
+    ok(atoll(&[
+        "ca",
+        "issue",
+        c.dir.path().join("ca").to_str().unwrap(),
+        "n3",
+    ])
+    .output()
+    .unwrap());
+    let late = c
+        .spawn(
+            &c.dir.path().join("ca"),
+            "n3",
+            1,
+            Some(c.nodes[0].addr.as_str()),
+            &[],
+        )
+        .unwrap();
+    listed(&late);
+    c.nodes.push(late);
+    // IPC inside it, between nodes.
+    let out = ok(c.nodes[0]
+        .atoll(&[
+            "run",
+            "--domain",
+            "lab",
+            &guest("ipc"),
+            "pingpong",
+            "nodes3",
+            "100",
+        ])
+        .output()
+        .unwrap());
+    assert_eq!(out, "ok pingpong\n");
+    // Ended from a third node: its process on the first ends.
+    let sleeper = c.nodes[0]
+        .atoll(&["run", "--domain", "lab", &guest("ipc"), "sleeper", "same"])
+        .spawn()
+        .unwrap();
+    c.nodes[0].wait_for("ipc.wasm");
+    ok(c.nodes[2]
+        .atoll(&["domain", "end", "lab"])
+        .output()
+        .unwrap());
+    assert_eq!(sleeper.wait_with_output().unwrap().status.code(), Some(137));
+}

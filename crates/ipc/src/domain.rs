@@ -1,13 +1,19 @@
 //! Domains: isolation compartments (M3-IPC's "VMs"). Processes exchange
 //! messages and memory only with processes of their own domain; a domain
-//! spans kernels, and ending it ends its processes.
+//! spans kernels and nodes, and ending it ends its processes.
+//!
+//! Every node keeps the table and tells the others of each change
+//! ([`DomainOp`]). A domain's id carries the node that made it, so ids are
+//! unique in the cluster; two nodes that make a domain of the same name at
+//! once both end up with the smaller id.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// A domain's number, carried in every process's UArea.
+/// A domain's number, carried in every process's UArea: the node that made
+/// it (high 16 bits) and its number there.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
 pub struct DomainId(pub u32);
 
@@ -42,6 +48,17 @@ pub enum DomainError {
     BadName(String),
 }
 
+/// A change to the domains, which a node tells the others.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum DomainOp {
+    Created(DomainInfo),
+    Ended(DomainInfo),
+    /// A node that joined asks for the table.
+    Want,
+    /// The answer to `Want`: every domain.
+    Table(Vec<DomainInfo>),
+}
+
 /// The node's domains by name. The node owns the table; each kernel keeps a
 /// copy to resolve `bind` by name, updated whenever the table changes.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -60,11 +77,11 @@ impl Default for DomainTable {
 }
 
 impl DomainTable {
-    /// Creates a domain.
+    /// Creates a domain, made by node `node`.
     ///
     /// # Errors
     /// [`DomainError::Exists`] or [`DomainError::BadName`].
-    pub fn create(&mut self, name: &str) -> Result<DomainId, DomainError> {
+    pub fn create(&mut self, name: &str, node: u16) -> Result<DomainId, DomainError> {
         let valid = (1..=64).contains(&name.len())
             && name
                 .bytes()
@@ -75,10 +92,32 @@ impl DomainTable {
         if self.by_name.contains_key(name) {
             return Err(DomainError::Exists(name.to_string()));
         }
-        let id = DomainId(self.next);
+        let id = DomainId(u32::from(node) << 16 | (self.next & 0xFFFF));
         self.next += 1;
         self.by_name.insert(name.to_string(), id);
         Ok(id)
+    }
+
+    /// Takes in a domain another node made; returns whether the table
+    /// changed. Of two domains of one name, the smaller id stays (the
+    /// other's processes are then ended, as for an ended domain).
+    pub fn merge(&mut self, d: &DomainInfo) -> bool {
+        match self.by_name.get(&d.name) {
+            Some(&id) if id <= d.id => false,
+            _ => {
+                self.by_name.insert(d.name.clone(), d.id);
+                true
+            }
+        }
+    }
+
+    /// Removes a domain another node ended, if it is still that one.
+    pub fn remove(&mut self, d: &DomainInfo) -> bool {
+        if d.id != DomainId::DEFAULT && self.by_name.get(&d.name) == Some(&d.id) {
+            self.by_name.remove(&d.name);
+            return true;
+        }
+        false
     }
 
     /// Removes a domain (its processes are ended by the kernels).
@@ -128,15 +167,36 @@ mod tests {
     fn lifecycle() {
         let mut t = DomainTable::default();
         assert_eq!(t.lookup("default"), Some(DomainId::DEFAULT));
-        let a = t.create("web").unwrap();
-        assert_eq!(t.create("web"), Err(DomainError::Exists("web".into())));
-        assert!(matches!(t.create("a b"), Err(DomainError::BadName(_))));
-        assert!(matches!(t.create(""), Err(DomainError::BadName(_))));
+        let a = t.create("web", 0).unwrap();
+        assert_eq!(t.create("web", 0), Err(DomainError::Exists("web".into())));
+        assert!(matches!(t.create("a b", 0), Err(DomainError::BadName(_))));
+        assert!(matches!(t.create("", 0), Err(DomainError::BadName(_))));
         assert_eq!(t.end("default"), Err(DomainError::Default));
         assert_eq!(t.end("web"), Ok(a));
         assert!(!t.contains(a));
         assert_eq!(t.end("web"), Err(DomainError::Unknown("web".into())));
         // Ids are never reused, so a stale id never names a new domain.
-        assert_ne!(t.create("web").unwrap(), a);
+        assert_ne!(t.create("web", 0).unwrap(), a);
+    }
+
+    #[test]
+    fn nodes_agree_on_domains_made_at_once() {
+        let (mut a, mut b) = (DomainTable::default(), DomainTable::default());
+        let on_a = a.create("lab", 1).unwrap();
+        let on_b = b.create("lab", 2).unwrap();
+        assert_ne!(on_a, on_b, "ids carry their node");
+        let info = |name: &str, id| DomainInfo {
+            id,
+            name: name.into(),
+        };
+        // Each hears of the other's: both keep the smaller id.
+        assert!(!a.merge(&info("lab", on_b)));
+        assert!(b.merge(&info("lab", on_a)));
+        assert_eq!(a.list(), b.list());
+        // An end of the losing id changes nothing; of the kept one, ends it.
+        assert!(!a.remove(&info("lab", on_b)));
+        assert!(a.remove(&info("lab", on_a)));
+        assert_eq!(a.lookup("lab"), None);
+        assert!(!a.remove(&info("default", DomainId::DEFAULT)));
     }
 }

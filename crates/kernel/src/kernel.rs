@@ -694,8 +694,8 @@ impl Kernel {
                 );
             }
             NocMsg::Module { hash } => self.on_module(hash, bulk),
-            m @ (NocMsg::Output { .. } | NocMsg::JobEnded { .. }) => {
-                unreachable!("for the console service, which the links hand it to: {m:?}")
+            m @ (NocMsg::Output { .. } | NocMsg::JobEnded { .. } | NocMsg::Domain(_)) => {
+                unreachable!("for the node, which the links hand it to: {m:?}")
             }
             m @ (NocMsg::Spawned { .. }
             | NocMsg::ChildExited { .. }
@@ -788,7 +788,9 @@ impl Kernel {
                 let _ = reply.send(self.create(spec, None).map_err(|(_, why)| why));
             }
             Control::Start { on, reply, .. } if !self.noc.reaches(on) => {
-                let _ = reply.send(Err(format!("kernel {on} does not exist or cannot be reached")));
+                let _ = reply.send(Err(format!(
+                    "kernel {on} does not exist or cannot be reached"
+                )));
             }
             Control::Start { spec, on, reply } => {
                 let req = self.next_request();

@@ -10,7 +10,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use atoll_abi::{Errno, KernelId, Pid};
-use atoll_ipc::{DomainId, DomainTable, IpcStats};
+use atoll_ipc::{DomainId, DomainOp, DomainTable, IpcStats};
 use atoll_migration::{MigrationReport, Mode};
 use atoll_prepare::ContentHash;
 use atoll_process::{ConsoleId, Container, Preopen, ProcessImage, Stream};
@@ -182,6 +182,9 @@ pub enum NocMsg {
         stream: Stream,
         bytes: Vec<u8>,
     },
+    /// A domain changed on another node: for this node's table (the links
+    /// hand it to the node, which gives its kernels the new table).
+    Domain(DomainOp),
     /// A job's first process ended on another node than its terminal's:
     /// for that node's console service.
     JobEnded {

@@ -9,6 +9,7 @@
 
 mod console;
 pub mod daemon;
+mod domains;
 mod node;
 
 pub use console::JobSink;

@@ -3,13 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use atoll_abi::{Errno, KernelId, Pid};
-use atoll_ipc::{DomainId, DomainInfo, DomainTable};
+use atoll_ipc::{DomainId, DomainInfo};
 use atoll_kernel::{
     Control, KernelParams, KernelReport, MigrationConfig, NocMsg, NodeEvent, Packet, ProcessSpec,
 };
@@ -19,6 +19,7 @@ use atoll_noc::{Doorbell, Incoming, Noc, Remote};
 use atoll_process::{ConsoleId, Preopen, ProcessImage, Runtime, RuntimeConfig};
 
 use crate::console::{self, ChannelConsole, JobSink, Sinks};
+use crate::domains::Domains;
 
 /// How long `ps` waits for a kernel of another node.
 const REMOTE_ANSWER: Duration = Duration::from_secs(5);
@@ -98,26 +99,34 @@ pub struct JobSpec {
 /// Each kernel's lanes to the other nodes, in kernel order.
 type KernelLanes = Vec<Option<Remote<Packet>>>;
 
+/// What the links hand to the node itself rather than to a kernel.
+struct NodeServices {
+    doorbells: Arc<[Doorbell]>,
+    runtime: Arc<Runtime>,
+    events: Sender<NodeEvent>,
+    domains: Arc<Domains>,
+}
+
 /// Joins the cluster `config` describes: the links, and each kernel's lanes
 /// to them. What comes for a kernel is queued for it and wakes it; output
 /// and job ends go straight to the console service, so that they keep the
-/// order in which the other node sent them. Every kernel hears that a
-/// member is down (`NodeDown`), after everything that member sent it.
+/// order in which the other node sent them, and domain changes to the
+/// node's table. Every kernel hears that a member is down (`NodeDown`),
+/// after everything that member sent it.
 fn join(
     config: LinkConfig,
-    doorbells: &Arc<[Doorbell]>,
-    runtime: &Arc<Runtime>,
-    events: &Sender<NodeEvent>,
+    node: NodeServices,
 ) -> anyhow::Result<(Arc<Links<Packet>>, KernelLanes)> {
     let (inbound, receivers): (Vec<_>, Vec<_>) =
-        (0..doorbells.len()).map(|_| mpsc::channel()).unzip();
+        (0..node.doorbells.len()).map(|_| mpsc::channel()).unzip();
     let kernels = Arc::new(Inbound {
         queues: inbound,
-        doorbells: doorbells.clone(),
-        runtime: runtime.clone(),
+        doorbells: node.doorbells.clone(),
+        runtime: node.runtime.clone(),
     });
-    let (events, to_kernels) = (events.clone(), kernels.clone());
+    let (events, domains, to_kernels) = (node.events, node.domains, kernels.clone());
     let deliver = move |to: KernelId, m: Incoming<Packet>| match m.msg.msg {
+        NocMsg::Domain(op) => domains.apply(op, m.from.node),
         NocMsg::Output {
             console,
             stream,
@@ -202,7 +211,7 @@ pub struct Node {
     next_console: AtomicU64,
     next_kernel: AtomicU64,
     /// The node's domains; each kernel has a copy of the latest table.
-    domains: Mutex<DomainTable>,
+    domains: Arc<Domains>,
     /// The other nodes, when this one is part of a cluster.
     links: Option<Arc<Links<Packet>>>,
 }
@@ -216,6 +225,15 @@ impl Node {
         let runtime = Runtime::new(config.runtime).context("starting the WebAssembly runtime")?;
         let doorbells: Arc<[Doorbell]> = (0..config.kernels).map(|_| Doorbell::default()).collect();
         let (events_tx, events_rx) = mpsc::channel();
+        let (controls, control_rxs): (Vec<_>, Vec<_>) =
+            (0..config.kernels).map(|_| mpsc::channel()).unzip();
+        let domains = Arc::new(Domains::new(controls.clone(), doorbells.clone()));
+        let node = NodeServices {
+            doorbells: doorbells.clone(),
+            runtime: runtime.clone(),
+            events: events_tx.clone(),
+            domains: domains.clone(),
+        };
         let (id, links, remotes) = match config.cluster {
             None => (
                 config.node,
@@ -223,8 +241,7 @@ impl Node {
                 (0..config.kernels).map(|_| None).collect(),
             ),
             Some(cluster) => {
-                let (links, remotes) = join(cluster, &doorbells, &runtime, &events_tx)
-                    .context("joining the cluster")?;
+                let (links, remotes) = join(cluster, node).context("joining the cluster")?;
                 (links.me().node, Some(links), remotes)
             }
         };
@@ -239,11 +256,8 @@ impl Node {
             node: id,
             links: links.clone(),
         });
-        let mut controls = Vec::new();
         let mut kernels = Vec::new();
-        for endpoint in endpoints {
-            let (tx, rx) = mpsc::channel();
-            controls.push(tx);
+        for (endpoint, rx) in endpoints.into_iter().zip(control_rxs) {
             kernels.push(atoll_kernel::start(KernelParams {
                 endpoint,
                 doorbells: doorbells.clone(),
@@ -261,6 +275,7 @@ impl Node {
                 migration: config.migration,
             })?);
         }
+        domains.started(id, links.clone());
         tracing::info!(node = id, kernels = config.kernels, "node started");
         Ok(Node {
             id,
@@ -272,7 +287,7 @@ impl Node {
             sinks,
             next_console: AtomicU64::new(1),
             next_kernel: AtomicU64::new(0),
-            domains: Mutex::new(DomainTable::default()),
+            domains,
             links,
         })
     }
@@ -412,14 +427,9 @@ impl Node {
         }
         let domain = match &job.domain {
             None => DomainId::DEFAULT,
-            Some(name) => self
-                .domains
-                .lock()
-                .expect("domains")
-                .lookup(name)
-                .ok_or_else(|| {
-                    anyhow!("no domain `{name}` (create it with `atoll domain create {name}`)")
-                })?,
+            Some(name) => self.domains.lookup(name).ok_or_else(|| {
+                anyhow!("no domain `{name}` (create it with `atoll domain create {name}`)")
+            })?,
         };
         let console = self.new_console();
         self.sinks.lock().expect("sinks").insert(console, sink);
@@ -621,37 +631,21 @@ impl Node {
         Ok(())
     }
 
-    /// Stops every kernel; processes still running are dropped.
-    /// Creates a domain, on every kernel.
+    /// Creates a domain, on every kernel of every node.
     pub fn domain_create(&self, name: &str) -> anyhow::Result<DomainId> {
-        let mut table = self.domains.lock().expect("domains");
-        let id = table.create(name)?;
-        self.publish_domains(&table);
-        Ok(id)
+        Ok(self.domains.create(name)?)
     }
 
-    /// Ends a domain: every kernel ends the domain's processes.
+    /// Ends a domain: every kernel of every node ends the domain's processes.
     pub fn domain_end(&self, name: &str) -> anyhow::Result<DomainId> {
-        let mut table = self.domains.lock().expect("domains");
-        let id = table.end(name)?;
-        self.publish_domains(&table);
-        Ok(id)
+        Ok(self.domains.end(name)?)
     }
 
     pub fn domains(&self) -> Vec<DomainInfo> {
-        self.domains.lock().expect("domains").list()
+        self.domains.list()
     }
 
-    /// Gives every kernel the new table. Kernels take control requests in
-    /// order, so a request sent after this one sees the new table.
-    fn publish_domains(&self, table: &DomainTable) {
-        let table = Arc::new(table.clone());
-        for (c, d) in self.controls.iter().zip(self.doorbells.iter()) {
-            let _ = c.send(Control::Domains(table.clone()));
-            d.ring();
-        }
-    }
-
+    /// Stops every kernel; processes still running are dropped.
     pub fn shutdown(mut self) {
         self.stop();
     }

@@ -1,0 +1,132 @@
+//! The node's domains, kept alike on every node of the cluster.
+//!
+//! A node changes its table (`atoll domain create`, `end`), gives every
+//! kernel the new table, and tells every other node (`NocMsg::Domain`, on
+//! the control link to its kernel 0). What another node says is applied
+//! the same way, by the links as it arrives ([`Domains::apply`]). A node
+//! that joins asks every member for its table and takes in each.
+
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use atoll_abi::KernelId;
+use atoll_ipc::{DomainError, DomainId, DomainInfo, DomainOp, DomainTable};
+use atoll_kernel::{Control, NocMsg, Packet};
+use atoll_noc::net::Links;
+use atoll_noc::{Doorbell, Uplink};
+
+pub(crate) struct Domains {
+    table: Mutex<DomainTable>,
+    /// This node's id, once known (a joining node learns it from the
+    /// cluster).
+    node: OnceLock<u16>,
+    kernels: Vec<Sender<Control>>,
+    doorbells: Arc<[Doorbell]>,
+    links: OnceLock<Arc<Links<Packet>>>,
+}
+
+impl Domains {
+    pub(crate) fn new(kernels: Vec<Sender<Control>>, doorbells: Arc<[Doorbell]>) -> Self {
+        Domains {
+            table: Mutex::new(DomainTable::default()),
+            node: OnceLock::new(),
+            kernels,
+            doorbells,
+            links: OnceLock::new(),
+        }
+    }
+
+    /// Once the node knows who it is: with links, it asks the other nodes
+    /// for their domains.
+    pub(crate) fn started(&self, node: u16, links: Option<Arc<Links<Packet>>>) {
+        let _ = self.node.set(node);
+        if let Some(links) = links {
+            let _ = self.links.set(links);
+            self.tell_all(DomainOp::Want);
+        }
+    }
+
+    fn node(&self) -> u16 {
+        self.node.get().copied().unwrap_or(0)
+    }
+
+    pub(crate) fn lookup(&self, name: &str) -> Option<DomainId> {
+        self.table.lock().expect("domains").lookup(name)
+    }
+
+    pub(crate) fn list(&self) -> Vec<DomainInfo> {
+        self.table.lock().expect("domains").list()
+    }
+
+    pub(crate) fn create(&self, name: &str) -> Result<DomainId, DomainError> {
+        let mut table = self.table.lock().expect("domains");
+        let id = table.create(name, self.node())?;
+        self.publish(&table);
+        drop(table);
+        self.tell_all(DomainOp::Created(info(name, id)));
+        Ok(id)
+    }
+
+    pub(crate) fn end(&self, name: &str) -> Result<DomainId, DomainError> {
+        let mut table = self.table.lock().expect("domains");
+        let id = table.end(name)?;
+        self.publish(&table);
+        drop(table);
+        self.tell_all(DomainOp::Ended(info(name, id)));
+        Ok(id)
+    }
+
+    /// What node `from` said.
+    pub(crate) fn apply(&self, op: DomainOp, from: u16) {
+        let mut table = self.table.lock().expect("domains");
+        let changed = match op {
+            DomainOp::Created(d) => table.merge(&d),
+            DomainOp::Ended(d) => table.remove(&d),
+            DomainOp::Table(all) => all.iter().fold(false, |c, d| table.merge(d) | c),
+            DomainOp::Want => {
+                let all = DomainOp::Table(table.list());
+                drop(table);
+                return self.tell(from, all);
+            }
+        };
+        if changed {
+            self.publish(&table);
+        }
+    }
+
+    /// Gives every kernel the new table. Kernels take control requests in
+    /// order, so a request sent after this one sees the new table.
+    fn publish(&self, table: &DomainTable) {
+        let table = Arc::new(table.clone());
+        for (c, d) in self.kernels.iter().zip(self.doorbells.iter()) {
+            let _ = c.send(Control::Domains(table.clone()));
+            d.ring();
+        }
+    }
+
+    fn tell_all(&self, op: DomainOp) {
+        let Some(links) = self.links.get() else {
+            return;
+        };
+        for m in links.members() {
+            self.tell(m.node, op.clone());
+        }
+    }
+
+    fn tell(&self, node: u16, op: DomainOp) {
+        let Some(links) = self.links.get() else {
+            return;
+        };
+        let (from, to) = (KernelId::new(self.node(), 0), KernelId::new(node, 0));
+        if let Err(e) = links.send(from, to, Packet::new(NocMsg::Domain(op)), None) {
+            tracing::warn!("node {node} does not hear of a domain change: {e}");
+        }
+    }
+}
+
+fn info(name: &str, id: DomainId) -> DomainInfo {
+    DomainInfo {
+        id,
+        name: name.to_owned(),
+    }
+}
