@@ -5,12 +5,13 @@
 #   binaryen                                                 wasm-opt (Asyncify) for `atoll prepare`
 #   gcc, make, libc6-dev                                     native comparison programs, the Makefile
 #   fonts-dejavu-core                                        the font of the benchmark charts (PNG)
+#   iproute2                                                 `ip netns`: cluster tests on separate hosts
 #
 # Safe to run again: it installs only what is missing. Needs root (or sudo)
 # only when something is missing.
 set -euo pipefail
 
-packages=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 binaryen gcc make libc6-dev fonts-dejavu-core)
+packages=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 binaryen gcc make libc6-dev fonts-dejavu-core iproute2)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -95,13 +95,26 @@ impl Cluster {
         join: Option<&str>,
         extra: &[&str],
     ) -> Result<Member, String> {
+        self.spawn_at(&Host::loopback(), ca, name, kernels, join, extra)
+    }
+
+    /// As [`spawn`](Self::spawn), on `host`.
+    fn spawn_at(
+        &self,
+        host: &Host,
+        ca: &Path,
+        name: &str,
+        kernels: u16,
+        join: Option<&str>,
+        extra: &[&str],
+    ) -> Result<Member, String> {
         let socket = self.dir.path().join(format!("{name}.sock"));
         let mut args = vec![
             "node".to_string(),
             "--kernels".into(),
             kernels.to_string(),
             "--listen".into(),
-            "127.0.0.1:0".into(),
+            host.listen.clone(),
             "--certs".into(),
             ca.to_str().unwrap().into(),
             "--name".into(),
@@ -112,7 +125,19 @@ impl Cluster {
         }
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut child = atoll(&args)
+        let mut command = match &host.netns {
+            // A unix socket's path is the same in every network namespace:
+            // the test's commands reach the node from here.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_atoll")]);
+                c.args(["--cache", common::support::cache_dir().to_str().unwrap()]);
+                c.args(&args);
+                c
+            }
+            None => atoll(&args),
+        };
+        let mut child = command
             .env("ATOLL_SOCKET", &socket)
             .stderr(Stdio::piped())
             .spawn()
@@ -155,6 +180,102 @@ impl Cluster {
             socket,
             addr,
         })
+    }
+}
+
+/// Where a test node runs: its listening address, and its network
+/// namespace (`None`: this one).
+struct Host {
+    listen: String,
+    netns: Option<String>,
+}
+
+impl Host {
+    fn loopback() -> Host {
+        Host {
+            listen: "127.0.0.1:0".into(),
+            netns: None,
+        }
+    }
+}
+
+/// Two network namespaces joined by a veth pair: two hosts, each with its
+/// own address in 198.18.0.0/15 (the range set aside for such tests),
+/// removed on drop.
+struct Hosts {
+    names: [String; 2],
+    addrs: [String; 2],
+    devices: [String; 2],
+}
+
+impl Hosts {
+    /// `None` where namespaces cannot be made (not root, no `ip`).
+    fn make() -> Option<Hosts> {
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } != 0 {
+            return None;
+        }
+        let tag = std::process::id() % 60_000;
+        let subnet = format!("198.18.{}", tag % 250);
+        let hosts = Hosts {
+            names: ["a", "b"].map(|h| format!("atoll-{tag}-{h}")),
+            addrs: [1, 2].map(|i| format!("{subnet}.{i}")),
+            devices: ["a", "b"].map(|h| format!("v{h}{tag}")),
+        };
+        let veth = &hosts.devices;
+        let ip = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let made = hosts.names.iter().all(|n| ip(&["netns", "add", n]))
+            && ip(&[
+                "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
+            ])
+            && (0..2).all(|i| {
+                let (ns, dev) = (&hosts.names[i], &veth[i]);
+                ip(&["link", "set", dev, "netns", ns])
+                    && ip(&[
+                        "-n",
+                        ns,
+                        "addr",
+                        "add",
+                        &format!("{}/24", hosts.addrs[i]),
+                        "dev",
+                        dev,
+                    ])
+                    && ip(&["-n", ns, "link", "set", dev, "up"])
+                    && ip(&["-n", ns, "link", "set", "lo", "up"])
+            });
+        made.then_some(hosts)
+    }
+
+    fn host(&self, i: usize) -> Host {
+        Host {
+            listen: format!("{}:7700", self.addrs[i]),
+            netns: Some(self.names[i].clone()),
+        }
+    }
+
+    /// Cuts host `i`'s link (`up`: false) or restores it.
+    fn link(&self, i: usize, up: bool) {
+        let dev = &self.devices[i];
+        let state = if up { "up" } else { "down" };
+        let ok = Command::new("ip")
+            .args(["-n", &self.names[i], "link", "set", &dev, state])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "ip link set {dev} {state}");
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
     }
 }
 
@@ -627,4 +748,60 @@ fn a_domain_made_on_one_node_spans_every_node() {
         .output()
         .unwrap());
     assert_eq!(sleeper.wait_with_output().unwrap().status.code(), Some(137));
+}
+
+#[test]
+fn nodes_on_two_hosts_move_a_process_and_lose_each_other_when_the_link_is_cut() {
+    let Some(hosts) = Hosts::make() else {
+        eprintln!("skipped: network namespaces need root and iproute2");
+        return;
+    };
+    let c = Cluster {
+        dir: tempfile::tempdir().unwrap(),
+        nodes: Vec::new(),
+    };
+    let ca = c.dir.path().join("ca");
+    ok(atoll(&["ca", "init", ca.to_str().unwrap()])
+        .output()
+        .unwrap());
+    for n in ["n0", "n1"] {
+        ok(atoll(&["ca", "issue", ca.to_str().unwrap(), n])
+            .output()
+            .unwrap());
+    }
+    let a = c.spawn_at(&hosts.host(0), &ca, "n0", 1, None, &[]).unwrap();
+    let join = hosts.host(0).listen;
+    let b = c
+        .spawn_at(&hosts.host(1), &ca, "n1", 1, Some(&join), &[])
+        .unwrap();
+    assert_eq!(a.addr, join);
+    // Over the veth, there and back: the same output as an unmoved run.
+    let job = a
+        .atoll(&["run", &guest("progress"), "20", "4000000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = a.wait_for("progress");
+    ok(b.atoll(&["migrate", &pid, "--to", "1.0"]).output().unwrap());
+    ok(b.atoll(&["migrate", &pid, "--to", "0.0"]).output().unwrap());
+    let out = job.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), unmoved(&["20", "4000000"]));
+    // Cut: a job that runs on the other host is lost with it, within the
+    // links' silence limit, and each side sees the other down.
+    let job = a.atoll(&["run", &guest("spin")]).spawn().unwrap();
+    let pid = a.wait_for("spin.wasm");
+    ok(a.atoll(&["migrate", &pid, "--to", "1.0"]).output().unwrap());
+    hosts.link(1, false);
+    assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
+    for m in [&a, &b] {
+        let ps = text(&m.atoll(&["ps"]).output().unwrap().stderr);
+        assert!(ps.contains(": DOWN"), "{ps}");
+    }
+    // Restored, the link does not bring the lost member back (it must
+    // rejoin as a new node), and each host goes on alone.
+    hosts.link(1, true);
+    let hello = ok(a.atoll(&["run", &guest("hello")]).output().unwrap());
+    assert!(hello.contains("(node 0)"), "{hello}");
+    let hello = ok(b.atoll(&["run", &guest("hello")]).output().unwrap());
+    assert!(hello.contains("(node 1)"), "{hello}");
 }
