@@ -263,7 +263,7 @@ impl Hosts {
         let dev = &self.devices[i];
         let state = if up { "up" } else { "down" };
         let ok = Command::new("ip")
-            .args(["-n", &self.names[i], "link", "set", &dev, state])
+            .args(["-n", &self.names[i], "link", "set", dev, state])
             .status()
             .unwrap()
             .success();
@@ -293,16 +293,17 @@ fn a_running_process_moves_between_nodes_and_prints_what_an_unmoved_run_prints()
     let c = Cluster::start(3, 2);
     let (a, b) = (&c.nodes[0], &c.nodes[2]);
     let job = a
-        .atoll(&["run", "--on", "0.1", &guest("progress"), "30", "4000000"])
+        .atoll(&["run", "--on", "0.1", &guest("progress"), "100", "20000000"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let pid = a.wait_for("progress");
     // Every node lists it, wherever it runs.
     assert_eq!(b.wait_for("progress"), pid);
-    // From 0.1 over every node and back, asked from different nodes: the
-    // same path serves a process here and one on another machine.
-    for (i, to) in ["1.0", "2.1", "0.0", "1.1", "0.1"].iter().enumerate() {
+    // 50 moves from 0.1 over every node and back, asked from different
+    // nodes: the same path serves a process here and one on another machine.
+    let path = ["1.0", "2.1", "0.0", "1.1", "0.1"];
+    for (i, to) in path.iter().cycle().take(50).enumerate() {
         let asker = &c.nodes[i % 3];
         let out = ok(asker
             .atoll(&["migrate", &pid, "--to", to, "--json"])
@@ -317,7 +318,7 @@ fn a_running_process_moves_between_nodes_and_prints_what_an_unmoved_run_prints()
     }
     let out = job.wait_with_output().unwrap();
     assert!(out.status.success());
-    assert_eq!(text(&out.stdout), unmoved(&["30", "4000000"]));
+    assert_eq!(text(&out.stdout), unmoved(&["100", "20000000"]));
 }
 
 #[test]
