@@ -484,9 +484,10 @@ pub struct RestoreArgs {
     file: PathBuf,
     /// The program it was taken from, if the node has not loaded it
     program: Option<PathBuf>,
-    /// Kernel to restore on [default: the one it last ran on]
+    /// Kernel to restore on, NODE.INDEX of any node of the cluster
+    /// [default: the one it last ran on]
     #[arg(long)]
-    on: Option<u16>,
+    on: Option<KernelId>,
 }
 
 /// Restores a checkpoint as a job of the running node, attached to this

@@ -806,3 +806,37 @@ fn nodes_on_two_hosts_move_a_process_and_lose_each_other_when_the_link_is_cut() 
     let hello = ok(b.atoll(&["run", &guest("hello")]).output().unwrap());
     assert!(hello.contains("(node 1)"), "{hello}");
 }
+
+#[test]
+fn a_checkpoint_taken_on_one_node_is_restored_on_another() {
+    let c = Cluster::start(2, 1);
+    let job = c.nodes[0]
+        .atoll(&["run", &guest("progress"), "40", "20000000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = c.nodes[0].wait_for("progress");
+    std::thread::sleep(Duration::from_millis(200));
+    let file = c.dir.path().join("p.img");
+    ok(c.nodes[0]
+        .atoll(&["checkpoint", &pid, "-o", file.to_str().unwrap()])
+        .output()
+        .unwrap());
+    let first = job.wait_with_output().unwrap();
+    assert_eq!(first.status.code(), Some(128 + 19));
+    // Restored on node 1, asked on node 0 (which has the program and sends
+    // it), attached to this terminal, with its PID back.
+    let rest = c.nodes[0]
+        .atoll(&["restore", file.to_str().unwrap(), "--on", "1.0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(c.nodes[1].wait_for("progress"), pid);
+    let rest = rest.wait_with_output().unwrap();
+    assert!(rest.status.success(), "{}", text(&rest.stderr));
+    assert_eq!(
+        text(&first.stdout) + &text(&rest.stdout),
+        unmoved(&["40", "20000000"])
+    );
+}

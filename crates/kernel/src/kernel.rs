@@ -79,6 +79,13 @@ pub(crate) struct Process {
     pub container: Container,
 }
 
+/// Who asked for a job to start (or be restored) on this kernel: this
+/// node, or a kernel of another node on behalf of its node.
+pub(crate) enum JobAsker {
+    Node(Sender<Result<Pid, String>>),
+    Kernel { kernel: KernelId, req: u64 },
+}
+
 /// A node request parked on this kernel until another kernel answers it.
 enum Pending {
     Start(Sender<Result<Pid, String>>),
@@ -581,6 +588,16 @@ impl Kernel {
         }
     }
 
+    /// Answers whoever asked to start or restore a job here.
+    pub(crate) fn answer_start(&mut self, asker: JobAsker, result: Result<Pid, String>) {
+        match asker {
+            JobAsker::Node(reply) => {
+                let _ = reply.send(result);
+            }
+            JobAsker::Kernel { kernel, req } => self.send(kernel, NocMsg::Started { req, result }),
+        }
+    }
+
     /// The answer to a node request to start a job on another node.
     pub(crate) fn on_started(&mut self, req: u64, result: Result<Pid, String>) {
         if let Some(Pending::Start(tx)) = self.pending.remove(&req) {
@@ -672,6 +689,20 @@ impl Kernel {
             NocMsg::Start { spec, kernel, req } => {
                 let result = self.create(spec, None).map_err(|(_, why)| why);
                 self.send(kernel, NocMsg::Started { req, result });
+            }
+            NocMsg::Restore { kernel, req, .. } => {
+                let restored = ProcessImage::decode(&bulk.unwrap_or_default())
+                    .map_err(|e| e.to_string())
+                    .and_then(|image| self.restore(image, JobAsker::Kernel { kernel, req }));
+                if let Err(why) = restored {
+                    self.send(
+                        kernel,
+                        NocMsg::Started {
+                            req,
+                            result: Err(why),
+                        },
+                    );
+                }
             }
             NocMsg::Started { req, result } => self.on_started(req, result),
             NocMsg::Reported { req, report } => {
@@ -825,10 +856,29 @@ impl Kernel {
             } => {
                 let _ = reply.send(self.checkpoint(pid, leave_running));
             }
-            Control::Restore { image, reply } => {
-                if let Err(why) = self.restore(*image, reply.clone()) {
+            Control::Restore { image, on, reply } if on == self.id => {
+                if let Err(why) = self.restore(*image, JobAsker::Node(reply.clone())) {
                     let _ = reply.send(Err(why));
                 }
+            }
+            Control::Restore { on, reply, .. } if !self.noc.reaches(on) => {
+                let _ = reply.send(Err(format!(
+                    "kernel {on} does not exist or cannot be reached"
+                )));
+            }
+            Control::Restore { image, on, reply } => {
+                let req = self.next_request();
+                self.pending.insert(req, Pending::Start(reply));
+                let (module, kernel) = (image.uarea.module, self.id);
+                let packet = Packet {
+                    bulk: Some(image.encode()),
+                    ..Packet::new(NocMsg::Restore {
+                        module,
+                        kernel,
+                        req,
+                    })
+                };
+                self.transmit(on, packet);
             }
             Control::Migrate {
                 pid,

@@ -93,7 +93,15 @@ pub enum NocMsg {
         kernel: KernelId,
         req: u64,
     },
-    /// The answer to `Start`.
+    /// Restore a checkpointed process here (its image in the portal) as a
+    /// job's first process, for a node request that kernel `kernel` parked
+    /// under `req` (`atoll restore --on` another node's kernel).
+    Restore {
+        module: ContentHash,
+        kernel: KernelId,
+        req: u64,
+    },
+    /// The answer to `Start` and `Restore`.
     Started {
         req: u64,
         result: Result<Pid, String>,
@@ -220,6 +228,7 @@ impl NocMsg {
     pub fn module(&self) -> Option<ContentHash> {
         match self {
             NocMsg::Spawn { spec, .. } | NocMsg::Start { spec, .. } => Some(spec.module),
+            NocMsg::Restore { module, .. } => Some(*module),
             NocMsg::Migration(MigrationMsg::Round { module, .. })
             | NocMsg::Migration(MigrationMsg::Final { module, .. }) => Some(*module),
             _ => None,
@@ -360,9 +369,11 @@ pub enum Control {
         leave_running: bool,
         reply: Sender<Result<ProcessImage, String>>,
     },
-    /// Restore a checkpointed process here and run it.
+    /// Restore a checkpointed process on kernel `on` (this one, or one of
+    /// another node) and run it.
     Restore {
         image: Box<ProcessImage>,
+        on: KernelId,
         reply: Sender<Result<Pid, String>>,
     },
     /// Migrate a process, wherever it runs, to kernel `to` (`mode`: the

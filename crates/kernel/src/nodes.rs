@@ -45,7 +45,9 @@ impl Kernel {
                 MigrationMsg::Round { pid, req, .. } | MigrationMsg::Final { pid, req, .. },
             ) => self.on_migration_done(pid, req, Err(format!("kernel {to}: {why}")), None),
             NocMsg::NeedModule { hash } => self.on_module(hash, None),
-            NocMsg::Start { req, .. } => self.on_started(req, Err(format!("kernel {to}: {why}"))),
+            NocMsg::Start { req, .. } | NocMsg::Restore { req, .. } => {
+                self.on_started(req, Err(format!("kernel {to}: {why}")))
+            }
             NocMsg::Reclaim { pid, req, .. } => self.on_reclaimed(pid, req, false),
             // Answers and news for a kernel that is gone.
             _ => {}

@@ -56,7 +56,7 @@ pub enum Request {
     Restore {
         path: PathBuf,
         program: Option<PathBuf>,
-        kernel: Option<u16>,
+        kernel: Option<KernelId>,
     },
     DomainCreate {
         name: String,

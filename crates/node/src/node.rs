@@ -313,6 +313,13 @@ impl Node {
         all
     }
 
+    /// Whether kernel `k` is on a node linked to this one.
+    fn linked(&self, k: KernelId) -> bool {
+        self.members()
+            .iter()
+            .any(|m| m.node == k.node && k.index < m.kernels)
+    }
+
     /// This node and the others it is linked to now, by node id.
     pub fn members(&self) -> Vec<Member> {
         match &self.links {
@@ -545,7 +552,7 @@ impl Node {
         &self,
         path: &Path,
         program: Option<&Path>,
-        kernel: Option<u16>,
+        kernel: Option<KernelId>,
         sink: Box<dyn JobSink>,
     ) -> anyhow::Result<Pid> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
@@ -571,19 +578,28 @@ impl Node {
                 path.display()
             );
         }
-        let kernel = kernel
-            .or(image.uarea.accounting.last_kernel.map(|k| k.index))
-            .filter(|&k| k < self.kernel_count())
-            .unwrap_or(0);
+        let on = match kernel {
+            Some(k) => k,
+            // Where it last ran, if that kernel is here or linked.
+            None => image
+                .uarea
+                .accounting
+                .last_kernel
+                .filter(|&k| self.kernel(k).is_ok() || self.linked(k))
+                .unwrap_or(KernelId::new(self.id, 0)),
+        };
+        if on.node == self.id {
+            self.kernel(on)?;
+        }
         let console = self.new_console();
         self.sinks.lock().expect("sinks").insert(console, sink);
         // The restored process is the first process of a new job.
         image.uarea.console = console;
         image.uarea.parent = None;
-        let on = KernelId::new(self.id, kernel);
         let restored = self
-            .ask(on, |reply| Control::Restore {
+            .ask_within(self.asker(on), START_ANSWER, |reply| Control::Restore {
                 image: Box::new(image),
+                on,
                 reply,
             })
             .and_then(|r| r.map_err(|e| anyhow!(e)));

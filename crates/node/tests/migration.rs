@@ -362,7 +362,7 @@ fn a_checkpoint_file_restores_the_process_where_it_stopped() {
     wait_for_lines(&out, 2);
     node.checkpoint(pid, &file, true).unwrap();
     let e = node
-        .restore_job(&file, None, Some(1), Box::new(NullSink))
+        .restore_job(&file, None, Some(KernelId::new(0, 1)), Box::new(NullSink))
         .unwrap_err();
     assert!(format!("{e:#}").contains("is taken"), "{e:#}");
     assert_eq!(done.recv_timeout(HANG).unwrap(), 0);
@@ -384,7 +384,12 @@ fn a_checkpoint_file_restores_the_process_where_it_stopped() {
     let (tx, rx) = std::sync::mpsc::channel();
     let rest = Output::default();
     let restored = node
-        .restore_job(&file, None, Some(1), Box::new(Sink::new(rest.clone(), tx)))
+        .restore_job(
+            &file,
+            None,
+            Some(KernelId::new(0, 1)),
+            Box::new(Sink::new(rest.clone(), tx)),
+        )
         .unwrap();
     assert_eq!(restored, pid, "the PID does not change");
     assert_eq!(rx.recv_timeout(HANG).unwrap(), 0);

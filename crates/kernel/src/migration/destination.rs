@@ -2,15 +2,13 @@
 //! rounds and final frame (or take the handed-over container), have the
 //! home kernel commit its new location, then run it.
 
-use std::sync::mpsc::Sender;
-
 use atoll_abi::{status, KernelId, Pid};
 use atoll_migration::MigrationReport;
 use atoll_process::{Container, ProcessImage};
 
 use crate::homes::Kin;
-use crate::kernel::Process;
 use crate::kernel::{monotonic_ns, Kernel};
+use crate::kernel::{JobAsker, Process};
 use crate::msg::{Handover, MigrationMsg, NocMsg, Packet, Times};
 
 /// A process whose pre-copy rounds are arriving: rebuilt as they come, not
@@ -41,7 +39,7 @@ pub(crate) enum Arrival {
         handed_over: bool,
     },
     /// A node request to restore a checkpoint here.
-    Restored(Sender<Result<Pid, String>>),
+    Restored(JobAsker),
 }
 
 impl Kernel {
@@ -221,14 +219,10 @@ impl Kernel {
     }
 
     /// Restores a checkpointed process here; it runs once its home commits.
-    pub(crate) fn restore(
-        &mut self,
-        image: ProcessImage,
-        reply: Sender<Result<Pid, String>>,
-    ) -> Result<(), String> {
+    pub(crate) fn restore(&mut self, image: ProcessImage, asker: JobAsker) -> Result<(), String> {
         let container = Container::restore(&self.runtime, image, self.host.clone())
             .map_err(|e| e.to_string())?;
-        self.arrive(container, Arrival::Restored(reply))
+        self.arrive(container, Arrival::Restored(asker))
             .map_err(|(why, _)| why)
     }
 
@@ -320,14 +314,12 @@ impl Kernel {
             return;
         };
         match (arrival, result) {
-            (Arrival::Restored(reply), Ok(())) => {
+            (Arrival::Restored(asker), Ok(())) => {
                 self.procs.insert(pid, process);
                 self.schedule(pid);
-                let _ = reply.send(Ok(pid));
+                self.answer_start(asker, Ok(pid));
             }
-            (Arrival::Restored(reply), Err(why)) => {
-                let _ = reply.send(Err(why));
-            }
+            (Arrival::Restored(asker), Err(why)) => self.answer_start(asker, Err(why)),
             (
                 Arrival::Migrated {
                     from,
