@@ -21,6 +21,13 @@ pub struct RoundPolicy {
     /// core the process runs on, and a whole large memory at once would
     /// stall the process as long as a stop-and-copy.
     pub chunk_bytes: u64,
+    /// Pieces of round 0 sent to another node and not yet applied there,
+    /// at most: the next piece goes out while the link carries the previous
+    /// ones (between machines the link, not the copy, sets the pace; within
+    /// a node one piece at a time keeps up). The later rounds, and the
+    /// freeze, wait until every frame is applied, so that the stop-and-copy
+    /// never queues behind them.
+    pub window: u32,
 }
 
 impl Default for RoundPolicy {
@@ -29,6 +36,7 @@ impl Default for RoundPolicy {
             max_rounds: 8,
             small_bytes: 256 << 10,
             chunk_bytes: 4 << 20,
+            window: 4,
         }
     }
 }

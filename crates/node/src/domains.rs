@@ -7,7 +7,7 @@
 //! that joins asks every member for its table and takes in each.
 
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use atoll_abi::KernelId;
 use atoll_ipc::{DomainError, DomainId, DomainInfo, DomainOp, DomainTable};
@@ -22,7 +22,9 @@ pub(crate) struct Domains {
     node: OnceLock<u16>,
     kernels: Vec<Sender<Control>>,
     doorbells: Arc<[Doorbell]>,
-    links: OnceLock<Arc<Links<Packet>>>,
+    /// Weak: the links hold this (to apply what other nodes say), and the
+    /// node's shutdown drops the links.
+    links: OnceLock<Weak<Links<Packet>>>,
 }
 
 impl Domains {
@@ -41,7 +43,7 @@ impl Domains {
     pub(crate) fn started(&self, node: u16, links: Option<Arc<Links<Packet>>>) {
         let _ = self.node.set(node);
         if let Some(links) = links {
-            let _ = self.links.set(links);
+            let _ = self.links.set(Arc::downgrade(&links));
             self.tell_all(DomainOp::Want);
         }
     }
@@ -105,7 +107,7 @@ impl Domains {
     }
 
     fn tell_all(&self, op: DomainOp) {
-        let Some(links) = self.links.get() else {
+        let Some(links) = self.links.get().and_then(Weak::upgrade) else {
             return;
         };
         for m in links.members() {
@@ -114,7 +116,7 @@ impl Domains {
     }
 
     fn tell(&self, node: u16, op: DomainOp) {
-        let Some(links) = self.links.get() else {
+        let Some(links) = self.links.get().and_then(Weak::upgrade) else {
             return;
         };
         let (from, to) = (KernelId::new(self.node(), 0), KernelId::new(node, 0));

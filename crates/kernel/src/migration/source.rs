@@ -239,21 +239,37 @@ impl Kernel {
         }
     }
 
-    /// After a slice of a process in pre-copy, once the destination has
-    /// applied every round sent: another round, or the freeze.
+    /// After a slice of a process in pre-copy: the next piece of round 0
+    /// while fewer than the policy's window are in flight (one within a
+    /// node); then, once the destination has applied every frame sent,
+    /// another round or the freeze.
     pub(crate) fn precopy_step(&mut self, pid: Pid) {
         let Some(d) = self.departures.get_mut(&pid) else {
             return;
         };
-        if d.frames_applied < d.frames_sent || !matches!(d.phase, Phase::PreCopy { .. }) {
+        if !matches!(d.phase, Phase::PreCopy { .. }) {
             return;
         }
+        let in_flight = d.frames_sent - d.frames_applied;
         if d.round0_at.is_some() {
+            let window = match d.to.node == self.id.node {
+                true => 1,
+                false => self.migration.policy.window.max(1),
+            };
+            if in_flight >= window {
+                return;
+            }
             if let Err(why) = self.send_round(pid, Vec::new()) {
                 self.fail_departure(pid, why);
             }
             return;
         }
+        if in_flight > 0 {
+            return;
+        }
+        let Some(d) = self.departures.get_mut(&pid) else {
+            return;
+        };
         let Phase::PreCopy { tracker } = &mut d.phase else {
             return;
         };
