@@ -3,10 +3,10 @@
 
 mod common;
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{atoll, guest, pid_of, support, text, wait_for};
+use common::{atoll, guest, pid_of, support, text, NodeProcess};
 
 fn run(args: &[&str]) -> Output {
     atoll(args).output().expect("atoll runs")
@@ -216,8 +216,7 @@ fn ps_and_kill_without_a_node_say_so() {
 
 /// A node daemon on a private socket, stopped when dropped.
 struct Daemon {
-    child: Child,
-    socket: std::path::PathBuf,
+    node: NodeProcess,
     _dir: tempfile::TempDir,
 }
 
@@ -230,34 +229,17 @@ impl Daemon {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let t = Instant::now();
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(t.elapsed() < Duration::from_secs(60), "node did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
         Daemon {
-            child,
-            socket,
+            node: NodeProcess::started(child, socket),
             _dir: dir,
         }
     }
-
-    fn atoll(&self, args: &[&str]) -> Command {
-        let mut c = atoll(args);
-        c.env("ATOLL_SOCKET", &self.socket);
-        c
-    }
-
-    /// The PID of the process named `name`, once `atoll ps` lists it.
-    fn wait_for(&self, name: &str) -> String {
-        wait_for(&self.socket, name)
-    }
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Daemon {
+    type Target = NodeProcess;
+    fn deref(&self) -> &NodeProcess {
+        &self.node
     }
 }
 

@@ -6,12 +6,12 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{atoll, guest, text, wait_for};
+use common::{atoll, guest, text, NodeProcess};
 
 fn ok(out: Output) -> String {
     assert!(
@@ -24,31 +24,23 @@ fn ok(out: Output) -> String {
     text(&out.stdout)
 }
 
-/// One `atoll node` process of a test cluster.
+/// One `atoll node` process of a test cluster, and where it is linked.
 #[derive(Debug)]
 struct Member {
-    child: Child,
-    socket: PathBuf,
+    node: NodeProcess,
     addr: String,
 }
 
-impl Member {
-    fn atoll(&self, args: &[&str]) -> Command {
-        let mut c = atoll(args);
-        c.env("ATOLL_SOCKET", &self.socket);
-        c
-    }
-
-    /// The PID of the process named `name`, once `atoll ps` here lists it.
-    fn wait_for(&self, name: &str) -> String {
-        wait_for(&self.socket, name)
+impl std::ops::Deref for Member {
+    type Target = NodeProcess;
+    fn deref(&self) -> &NodeProcess {
+        &self.node
     }
 }
 
-impl Drop for Member {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::DerefMut for Member {
+    fn deref_mut(&mut self) -> &mut NodeProcess {
+        &mut self.node
     }
 }
 
@@ -167,17 +159,8 @@ impl Cluster {
                 });
             }
         };
-        let t = Instant::now();
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "{name}'s socket never came"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
         Ok(Member {
-            child,
-            socket,
+            node: NodeProcess::started(child, socket),
             addr,
         })
     }

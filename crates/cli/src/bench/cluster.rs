@@ -26,7 +26,10 @@ use rustls::{ClientConnection, ServerConnection, StreamOwned};
 use serde::Serialize;
 
 use super::plot::{grouped_bars, LineChart, Series};
-use super::{artifact, atoll_job, command_line, md_table, median, text_table, Machine, Recorded};
+use super::{
+    artifact, atoll_job, command_line, job_on_kernel0, md_table, median, text_table, Machine,
+    Recorded,
+};
 use crate::commands::Context;
 
 #[derive(clap::Args)]
@@ -221,19 +224,8 @@ fn ipcbench_run(node: &Node, program: &Path, args: &[&str]) -> anyhow::Result<f6
 }
 
 fn job(program: &Path, name: &str, args: &[&str]) -> JobSpec {
-    JobSpec {
-        program: program.to_path_buf(),
-        args: std::iter::once(name)
-            .chain(args.iter().copied())
-            .map(String::from)
-            .collect(),
-        env: vec![],
-        preopens: vec![],
-        kernel: Some(KernelId::new(0, 0)),
-        prepare: true,
-        domain: None,
-        wander: false,
-    }
+    let argv = std::iter::once(name).chain(args.iter().copied());
+    job_on_kernel0(program.to_path_buf(), argv.map(String::from).collect())
 }
 
 /// A connected pair of loopback sockets, each end wrapped by `wrap`.

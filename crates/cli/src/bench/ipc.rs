@@ -15,11 +15,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
-use atoll_abi::KernelId;
 use serde::{Deserialize, Serialize};
 
 use super::plot::{grouped_bars, BarGroup};
-use super::{artifact, atoll_job, command_line, median, native, Machine, Recorded};
+use super::{artifact, atoll_job, command_line, job_on_kernel0, median, native, Machine, Recorded};
 use crate::commands::Context;
 
 #[derive(clap::Args)]
@@ -180,16 +179,7 @@ impl Bench<'_> {
                 iters.to_string(),
             ];
             args.extend(size.map(|s| s.to_string()));
-            let job = atoll_node::JobSpec {
-                program: self.wasm.clone(),
-                args,
-                env: vec![],
-                preopens: vec![],
-                kernel: Some(KernelId::new(0, 0)),
-                prepare: true,
-                domain: None,
-                wander: false,
-            };
+            let job = job_on_kernel0(self.wasm.clone(), args);
             let (out, _) = atoll_job(self.node, &job)?;
             parse(&out, "ipcbench")
         };

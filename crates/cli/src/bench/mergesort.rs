@@ -5,9 +5,9 @@
 
 use std::path::Path;
 
-use atoll_abi::KernelId;
-
-use super::{artifact, atoll_job, command_line, median, native, Machine, Report, Row};
+use super::{
+    artifact, atoll_job, command_line, job_on_kernel0, median, native, Machine, Report, Row,
+};
 use crate::commands::Context;
 
 #[derive(clap::Args)]
@@ -29,16 +29,13 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
     let node = atoll_node::Node::start(ctx.node_config(Some(1), 10))?;
     let args = vec![a.n.to_string(), "1".into(), a.rounds.to_string()];
     let job = |prepare: bool| atoll_node::JobSpec {
-        program: wasm.clone(),
-        args: std::iter::once("mergesort".to_string())
-            .chain(args.clone())
-            .collect(),
-        env: vec![],
-        preopens: vec![],
-        kernel: Some(KernelId::new(0, 0)),
         prepare,
-        domain: None,
-        wander: false,
+        ..job_on_kernel0(
+            wasm.clone(),
+            std::iter::once("mergesort".to_string())
+                .chain(args.clone())
+                .collect(),
+        )
     };
     node.runtime().load_file(&wasm, false)?;
     node.runtime().load_file(&wasm, true)?;

@@ -28,12 +28,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use atoll_abi::{KernelId, Pid};
 use atoll_migration::{DirtyTracker, MigrationReport, Mode, RoundReport, BLOCK};
-use atoll_node::{JobSink, JobSpec, Node};
+use atoll_node::{JobSink, Node};
 use atoll_process::Stream;
 use serde::Serialize;
 
 use super::plot::{Level, LineChart, Series};
-use super::{artifact, command_line, md_table, median, text_table, Machine, Recorded};
+use super::{
+    artifact, command_line, job_on_kernel0, md_table, median, text_table, Machine, Recorded,
+};
 use crate::commands::Context;
 
 #[derive(clap::Args)]
@@ -560,22 +562,16 @@ impl Bench<'_> {
 
     /// Starts `dirty` on kernel 0 and waits until its memory is filled.
     fn start(&self, size: &GuestSize) -> anyhow::Result<Guest> {
-        let job = JobSpec {
-            program: self.wasm.clone(),
-            args: vec![
+        let job = job_on_kernel0(
+            self.wasm.clone(),
+            vec![
                 "dirty".into(),
                 size.mib.to_string(),
                 size.wws_kib.to_string(),
                 "0".into(),
                 size.pages.to_string(),
             ],
-            env: vec![],
-            preopens: vec![],
-            kernel: Some(KernelId::new(0, 0)),
-            prepare: true,
-            domain: None,
-            wander: false,
-        };
+        );
         let (tx, events) = mpsc::channel();
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let outputs = Outputs::default();

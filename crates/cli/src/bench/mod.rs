@@ -280,6 +280,21 @@ pub fn native(program: &Path, args: &[String]) -> anyhow::Result<(String, Durati
     Ok((String::from_utf8_lossy(&out.stdout).into_owned(), elapsed))
 }
 
+/// A benchmark's job: `program` (prepared) with argv `args`, on kernel 0
+/// of node 0, with no environment or files.
+pub fn job_on_kernel0(program: PathBuf, args: Vec<String>) -> JobSpec {
+    JobSpec {
+        program,
+        args,
+        env: vec![],
+        preopens: vec![],
+        kernel: Some(atoll_abi::KernelId::new(0, 0)),
+        prepare: true,
+        domain: None,
+        wander: false,
+    }
+}
+
 /// Runs a job on `node` to its end; returns its stdout and the wall time
 /// from submission to exit. Load the program first so compilation is not
 /// timed.

@@ -8,9 +8,9 @@
 
 use std::path::Path;
 
-use atoll_abi::KernelId;
-
-use super::{artifact, atoll_job, command_line, field, median, native, Machine, Report, Row};
+use super::{
+    artifact, atoll_job, command_line, field, job_on_kernel0, median, native, Machine, Report, Row,
+};
 use crate::commands::Context;
 
 #[derive(clap::Args)]
@@ -38,16 +38,10 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
     let spawnbench = artifact(build, "wasm/spawnbench.wasm")?;
     let node = atoll_node::Node::start(ctx.node_config(a.kernels, 10))?;
     node.runtime().load_file(&spawnbench, true)?;
-    let job = atoll_node::JobSpec {
-        program: std::path::absolute(&spawnbench)?,
-        args: vec!["spawnbench".into(), a.n.to_string(), a.inflight.to_string()],
-        env: vec![],
-        preopens: vec![],
-        kernel: Some(KernelId::new(0, 0)),
-        prepare: true,
-        domain: None,
-        wander: false,
-    };
+    let job = job_on_kernel0(
+        std::path::absolute(&spawnbench)?,
+        vec!["spawnbench".into(), a.n.to_string(), a.inflight.to_string()],
+    );
     let mut rows = Vec::new();
     let mut atoll = Vec::new();
     let mut natives: Vec<(&str, Vec<f64>)> = vec![

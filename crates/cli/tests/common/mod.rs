@@ -6,8 +6,8 @@
 #[path = "../../../../tests/support.rs"]
 pub mod support;
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// The `atoll` binary with the tests' module cache, talking to no node
@@ -27,6 +27,50 @@ pub fn text(b: &[u8]) -> String {
 
 pub fn guest(name: &str) -> String {
     support::guest(name).display().to_string()
+}
+
+/// An `atoll node` process of a test, with its own control socket; killed
+/// when dropped.
+#[derive(Debug)]
+pub struct NodeProcess {
+    pub child: Child,
+    pub socket: PathBuf,
+}
+
+impl NodeProcess {
+    /// Waits until the node serves its socket.
+    pub fn started(child: Child, socket: PathBuf) -> NodeProcess {
+        let node = NodeProcess { child, socket };
+        let t = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&node.socket).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "the node at {} did not start",
+                node.socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        node
+    }
+
+    /// `atoll ARGS`, talking to this node.
+    pub fn atoll(&self, args: &[&str]) -> Command {
+        let mut c = atoll(args);
+        c.env("ATOLL_SOCKET", &self.socket);
+        c
+    }
+
+    /// The PID of the process named `name`, once this node's `ps` lists it.
+    pub fn wait_for(&self, name: &str) -> String {
+        wait_for(&self.socket, name)
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The PID of the process named `name` in `atoll ps` output.
