@@ -34,6 +34,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -197,14 +198,23 @@ struct Shared<M> {
     down: Down,
     acceptor: TlsAcceptor,
     connector: TlsConnector,
+    /// Numbers connections, for `Writer::id`.
+    connections: AtomicU64,
     /// Held while a member is admitted and attached.
     joining: tokio::sync::Mutex<()>,
+}
+
+/// The queue of one connection's writer. The id tells a connection from
+/// the one that replaced it.
+struct Writer {
+    id: u64,
+    tx: UnboundedSender<Vec<u8>>,
 }
 
 /// A member and the writers of its connections, by lane (`None`: down).
 struct Peer {
     member: Member,
-    lanes: [Option<UnboundedSender<Vec<u8>>>; 2],
+    lanes: [Option<Writer>; 2],
 }
 
 type Stream = TlsStream<TcpStream>;
@@ -276,11 +286,12 @@ where
             down,
             acceptor,
             connector,
+            connections: AtomicU64::new(0),
             joining: tokio::sync::Mutex::new(()),
         });
         for d in dialled {
-            let rx = shared.attach(&d.peer, d.lane);
-            runtime.spawn(serve(shared.clone(), d.peer, d.lane, d.stream, rx));
+            let (id, rx) = shared.attach(&d.peer, d.lane);
+            runtime.spawn(serve(shared.clone(), d.peer, d.lane, d.stream, id, rx));
         }
         runtime.spawn(listen(shared.clone(), listener));
         tracing::info!(me = %shared.me, "links up");
@@ -351,7 +362,7 @@ impl<M: Serialize> Uplink<M> for Links<M> {
         let Some(peer) = peers.get(&to.node).filter(|p| to.index < p.member.kernels) else {
             return Err(SendError::UnknownKernel { to, msg });
         };
-        let Some(writer) = &peer.lanes[lane.index()] else {
+        let Some(Writer { tx: writer, .. }) = &peer.lanes[lane.index()] else {
             return unreachable(msg, format!("its {lane:?} connection is down"));
         };
         let wire = Wire::<&M, &Bytes>::Kernel {
@@ -385,8 +396,9 @@ impl<M: Serialize> Uplink<M> for Links<M> {
 impl<M> Shared<M> {
     /// Records `peer`'s connection on `lane` and returns the queue its
     /// writer serves. A restarted peer (new incarnation) replaces the old.
-    fn attach(&self, peer: &Member, lane: Lane) -> UnboundedReceiver<Vec<u8>> {
+    fn attach(&self, peer: &Member, lane: Lane) -> (u64, UnboundedReceiver<Vec<u8>>) {
         let (tx, rx) = unbounded_channel();
+        let id = self.connections.fetch_add(1, Ordering::Relaxed);
         let replaced = {
             let mut peers = self.peers.write().expect("peers");
             let p = peers.entry(peer.node).or_insert_with(|| Peer {
@@ -400,7 +412,7 @@ impl<M> Shared<M> {
                 };
                 std::mem::replace(p, new).member
             });
-            p.lanes[lane.index()] = Some(tx);
+            p.lanes[lane.index()] = Some(Writer { id, tx });
             replaced
         };
         self.lost.write().expect("lost").remove(&peer.node);
@@ -408,20 +420,20 @@ impl<M> Shared<M> {
             tracing::warn!(%old, incarnation = peer.incarnation, "a member came back: its former life is down");
             (self.down)(&old);
         }
-        rx
+        (id, rx)
     }
 
     /// A connection of `peer` ended: unless it was replaced meanwhile, the
     /// peer is down. Its other connection is closed (its writer goes), and
     /// the node is told.
-    fn detach(&self, peer: &Member, lane: Lane, writer: &UnboundedSender<Vec<u8>>) {
+    fn detach(&self, peer: &Member, lane: Lane, connection: u64) {
         let gone = {
             let mut peers = self.peers.write().expect("peers");
             let current = peers.get(&peer.node).is_some_and(|p| {
                 p.member.incarnation == peer.incarnation
                     && p.lanes[lane.index()]
                         .as_ref()
-                        .is_some_and(|w| w.same_channel(writer))
+                        .is_some_and(|w| w.id == connection)
             });
             current.then(|| peers.remove(&peer.node)).flatten()
         };
@@ -443,7 +455,7 @@ impl<M> Shared<M> {
         let peers = self.peers.read().expect("peers");
         for p in peers.values().filter(|p| p.member.node != member.node) {
             if let Some(w) = &p.lanes[Lane::Control.index()] {
-                let _ = w.send(frame.clone());
+                let _ = w.tx.send(frame.clone());
             }
         }
     }
@@ -540,8 +552,8 @@ where
         match link_to(&shared.connector, &shared.me, &m).await {
             Ok(both) => {
                 for d in both {
-                    let rx = shared.attach(&d.peer, d.lane);
-                    tokio::spawn(serve(shared.clone(), d.peer, d.lane, d.stream, rx));
+                    let (id, rx) = shared.attach(&d.peer, d.lane);
+                    tokio::spawn(serve(shared.clone(), d.peer, d.lane, d.stream, id, rx));
                 }
                 tracing::info!(member = %m, "linked to a member that joined after this node");
             }
@@ -678,14 +690,14 @@ where
     let admitted = {
         let _joining = shared.joining.lock().await;
         shared.admit(&mut member, assign).map(|members| {
-            let rx = shared.attach(&member, lane);
+            let attached = shared.attach(&member, lane);
             if lane == Lane::Control {
                 shared.announce(&member);
             }
-            (members, rx)
+            (members, attached)
         })
     };
-    let (members, rx) = match admitted {
+    let (members, (id, rx)) = match admitted {
         Ok(a) => a,
         Err(why) => {
             let _ = write(&mut stream, &Wire::<(), ()>::Refused(why.clone())).await;
@@ -701,34 +713,30 @@ where
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!(peer = %member, ?lane, "linked");
-    tokio::spawn(serve(shared, member, lane, stream, rx));
+    tokio::spawn(serve(shared, member, lane, stream, id, rx));
     Ok(())
 }
 
-/// Serves one connection until either direction fails: frames from `rx`
-/// go out, kernel messages that come in are delivered.
+/// Serves connection `id`: frames from `rx` go out, kernel messages that
+/// come in are delivered, until either direction fails or its writer's
+/// queue is dropped (the peer was given up, or replaced).
 async fn serve<M>(
     shared: Arc<Shared<M>>,
     peer: Member,
     lane: Lane,
     stream: Stream,
+    id: u64,
     mut rx: UnboundedReceiver<Vec<u8>>,
 ) where
     M: DeserializeOwned + Send + 'static,
 {
-    let writer = match shared.peers.read().expect("peers").get(&peer.node) {
-        Some(Peer { lanes, .. }) => lanes[lane.index()].clone(),
-        None => None,
-    };
     let (mut r, mut w) = tokio::io::split(stream);
     let why = tokio::select! {
         why = receive(&shared, &peer, lane, &mut r) => why,
         why = transmit(&mut rx, &mut w) => why,
     };
     tracing::info!(%peer, ?lane, "connection closed: {why}");
-    if let Some(writer) = writer {
-        shared.detach(&peer, lane, &writer);
-    }
+    shared.detach(&peer, lane, id);
 }
 
 async fn receive<M>(
