@@ -31,11 +31,11 @@
 //! that comes back with a new incarnation replaces the old one, whose end
 //! is told the same way.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use atoll_abi::KernelId;
@@ -200,6 +200,9 @@ struct Shared<M> {
     connector: TlsConnector,
     /// Numbers connections, for `Writer::id`.
     connections: AtomicU64,
+    /// Members this node is dialling now: one dial at a time per member,
+    /// or two connections of one lane would replace each other.
+    dialling: Mutex<HashSet<u16>>,
     /// Held while a member is admitted and attached.
     joining: tokio::sync::Mutex<()>,
 }
@@ -272,11 +275,13 @@ where
             kernels: config.kernels,
             addr: config.advertise.unwrap_or(local),
         };
-        let dialled = match config.join {
+        // The member joined through first: it gives this node its id and
+        // tells it who else is there.
+        let (seed, members) = match config.join {
             Some(addr) => runtime
                 .block_on(join(&connector, &mut me, addr, config.node.is_none()))
                 .map_err(|why| LinkError::Join { addr, why })?,
-            None => Vec::new(),
+            None => (Vec::new(), Vec::new()),
         };
         let shared = Arc::new(Shared {
             me,
@@ -287,13 +292,23 @@ where
             acceptor,
             connector,
             connections: AtomicU64::new(0),
+            dialling: Mutex::default(),
             joining: tokio::sync::Mutex::new(()),
         });
-        for d in dialled {
+        for d in seed {
             let (id, rx) = shared.attach(&d.peer, d.lane);
             runtime.spawn(serve(shared.clone(), d.peer, d.lane, d.stream, id, rx));
         }
+        // Serving before dialling the others: those that join at once may
+        // be dialling this node meanwhile.
         runtime.spawn(listen(shared.clone(), listener));
+        let smaller = members.into_iter().filter(|m| m.node < shared.me.node);
+        let dials: Vec<_> = smaller
+            .map(|m| runtime.spawn(dial_member(shared.clone(), m)))
+            .collect();
+        for d in dials {
+            let _ = runtime.block_on(d);
+        }
         tracing::info!(me = %shared.me, "links up");
         Ok(Links {
             shared,
@@ -503,27 +518,64 @@ impl<M> Shared<M> {
     }
 }
 
-/// Joins through `addr`: both lanes to that member, then to every member it
-/// names whose id is smaller than this node's (the others dial this one
-/// when they hear that it joined). Members that cannot be reached are left
-/// out (and logged).
+/// Joins through `addr`: both lanes to that member, which gives this node
+/// its id (`me.node`) and names the other members. Of those, this node
+/// dials the ones whose id is smaller than its own (`dial_member`); the
+/// others dial it when they hear that it joined.
 async fn join(
     connector: &TlsConnector,
     me: &mut Member,
     addr: SocketAddr,
     assign: bool,
-) -> Result<Vec<Dialled>, String> {
+) -> Result<(Vec<Dialled>, Vec<Member>), String> {
     let (first, node, members) = dial(connector, me, addr, Lane::Control, assign).await?;
     me.node = node;
-    let mut dialled = vec![first];
-    dialled.push(dial(connector, me, addr, Lane::Bulk, false).await?.0);
-    for m in members.iter().filter(|m| m.node < me.node) {
-        match link_to(connector, me, m).await {
-            Ok(both) => dialled.extend(both),
-            Err(why) => tracing::warn!(member = %m, "cannot link: {why}"),
+    let bulk = dial(connector, me, addr, Lane::Bulk, false).await?.0;
+    Ok((vec![first, bulk], members))
+}
+
+/// How many times, and how far apart, a member that was named is dialled
+/// before it is left out: one that joined at the same time may not serve
+/// its address yet.
+const DIAL_TRIES: u32 = 20;
+const DIAL_PAUSE: Duration = Duration::from_millis(250);
+
+/// Links to member `m` (both lanes), trying again while it does not answer;
+/// nothing if it is linked or being dialled already (it may be named by
+/// the welcome and by a `Joined` notice at once).
+async fn dial_member<M>(shared: Arc<Shared<M>>, m: Member)
+where
+    M: DeserializeOwned + Send + 'static,
+{
+    if !shared.dialling.lock().expect("dialling").insert(m.node) {
+        return;
+    }
+    dial_until_linked(&shared, &m).await;
+    shared.dialling.lock().expect("dialling").remove(&m.node);
+}
+
+async fn dial_until_linked<M>(shared: &Arc<Shared<M>>, m: &Member)
+where
+    M: DeserializeOwned + Send + 'static,
+{
+    for attempt in 1..=DIAL_TRIES {
+        if shared.peers.read().expect("peers").contains_key(&m.node) {
+            return;
+        }
+        match link_to(&shared.connector, &shared.me, m).await {
+            Ok(both) => {
+                for d in both {
+                    let (id, rx) = shared.attach(&d.peer, d.lane);
+                    tokio::spawn(serve(shared.clone(), d.peer, d.lane, d.stream, id, rx));
+                }
+                return;
+            }
+            Err(why) if attempt == DIAL_TRIES => {
+                tracing::warn!(member = %m, "cannot link: {why}")
+            }
+            Err(_) => tokio::time::sleep(DIAL_PAUSE).await,
         }
     }
-    Ok(dialled)
 }
 
 /// Dials both lanes to member `m`.
@@ -537,29 +589,15 @@ async fn link_to(
     Ok([control, bulk])
 }
 
-/// Another member says that `m` joined: if this node is not linked to it
-/// and has the larger id, it dials `m` (otherwise `m` dials this node).
+/// Another member says that `m` joined: if this node has the larger id, it
+/// dials `m` (otherwise `m` dials this node).
 fn meet<M>(shared: &Arc<Shared<M>>, m: Member)
 where
     M: DeserializeOwned + Send + 'static,
 {
-    let linked = shared.peers.read().expect("peers").contains_key(&m.node);
-    if linked || m.node >= shared.me.node {
-        return;
+    if m.node < shared.me.node {
+        tokio::spawn(dial_member(shared.clone(), m));
     }
-    let shared = shared.clone();
-    tokio::spawn(async move {
-        match link_to(&shared.connector, &shared.me, &m).await {
-            Ok(both) => {
-                for d in both {
-                    let (id, rx) = shared.attach(&d.peer, d.lane);
-                    tokio::spawn(serve(shared.clone(), d.peer, d.lane, d.stream, id, rx));
-                }
-                tracing::info!(member = %m, "linked to a member that joined after this node");
-            }
-            Err(why) => tracing::warn!(member = %m, "cannot link: {why}"),
-        }
-    });
 }
 
 /// Dials one connection: TLS, `Hello`, then the listener's `Welcome`, whose
