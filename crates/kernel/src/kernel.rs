@@ -455,11 +455,12 @@ impl Kernel {
         match sent {
             Ok(()) if local => self.runtime.interrupt(to.index),
             Ok(()) => {}
-            Err(SendError::UnknownKernel { to, msg }) => {
-                let why = format!("kernel {to} does not exist");
+            Err(e) => {
+                let why = e.to_string();
+                let (SendError::UnknownKernel { to, msg } | SendError::Unreachable { to, msg, .. }) =
+                    e;
                 self.unsent.push((to, msg, why));
             }
-            Err(SendError::Unreachable { to, msg, why }) => self.unsent.push((to, msg, why)),
         }
     }
 
@@ -688,20 +689,14 @@ impl Kernel {
             }
             NocMsg::Start { spec, kernel, req } => {
                 let result = self.create(spec, None).map_err(|(_, why)| why);
-                self.send(kernel, NocMsg::Started { req, result });
+                self.answer_start(JobAsker::Kernel { kernel, req }, result);
             }
             NocMsg::Restore { kernel, req, .. } => {
                 let restored = ProcessImage::decode(&bulk.unwrap_or_default())
                     .map_err(|e| e.to_string())
                     .and_then(|image| self.restore(image, JobAsker::Kernel { kernel, req }));
                 if let Err(why) = restored {
-                    self.send(
-                        kernel,
-                        NocMsg::Started {
-                            req,
-                            result: Err(why),
-                        },
-                    );
+                    self.answer_start(JobAsker::Kernel { kernel, req }, Err(why));
                 }
             }
             NocMsg::Started { req, result } => self.on_started(req, result),
@@ -816,25 +811,20 @@ impl Kernel {
     fn on_control(&mut self, c: Control) {
         match c {
             Control::Start { spec, on, reply } if on == self.id => {
-                let _ = reply.send(self.create(spec, None).map_err(|(_, why)| why));
+                let result = self.create(spec, None).map_err(|(_, why)| why);
+                self.answer_start(JobAsker::Node(reply), result);
             }
-            Control::Start { on, reply, .. } if !self.noc.reaches(on) => {
-                let _ = reply.send(Err(format!(
-                    "kernel {on} does not exist or cannot be reached"
-                )));
-            }
+            // Another node's kernel (one that cannot be reached answers
+            // through `unsendable`).
             Control::Start { spec, on, reply } => {
-                let req = self.next_request();
-                self.pending.insert(req, Pending::Start(reply));
-                let kernel = self.id;
+                let (kernel, req) = (self.id, self.park(Pending::Start(reply)));
                 self.send(on, NocMsg::Start { spec, kernel, req });
             }
             Control::Ps { reply } => {
                 let _ = reply.send(self.report());
             }
             Control::Kill { pid, signal, reply } => {
-                let req = self.next_request();
-                self.pending.insert(req, Pending::Kill(reply));
+                let req = self.park(Pending::Kill(reply));
                 let reply_to = ReplyTo::Control {
                     kernel: self.id,
                     req,
@@ -861,14 +851,8 @@ impl Kernel {
                     let _ = reply.send(Err(why));
                 }
             }
-            Control::Restore { on, reply, .. } if !self.noc.reaches(on) => {
-                let _ = reply.send(Err(format!(
-                    "kernel {on} does not exist or cannot be reached"
-                )));
-            }
             Control::Restore { image, on, reply } => {
-                let req = self.next_request();
-                self.pending.insert(req, Pending::Start(reply));
+                let req = self.park(Pending::Start(reply));
                 let (module, kernel) = (image.uarea.module, self.id);
                 let packet = Packet {
                     bulk: Some(image.encode()),
@@ -886,8 +870,7 @@ impl Kernel {
                 mode,
                 reply,
             } => {
-                let req = self.next_request();
-                self.pending.insert(req, Pending::Migrate(reply));
+                let req = self.park(Pending::Migrate(reply));
                 let reply_to = ReplyTo::Control {
                     kernel: self.id,
                     req,
@@ -902,20 +885,10 @@ impl Kernel {
                     },
                 );
             }
-            // A kernel that cannot be reached drops `reply`: the node hears
-            // that it will not answer.
-            Control::Report { kernel, reply } if self.noc.reaches(kernel) => {
-                let req = self.next_request();
-                self.pending.insert(req, Pending::Report(reply));
-                self.send(
-                    kernel,
-                    NocMsg::Report {
-                        kernel: self.id,
-                        req,
-                    },
-                );
+            Control::Report { kernel, reply } => {
+                let (me, req) = (self.id, self.park(Pending::Report(reply)));
+                self.send(kernel, NocMsg::Report { kernel: me, req });
             }
-            Control::Report { .. } => {}
             Control::FailArrivals { count } => self.faults = count,
             Control::Locate { pid, reply } => {
                 let at = if self.procs.contains_key(&pid) {
@@ -940,6 +913,20 @@ impl Kernel {
             }
             Control::Shutdown => unreachable!("handled by the loop"),
         }
+    }
+
+    /// Keeps a node request until another kernel answers it; returns the
+    /// number the answer will carry.
+    fn park(&mut self, pending: Pending) -> u64 {
+        let req = self.next_request();
+        self.pending.insert(req, pending);
+        req
+    }
+
+    /// A node request that will never be answered (its kernel cannot be
+    /// reached): dropping its reply channel tells the node.
+    pub(crate) fn unpark(&mut self, req: u64) {
+        self.pending.remove(&req);
     }
 
     pub(crate) fn next_request(&mut self) -> u64 {

@@ -39,15 +39,16 @@ impl Kernel {
                 self.route(parent, NocMsg::Spawned { parent, result });
             }
             NocMsg::Commit { pid, .. } => {
-                self.on_committed(pid, Err(format!("its home kernel {to}: {why}")))
+                self.on_committed(pid, Err(format!("its home kernel: {why}")))
             }
             NocMsg::Migration(
                 MigrationMsg::Round { pid, req, .. } | MigrationMsg::Final { pid, req, .. },
-            ) => self.on_migration_done(pid, req, Err(format!("kernel {to}: {why}")), None),
+            ) => self.on_migration_done(pid, req, Err(why), None),
             NocMsg::NeedModule { hash } => self.on_module(hash, None),
             NocMsg::Start { req, .. } | NocMsg::Restore { req, .. } => {
-                self.on_started(req, Err(format!("kernel {to}: {why}")))
+                self.on_started(req, Err(why))
             }
+            NocMsg::Report { req, .. } => self.unpark(req),
             NocMsg::Reclaim { pid, req, .. } => self.on_reclaimed(pid, req, false),
             // Answers and news for a kernel that is gone.
             _ => {}
@@ -59,7 +60,7 @@ impl Kernel {
         tracing::warn!(kernel = %self.id, node, incarnation, "node down: ending what waits on it");
         // Processes homed here that ran there.
         for (pid, kin) in self.homes.lost_on(node) {
-            self.announce_end(pid, kin, lost());
+            self.mourn(pid, kin);
         }
         let here: Vec<Pid> = self.procs.keys().copied().collect();
         for pid in here {
@@ -132,7 +133,7 @@ impl Kernel {
             Some(l) if l == at => true,
             Some(_) => {
                 if let Some(kin) = self.homes.release(pid) {
-                    self.announce_end(pid, kin, lost());
+                    self.mourn(pid, kin);
                 }
                 false
             }
