@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{atoll, guest, pid_of, support, text, NodeProcess};
+use common::{assert_stderr, atoll, guest, pid_of, support, text, NodeProcess};
 
 fn run(args: &[&str]) -> Output {
     atoll(args).output().expect("atoll runs")
@@ -147,19 +147,11 @@ fn bad_modules_get_clear_errors() {
     std::fs::write(&garbage, b"\0asm\x01\0\0\0\x99garbage").unwrap();
     let out = run(&["run", garbage.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("not a valid wasm module: section 153"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "not a valid wasm module: section 153");
 
     let out = run(&["run", dir.path().join("missing.wasm").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("cannot read"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "cannot read");
 
     let unknown = dir.path().join("unknown.wat");
     std::fs::write(
@@ -169,10 +161,9 @@ fn bad_modules_get_clear_errors() {
     .unwrap();
     let out = run(&["run", unknown.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("imports `atoll.teleport`, which atoll does not provide"),
-        "{}",
-        text(&out.stderr)
+    assert_stderr(
+        &out,
+        "imports `atoll.teleport`, which atoll does not provide",
     );
 
     let not_command = dir.path().join("lib.wat");
@@ -180,11 +171,7 @@ fn bad_modules_get_clear_errors() {
     for extra in [&[][..], &["--no-prepare"][..]] {
         let out = run(&[&["run"], extra, &[not_command.to_str().unwrap()]].concat());
         assert_eq!(out.status.code(), Some(1));
-        assert!(
-            text(&out.stderr).contains("`_start`"),
-            "{}",
-            text(&out.stderr)
-        );
+        assert_stderr(&out, "`_start`");
     }
 }
 
@@ -207,11 +194,7 @@ fn ps_and_kill_without_a_node_say_so() {
     let out = run(&["kill", "0.0:1:0"]);
     assert!(text(&out.stderr).contains("no node is running"));
     let out = run(&["kill", "nonsense"]);
-    assert!(
-        text(&out.stderr).contains("not a PID"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "not a PID");
 }
 
 /// A node daemon on a private socket, stopped when dropped.
@@ -264,11 +247,7 @@ fn run_ps_and_kill_talk_to_a_running_node() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(spinner.wait().unwrap().code(), Some(137));
     let out = node.atoll(&["kill", &pid]).output().unwrap();
-    assert!(
-        text(&out.stderr).contains("no such process"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "no such process");
     let json = node.atoll(&["ps", "--json"]).output().unwrap();
     let reports: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(reports.as_array().unwrap().len(), 2);
@@ -309,11 +288,7 @@ fn domains_are_made_listed_and_ended_on_a_running_node() {
     };
     ok(&["domain", "create", "lab"]);
     let err = node.atoll(&["domain", "create", "lab"]).output().unwrap();
-    assert!(
-        text(&err.stderr).contains("domain `lab` already exists"),
-        "{}",
-        text(&err.stderr)
-    );
+    assert_stderr(&err, "domain `lab` already exists");
     let list: serde_json::Value = serde_json::from_str(&ok(&["domain", "list", "--json"])).unwrap();
     let names: Vec<&str> = list
         .as_array()
@@ -362,23 +337,11 @@ fn domains_are_made_listed_and_ended_on_a_running_node() {
         .atoll(&["run", "--domain", "lab", &guest("hello")])
         .output()
         .unwrap();
-    assert!(
-        text(&out.stderr).contains("no domain `lab`"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "no domain `lab`");
     let out = node.atoll(&["domain", "end", "default"]).output().unwrap();
-    assert!(
-        text(&out.stderr).contains("cannot be ended"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "cannot be ended");
     let out = run(&["domain", "list"]);
-    assert!(
-        text(&out.stderr).contains("no node is running"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "no node is running");
 }
 
 #[test]
@@ -521,11 +484,7 @@ fn migrate_checkpoint_and_restore_on_a_running_node() {
         .output()
         .unwrap();
     assert!(!bad.status.success());
-    assert!(
-        text(&bad.stderr).contains("not an atoll process image"),
-        "{}",
-        text(&bad.stderr)
-    );
+    assert_stderr(&bad, "not an atoll process image");
 }
 
 #[test]

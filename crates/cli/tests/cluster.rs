@@ -11,7 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{atoll, guest, text, NodeProcess};
+use common::{assert_stderr, atoll, guest, text, NodeProcess};
 
 fn ok(out: Output) -> String {
     assert!(
@@ -322,11 +322,7 @@ fn a_job_starts_on_another_nodes_kernel_and_stays_on_this_terminal() {
         .atoll(&["run", "--on", "4.0", &guest("hello")])
         .output()
         .unwrap();
-    assert!(
-        text(&out.stderr).contains("kernel 4.0 does not exist"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "kernel 4.0 does not exist");
 }
 
 #[test]
@@ -345,11 +341,7 @@ fn a_process_moves_itself_across_nodes_with_kmigrate_to() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("kmigrate_to(node 2) = "),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "kmigrate_to(node 2) = ");
 }
 
 #[test]
@@ -363,11 +355,7 @@ fn kill_from_any_node_and_hand_over_refused_between_nodes() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("never leaves its machine"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "never leaves its machine");
     let out = b.atoll(&["migrate", &pid, "--to", "1.7"]).output().unwrap();
     assert!(text(&out.stderr).contains("1.7"), "{}", text(&out.stderr));
     ok(b.atoll(&["migrate", &pid, "--to", "1.0"]).output().unwrap());
@@ -375,11 +363,7 @@ fn kill_from_any_node_and_hand_over_refused_between_nodes() {
     let status = job.wait_with_output().unwrap().status;
     assert_eq!(status.code(), Some(137));
     let out = b.atoll(&["kill", &pid]).output().unwrap();
-    assert!(
-        text(&out.stderr).contains("no such process"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr(&out, "no such process");
 }
 
 #[test]
@@ -465,11 +449,7 @@ fn a_node_killed_mid_conversation_ends_every_wait_on_it() {
     assert_eq!(far.wait().unwrap().code(), Some(0));
     assert_eq!(spin.wait_with_output().unwrap().status.code(), Some(137));
     let ps = c.nodes[0].atoll(&["ps"]).output().unwrap();
-    assert!(
-        text(&ps.stderr).contains("node 1 (n1"),
-        "{}",
-        text(&ps.stderr)
-    );
+    assert_stderr(&ps, "node 1 (n1");
     assert!(text(&ps.stderr).contains(": DOWN"), "{}", text(&ps.stderr));
     // What is sent to the lost node now fails at once.
     let job = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();

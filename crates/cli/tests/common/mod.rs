@@ -7,7 +7,7 @@
 pub mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 /// The `atoll` binary with the tests' module cache, talking to no node
@@ -71,6 +71,12 @@ impl Drop for NodeProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Asserts that a command said `needle` on its stderr (and shows it if not).
+pub fn assert_stderr(out: &Output, needle: &str) {
+    let said = text(&out.stderr);
+    assert!(said.contains(needle), "no `{needle}` in: {said}");
 }
 
 /// The PID of the process named `name` in `atoll ps` output.
