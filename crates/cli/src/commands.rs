@@ -42,10 +42,26 @@ impl Context {
 
     /// Node settings for an embedded node.
     pub fn node_config(&self, kernels: Option<u16>, quantum_ms: u64) -> NodeConfig {
+        self.node_config_with(kernels, quantum_ms, None)
+    }
+
+    /// As [`node_config`](Self::node_config), with the node's instance
+    /// pool size (`--instances`).
+    pub fn node_config_with(
+        &self,
+        kernels: Option<u16>,
+        quantum_ms: u64,
+        instances: Option<u32>,
+    ) -> NodeConfig {
         let mut c = NodeConfig::new(Some(self.cache.clone()));
         if let Some(k) = kernels {
             c.kernels = k;
         }
+        // Unless given, enough for the smallest share on every kernel.
+        c.runtime.instances = instances.unwrap_or_else(|| {
+            let least = u32::from(c.kernels) * atoll_kernel::MIN_INSTANCES_PER_KERNEL;
+            c.runtime.instances.max(least)
+        });
         c.quantum = Duration::from_millis(quantum_ms);
         c
     }
@@ -97,6 +113,10 @@ pub struct RunArgs {
     /// Longest a process runs before yielding, in milliseconds
     #[arg(long, default_value_t = 10, value_name = "MS")]
     quantum_ms: u64,
+    /// Processes that can be live at once (instances in the pool); the
+    /// node holds more, dormant, each woken when it runs [default: 1024]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    instances: Option<u32>,
     /// Start an embedded node even when a node is running
     #[arg(long)]
     embedded: bool,
@@ -163,6 +183,7 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
         if let Some(client) = ctx.client() {
             for (option, given) in [
                 ("--kernels", a.kernels.is_some()),
+                ("--instances", a.instances.is_some()),
                 ("--migrate-mode", a.migrate_mode.is_some()),
             ] {
                 if given {
@@ -175,7 +196,7 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
             return follow_job(client, &Request::Run(job));
         }
     }
-    let mut config = ctx.node_config(a.kernels, a.quantum_ms);
+    let mut config = ctx.node_config_with(a.kernels, a.quantum_ms, a.instances);
     config.migration.mode = a.migrate_mode.unwrap_or_default();
     let node = Node::start(config)?;
     let (tx, rx) = mpsc::channel();
@@ -235,6 +256,10 @@ pub struct NodeArgs {
     /// Longest a process runs before yielding, in milliseconds
     #[arg(long, default_value_t = 10, value_name = "MS")]
     quantum_ms: u64,
+    /// Processes that can be live at once (instances in the pool); the
+    /// node holds more, dormant, each woken when it runs [default: 1024]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    instances: Option<u32>,
     /// How `kmigrate_to` moves a process within this node: `handover` or
     /// `copy` (between nodes it is always copy)
     #[arg(long, default_value = "handover")]
@@ -264,7 +289,7 @@ pub struct NodeArgs {
 }
 
 pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
-    let mut config = ctx.node_config(a.kernels, a.quantum_ms);
+    let mut config = ctx.node_config_with(a.kernels, a.quantum_ms, a.instances);
     config.migration.mode = a.migrate_mode;
     if let (Some(listen), Some(certs), Some(name)) = (a.listen, &a.certs, &a.name) {
         let identity = identity::Identity::load(certs, name)?;
@@ -361,7 +386,10 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
                 p.ipc.sent,
                 p.ipc.received,
                 p.moves,
-                p.state
+                match p.dormant_bytes {
+                    Some(_) => format!("{} (dormant)", p.state),
+                    None => p.state,
+                }
             );
         }
     }
@@ -372,9 +400,10 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
     }
     for r in &reports {
         eprintln!(
-            "kernel {}: {} processes, {} runnable, {} KiB, {} slices, {} NoC messages",
+            "kernel {}: {} processes ({} live), {} runnable, {} KiB, {} slices, {} NoC messages",
             r.kernel,
             r.processes.len(),
+            r.live,
             r.runnable,
             r.memory_bytes / 1024,
             r.slices,

@@ -1,7 +1,7 @@
 //! The IPC part of a process's UArea. It travels with the process: pending
 //! notifications, blocked senders and grants are the same after a move.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use atoll_abi::Pid;
 use serde::{Deserialize, Serialize};
@@ -67,19 +67,47 @@ impl IpcState {
     }
 }
 
-/// A small sorted set of PIDs. The sets above churn on every call (a
-/// `sendrec` adds its client to `owed`, the reply removes it): a vector keeps
-/// its capacity, where a `BTreeSet` allocates and frees a node each time.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PidSet(Vec<Pid>);
+/// A sorted set of PIDs. The sets above churn on every call (a `sendrec`
+/// adds its client to `owed`, the reply removes it) and are small: a vector
+/// keeps its capacity, where a `BTreeSet` allocates and frees a node each
+/// time. A set that grows past [`PidSet::SMALL`] (a server with thousands of
+/// pending notifications) becomes a `BTreeSet`, whose inserts and removals
+/// stay logarithmic, until it is cleared. Either way it is encoded as a
+/// sorted sequence.
+#[derive(Clone, Debug)]
+pub enum PidSet {
+    Small(Vec<Pid>),
+    Large(BTreeSet<Pid>),
+}
+
+impl Default for PidSet {
+    fn default() -> Self {
+        PidSet::Small(Vec::new())
+    }
+}
 
 impl PidSet {
+    /// Largest set kept as a vector.
+    pub const SMALL: usize = 64;
+
     /// Adds `pid`; false if it was there.
     pub fn insert(&mut self, pid: Pid) -> bool {
-        match self.0.binary_search(&pid) {
+        let PidSet::Small(v) = self else {
+            let PidSet::Large(set) = self else {
+                unreachable!()
+            };
+            return set.insert(pid);
+        };
+        match v.binary_search(&pid) {
             Ok(_) => false,
+            Err(_) if v.len() >= Self::SMALL => {
+                let mut set: BTreeSet<Pid> = v.drain(..).collect();
+                set.insert(pid);
+                *self = PidSet::Large(set);
+                true
+            }
             Err(i) => {
-                self.0.insert(i, pid);
+                v.insert(i, pid);
                 true
             }
         }
@@ -87,33 +115,60 @@ impl PidSet {
 
     /// Removes `pid`; false if it was not there.
     pub fn remove(&mut self, pid: &Pid) -> bool {
-        match self.0.binary_search(pid) {
-            Ok(i) => {
-                self.0.remove(i);
-                true
-            }
-            Err(_) => false,
+        match self {
+            PidSet::Small(v) => match v.binary_search(pid) {
+                Ok(i) => {
+                    v.remove(i);
+                    true
+                }
+                Err(_) => false,
+            },
+            PidSet::Large(set) => set.remove(pid),
         }
     }
 
     pub fn contains(&self, pid: &Pid) -> bool {
-        self.0.binary_search(pid).is_ok()
+        match self {
+            PidSet::Small(v) => v.binary_search(pid).is_ok(),
+            PidSet::Large(set) => set.contains(pid),
+        }
     }
 
+    /// Removes and returns the smallest PID.
     pub fn pop_first(&mut self) -> Option<Pid> {
-        (!self.0.is_empty()).then(|| self.0.remove(0))
+        match self {
+            PidSet::Small(v) => (!v.is_empty()).then(|| v.remove(0)),
+            PidSet::Large(set) => set.pop_first(),
+        }
     }
 
     pub fn clear(&mut self) {
-        self.0.clear();
+        *self = PidSet::default();
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            PidSet::Small(v) => v.len(),
+            PidSet::Large(set) => set.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len() == 0
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = Pid> + '_ {
-        self.0.iter().copied()
+    /// In increasing order.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = Pid> + '_> {
+        match self {
+            PidSet::Small(v) => Box::new(v.iter().copied()),
+            PidSet::Large(set) => Box::new(set.iter().copied()),
+        }
+    }
+}
+
+impl PartialEq for PidSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
     }
 }
 
@@ -127,10 +182,28 @@ impl Extend<Pid> for PidSet {
 
 impl IntoIterator for PidSet {
     type Item = Pid;
-    type IntoIter = std::vec::IntoIter<Pid>;
+    type IntoIter = Box<dyn Iterator<Item = Pid>>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
+        match self {
+            PidSet::Small(v) => Box::new(v.into_iter()),
+            PidSet::Large(set) => Box::new(set.into_iter()),
+        }
+    }
+}
+
+impl Serialize for PidSet {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for PidSet {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let pids = Vec::<Pid>::deserialize(deserializer)?;
+        let mut set = PidSet::default();
+        set.extend(pids);
+        Ok(set)
     }
 }
 
@@ -162,6 +235,34 @@ mod tests {
 
     fn pid(slot: u16) -> Pid {
         Pid::new(KernelId::new(0, 0), slot, 0)
+    }
+
+    #[test]
+    fn a_large_set_keeps_order_and_encoding() {
+        let n = PidSet::SMALL as u16 * 4;
+        let mut set = PidSet::default();
+        // Inserted out of order, with duplicates.
+        for slot in (0..n).rev().chain(0..n) {
+            set.insert(pid(slot));
+        }
+        assert!(matches!(set, PidSet::Large(_)));
+        assert_eq!(set.len(), n as usize);
+        assert!(set.contains(&pid(7)) && set.remove(&pid(7)) && !set.contains(&pid(7)));
+        let bytes = postcard::to_allocvec(&set).unwrap();
+        let as_vec: Vec<Pid> = set.iter().collect();
+        assert_eq!(bytes, postcard::to_allocvec(&as_vec).unwrap());
+        let mut back: PidSet = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, set);
+        let mut small = PidSet::default();
+        small.extend([pid(2), pid(1)]);
+        assert!(matches!(small, PidSet::Small(_)));
+        assert_ne!(small, set);
+        for slot in 0..n {
+            if slot != 7 {
+                assert_eq!(back.pop_first(), Some(pid(slot)));
+            }
+        }
+        assert_eq!(back.pop_first(), None);
     }
 
     #[test]

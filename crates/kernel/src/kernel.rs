@@ -77,6 +77,18 @@ fn pin_to_core(index: u16) {
 /// A process this kernel runs.
 pub(crate) struct Process {
     pub container: Container,
+    /// The kernel's slice count when it last ran or woke: the processes
+    /// that ran least recently go dormant first (`dormancy.rs`).
+    pub last_ran: u64,
+}
+
+impl Process {
+    pub(crate) fn new(container: Container) -> Self {
+        Process {
+            container,
+            last_ran: 0,
+        }
+    }
 }
 
 /// Who asked for a job to start (or be restored) on this kernel: this
@@ -132,8 +144,10 @@ pub(crate) struct Kernel {
     next_req: u64,
     /// Next kernel for a spawn that names none (round robin).
     pub next_target: u16,
-    slices: u64,
+    pub(crate) slices: u64,
     messages: u64,
+    /// Live processes this kernel keeps at most; the others are dormant.
+    pub(crate) live_budget: usize,
     /// This kernel's copy of the node's domain table.
     pub(crate) domains: Arc<DomainTable>,
     /// The process whose slice is running (it is out of `procs` meanwhile),
@@ -148,11 +162,14 @@ impl Kernel {
         let id = p.endpoint.id();
         p.endpoint.doorbell().bind_current_thread();
         let doorbells = p.doorbells.clone();
+        let live_budget =
+            crate::dormancy::live_budget(p.runtime.instances(), p.endpoint.kernel_count());
         let host = Host {
             kernel: id,
             kernel_count: p.endpoint.kernel_count(),
             console: p.console,
             wake: Arc::new(move || doorbells[id.index as usize].is_pending()),
+            instances: Default::default(),
         };
         Kernel {
             id,
@@ -179,6 +196,7 @@ impl Kernel {
             next_target: id.index,
             slices: 0,
             messages: 0,
+            live_budget,
             domains: Arc::new(DomainTable::default()),
             running: None,
             deferred: Vec::new(),
@@ -299,10 +317,14 @@ impl Kernel {
         // The process leaves the table for its slice: its IPC calls come
         // back into this kernel (`KernelLink`), which may then touch every
         // other process.
+        if !self.live(pid, &[]) {
+            return;
+        }
         let Some(mut p) = self.procs.remove(&pid) else {
             return;
         };
         self.slices += 1;
+        p.last_ran = self.slices;
         self.running = Some(pid);
         let slice = p.container.run(self.quantum, Some(self));
         self.running = None;
@@ -359,9 +381,10 @@ impl Kernel {
             spec.domain,
         );
         uarea.wander.enabled = spec.wander;
+        self.make_room(&[]);
         match Container::new(&self.runtime, program, uarea, self.host.clone()) {
             Ok(container) => {
-                self.procs.insert(pid, Process { container });
+                self.procs.insert(pid, Process::new(container));
                 self.run_queue.push_back(pid);
                 Ok(pid)
             }
@@ -1047,6 +1070,7 @@ impl Kernel {
                     state,
                     cpu_ns: u.accounting.cpu_ns,
                     memory_bytes: p.container.memory_bytes(),
+                    dormant_bytes: p.container.dormant_bytes(),
                     syscalls: u.accounting.syscalls,
                     moves: u.accounting.moves,
                     ipc: u.ipc.stats.clone(),
@@ -1057,6 +1081,10 @@ impl Kernel {
         KernelReport {
             kernel: self.id,
             runnable: self.run_queue.len(),
+            live: processes
+                .iter()
+                .filter(|p| p.dormant_bytes.is_none())
+                .count(),
             memory_bytes: processes.iter().map(|p| p.memory_bytes).sum(),
             slices: self.slices,
             messages: self.messages,

@@ -13,6 +13,7 @@
 //! leaving this kernel, `source.rs`, or arriving, `destination.rs`),
 //! `nodes.rs` (when another node is lost).
 
+mod dormancy;
 mod homes;
 mod ipc;
 mod kernel;
@@ -21,6 +22,7 @@ pub mod msg;
 mod nodes;
 mod serve;
 
+pub use dormancy::MIN_INSTANCES_PER_KERNEL;
 pub use homes::Kin;
 pub use ipc::IpcMsg;
 pub use kernel::MigrationConfig;

@@ -306,7 +306,11 @@ pub struct ProcInfo {
     pub domain: Option<DomainId>,
     pub state: String,
     pub cpu_ns: u64,
+    /// Bytes of linear memory.
     pub memory_bytes: usize,
+    /// Dormant (out of any instance, `dormancy.rs`): the bytes its image
+    /// holds. `None` while it is live.
+    pub dormant_bytes: Option<usize>,
     pub syscalls: u64,
     pub moves: u32,
     pub ipc: IpcStats,
@@ -319,6 +323,8 @@ pub struct ProcInfo {
 pub struct KernelReport {
     pub kernel: KernelId,
     pub runnable: usize,
+    /// Processes in an instance; the others are dormant.
+    pub live: usize,
     pub memory_bytes: usize,
     pub slices: u64,
     pub messages: u64,

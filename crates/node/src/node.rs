@@ -222,6 +222,15 @@ impl Node {
         if config.kernels == 0 {
             bail!("a node needs at least one kernel");
         }
+        let least = u32::from(config.kernels) * atoll_kernel::MIN_INSTANCES_PER_KERNEL;
+        if config.runtime.instances < least {
+            bail!(
+                "a pool of {} instances is too small for {} kernels: at least {least} ({} per kernel)",
+                config.runtime.instances,
+                config.kernels,
+                atoll_kernel::MIN_INSTANCES_PER_KERNEL
+            );
+        }
         let runtime = Runtime::new(config.runtime).context("starting the WebAssembly runtime")?;
         let doorbells: Arc<[Doorbell]> = (0..config.kernels).map(|_| Doorbell::default()).collect();
         let (events_tx, events_rx) = mpsc::channel();

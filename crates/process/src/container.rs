@@ -6,8 +6,16 @@
 //! guest's stack is unwound into its linear memory, so a container that is
 //! not running can be captured as a [`ProcessImage`] and restored — on this
 //! kernel or any other — with [`Container::restore`].
+//!
+//! The same capture lets a container that is not running go *dormant*
+//! ([`Container::hibernate`]): its instance is given back to the pool and
+//! the process is kept as its image, the non-zero blocks of its memory
+//! only. Its UArea stays readable and writable (a reply can be posted to
+//! it); its memory is reachable again after [`Container::wake`]. This is
+//! what lets a node hold far more processes than it has instances.
 
 use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,12 +56,26 @@ pub enum ContainerError {
     BadImage(String),
 }
 
-/// One process: store, instance handles and the program it runs.
+/// One process: the program it runs, and its state, live in an instance
+/// or dormant as an image.
 pub struct Container {
-    store: Store<ProcCtx>,
+    state: State,
     program: Arc<Program>,
     runtime: Arc<Runtime>,
 }
+
+enum State {
+    /// In a wasmtime instance: it can run, and its memory is mapped. Counted
+    /// in its kernel's [`Host::instances`].
+    Live(Store<ProcCtx>),
+    /// Out of any instance: the image it would be captured as, and the
+    /// kernel it is on.
+    Dormant(Box<(ProcessImage, Host)>),
+}
+
+/// A dormant container's live-only parts were used: the kernel must wake a
+/// process before it runs it or touches its memory.
+const DORMANT: &str = "internal error: a dormant process was used as a live one";
 
 impl Container {
     /// Instantiates `program` for a process that has not run yet.
@@ -67,7 +89,12 @@ impl Container {
         uarea: UArea,
         host: Host,
     ) -> Result<Self, ContainerError> {
-        Container::instantiate(runtime, program, uarea, host)
+        let store = Container::instantiate(runtime, &program, uarea, host)?;
+        Ok(Container {
+            state: State::Live(store),
+            program,
+            runtime: runtime.clone(),
+        })
     }
 
     /// Rebuilds a stopped process from a complete image, on whatever kernel
@@ -95,9 +122,77 @@ impl Container {
             globals,
             memory,
         } = image;
-        let mut c = Container::instantiate(runtime, program, uarea, host)?;
-        c.load(&globals, &memory)?;
+        let store = Container::instantiate(runtime, &program, uarea, host)?;
+        let mut c = Container {
+            state: State::Live(store),
+            program,
+            runtime: runtime.clone(),
+        };
+        c.load(&globals, &memory, true)?;
         Ok(c)
+    }
+
+    /// Gives the instance back and keeps the process as its image: the
+    /// non-zero blocks of its memory, its globals and its UArea.
+    ///
+    /// # Errors
+    /// As [`capture`](Self::capture): only a prepared process stopped at a
+    /// safepoint (or never run) can go dormant. It then stays live.
+    pub fn hibernate(&mut self) -> Result<(), ContainerError> {
+        if self.is_dormant() {
+            return Ok(());
+        }
+        let image = self.capture()?;
+        let host = self.store().data().host.clone();
+        host.instances.fetch_sub(1, Ordering::Relaxed);
+        self.state = State::Dormant(Box::new((image, host)));
+        Ok(())
+    }
+
+    /// Puts a dormant process back into an instance, as it was.
+    ///
+    /// # Errors
+    /// [`ContainerError::Instantiate`] if no instance can be had (the pool
+    /// is exhausted); the process then stays dormant.
+    pub fn wake(&mut self) -> Result<(), ContainerError> {
+        let State::Dormant(dormant) = &self.state else {
+            return Ok(());
+        };
+        let (image, host) = &**dormant;
+        let store = Container::instantiate(
+            &self.runtime,
+            &self.program,
+            image.uarea.clone(),
+            host.clone(),
+        )?;
+        let State::Dormant(dormant) = std::mem::replace(&mut self.state, State::Live(store)) else {
+            unreachable!("checked above")
+        };
+        if let Err(e) = self.load(&dormant.0.globals, &dormant.0.memory, true) {
+            // Dropping the new instance uncounts it.
+            self.state = State::Dormant(dormant);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Whether the process is out of any instance (see [`hibernate`](Self::hibernate)).
+    pub fn is_dormant(&self) -> bool {
+        matches!(self.state, State::Dormant(_))
+    }
+
+    fn store(&self) -> &Store<ProcCtx> {
+        match &self.state {
+            State::Live(store) => store,
+            State::Dormant(_) => panic!("{DORMANT}"),
+        }
+    }
+
+    fn store_mut(&mut self) -> &mut Store<ProcCtx> {
+        match &mut self.state {
+            State::Live(store) => store,
+            State::Dormant(_) => panic!("{DORMANT}"),
+        }
     }
 
     /// Brings a restored process up to date with a later image of it (the
@@ -115,24 +210,27 @@ impl Container {
                 self.uarea().pid
             )));
         }
-        self.load(&image.globals, &image.memory)?;
-        self.store.data_mut().uarea = image.uarea;
+        self.load(&image.globals, &image.memory, false)?;
+        *self.uarea_mut() = image.uarea;
         Ok(())
     }
 
+    /// Writes an image's memory and globals into the instance (`fresh`:
+    /// just instantiated).
     fn load(
         &mut self,
         globals: &[(String, GlobalValue)],
         memory: &MemoryImage,
+        fresh: bool,
     ) -> Result<(), ContainerError> {
         let asyncify = self
-            .store
+            .store()
             .data()
             .exports()
             .asyncify
             .clone()
             .ok_or(ContainerError::NotPrepared)?;
-        self.write_memory(memory)?;
+        self.write_memory(memory, fresh)?;
         for (name, value) in globals {
             let global = asyncify
                 .globals
@@ -147,18 +245,20 @@ impl Container {
                 GlobalValue::F64(v) => Val::F64(v),
             };
             global
-                .set(&mut self.store, value)
+                .set(self.store_mut(), value)
                 .map_err(|e| ContainerError::BadImage(format!("global `{name}`: {e}")))?;
         }
         Ok(())
     }
 
+    /// A store with a new instance of `program`, counted in `host`'s
+    /// instances.
     fn instantiate(
         runtime: &Arc<Runtime>,
-        program: Arc<Program>,
+        program: &Program,
         uarea: UArea,
         host: Host,
-    ) -> Result<Self, ContainerError> {
+    ) -> Result<Store<ProcCtx>, ContainerError> {
         let limits = StoreLimitsBuilder::new()
             .memory_size(runtime.max_memory())
             .build();
@@ -180,11 +280,8 @@ impl Container {
         let exports = bind_exports(&mut store, &instance, program.prepared())
             .map_err(ContainerError::Instantiate)?;
         store.data_mut().exports = Some(Arc::new(exports));
-        Ok(Container {
-            store,
-            program,
-            runtime: runtime.clone(),
-        })
+        store.data().host.instances.fetch_add(1, Ordering::Relaxed);
+        Ok(store)
     }
 
     /// Runs the process for at most about `quantum` (the next safepoint after
@@ -194,15 +291,24 @@ impl Container {
     ///
     /// `link` is the kernel, which the process's IPC calls use during the
     /// slice; without one they fail with `ENOSYS`.
+    ///
+    /// A dormant process is woken first; if it cannot be, the slice ends
+    /// as a trap that says why.
     pub fn run(&mut self, quantum: Duration, link: Option<&mut dyn KernelLink>) -> Slice {
-        let exports = self.store.data().exports().clone();
+        if let Err(e) = self.wake() {
+            return Slice::Trapped(format!("cannot wake the dormant process: {e}"));
+        }
+        let State::Live(store) = &mut self.state else {
+            unreachable!("woken above")
+        };
+        let exports = store.data().exports().clone();
         if let (true, Some(a)) = (quantum.is_zero(), &exports.asyncify) {
-            if let Err(e) = a.yield_flag.set(&mut self.store, Val::I32(1)) {
+            if let Err(e) = a.yield_flag.set(&mut *store, Val::I32(1)) {
                 return Slice::Trapped(format!("cannot set the yield flag: {e:#}"));
             }
         }
         let now = Instant::now();
-        let ctx = self.store.data_mut();
+        let ctx = store.data_mut();
         ctx.slice_start = now;
         ctx.deadline = now + quantum;
         ctx.uarea.accounting.slices += 1;
@@ -218,30 +324,27 @@ impl Container {
                 );
             };
             ctx.rewinding = true;
-            if let Err(e) = asyncify
-                .start_rewind
-                .call(&mut self.store, area.addr as i32)
-            {
+            if let Err(e) = asyncify.start_rewind.call(&mut *store, area.addr as i32) {
                 return Slice::Trapped(format!("cannot rewind the saved stack: {e:#}"));
             }
         } else {
             ctx.uarea.started = true;
         }
-        self.store.set_epoch_deadline(1);
+        store.set_epoch_deadline(1);
         // SAFETY: only the lifetime is erased. The pointer is used by host
         // functions, which run only inside the call below, and is cleared
         // right after it, while `link` is still borrowed.
-        self.store.data_mut().link = link.map(|l| unsafe {
+        store.data_mut().link = link.map(|l| unsafe {
             NonNull::new_unchecked(std::mem::transmute::<
                 *mut (dyn KernelLink + '_),
                 *mut (dyn KernelLink + 'static),
             >(l))
         });
-        let lane = self.store.data().host.kernel.index;
+        let lane = store.data().host.kernel.index;
         self.runtime.ticker().enter(lane);
-        let result = exports.start.call(&mut self.store, ());
+        let result = exports.start.call(&mut *store, ());
         self.runtime.ticker().leave(lane);
-        let ctx = self.store.data_mut();
+        let ctx = store.data_mut();
         ctx.link = None;
         ctx.uarea.accounting.cpu_ns += now.elapsed().as_nanos() as u64;
         match result {
@@ -252,7 +355,7 @@ impl Container {
                         .asyncify
                         .as_ref()
                         .expect("only prepared modules unwind");
-                    match asyncify.stop_unwind.call(&mut self.store, ()) {
+                    match asyncify.stop_unwind.call(&mut *store, ()) {
                         Ok(()) => Slice::Call(call),
                         Err(e) => Slice::Trapped(format!("cannot finish unwinding: {e:#}")),
                     }
@@ -269,7 +372,7 @@ impl Container {
     /// Answers the kernel call the process is blocked in; it returns the
     /// reply when it next runs.
     pub fn reply(&mut self, reply: Reply) {
-        let call = &mut self.store.data_mut().uarea.call;
+        let call = &mut self.uarea_mut().call;
         debug_assert!(
             matches!(call, CallState::Blocked(_)),
             "reply to a process not in a call"
@@ -312,12 +415,17 @@ impl Container {
         &mut self,
         memory: impl FnOnce(&[u8]) -> MemoryImage,
     ) -> Result<ProcessImage, ContainerError> {
-        let exports = self.store.data().exports().clone();
+        let store = match &mut self.state {
+            State::Live(store) => store,
+            // Stopped, since it went dormant.
+            State::Dormant(dormant) => return Ok(dormant.0.clone()),
+        };
+        let exports = store.data().exports().clone();
         let asyncify = exports
             .asyncify
             .as_ref()
             .ok_or(ContainerError::NotPrepared)?;
-        let uarea = &self.store.data().uarea;
+        let uarea = &store.data().uarea;
         if uarea.started && uarea.call == CallState::Running {
             return Err(ContainerError::NotStopped);
         }
@@ -325,7 +433,7 @@ impl Container {
             .globals
             .iter()
             .map(|(name, g)| {
-                let v = match g.get(&mut self.store) {
+                let v = match g.get(&mut *store) {
                     Val::I32(v) => GlobalValue::I32(v),
                     Val::I64(v) => GlobalValue::I64(v),
                     Val::F32(v) => GlobalValue::F32(v),
@@ -339,17 +447,21 @@ impl Container {
                 Ok((name.clone(), v))
             })
             .collect::<Result<_, _>>()?;
-        let memory = memory(exports.memory.data(&self.store));
+        let memory = memory(exports.memory.data(&*store));
         Ok(ProcessImage {
-            uarea: self.store.data().uarea.clone(),
+            uarea: store.data().uarea.clone(),
             globals,
             memory,
         })
     }
 
-    fn write_memory(&mut self, image: &MemoryImage) -> Result<(), ContainerError> {
-        let memory = self.store.data().exports().memory;
-        let have = memory.size(&self.store);
+    /// Writes `image` into memory; `fresh`: the instance is new, its memory
+    /// as instantiation left it.
+    fn write_memory(&mut self, image: &MemoryImage, fresh: bool) -> Result<(), ContainerError> {
+        let program = self.program.clone();
+        let store = self.store_mut();
+        let memory = store.data().exports().memory;
+        let have = memory.size(&*store);
         if (image.pages as u64) < have {
             return Err(ContainerError::BadImage(format!(
                 "image has {} pages, the process has {have}",
@@ -357,28 +469,46 @@ impl Container {
             )));
         }
         memory
-            .grow(&mut self.store, image.pages as u64 - have)
+            .grow(&mut *store, image.pages as u64 - have)
             .map_err(|e| ContainerError::BadImage(format!("cannot grow memory: {e}")))?;
-        let bytes = memory.data_mut(&mut self.store);
-        // Pages just grown are zero: a complete image need only clear the
-        // pages the process had.
-        let fresh = have as usize * PAGE_SIZE;
+        let bytes = memory.data_mut(store);
+        // Pages just grown are zero, and a new instance is zero but for its
+        // data segments: a complete image need only clear those.
+        let had = 0..have as usize * PAGE_SIZE;
+        let dirty = match (fresh, program.initialized()) {
+            (true, Some(ranges)) => ranges,
+            _ => std::slice::from_ref(&had),
+        };
         image
-            .write_into(bytes, fresh)
+            .write_into(bytes, dirty)
             .map_err(ContainerError::BadImage)
     }
 
-    /// Points the process at the kernel it now runs on (after a move).
+    /// Points the process at the kernel it now runs on (after a move); a
+    /// live one is counted in that kernel's instances from now on.
     pub fn set_host(&mut self, host: Host) {
-        self.store.data_mut().host = host;
+        match &mut self.state {
+            State::Live(store) => {
+                let old = std::mem::replace(&mut store.data_mut().host, host);
+                old.instances.fetch_sub(1, Ordering::Relaxed);
+                store.data().host.instances.fetch_add(1, Ordering::Relaxed);
+            }
+            State::Dormant(dormant) => dormant.1 = host,
+        }
     }
 
     pub fn uarea(&self) -> &UArea {
-        &self.store.data().uarea
+        match &self.state {
+            State::Live(store) => &store.data().uarea,
+            State::Dormant(dormant) => &dormant.0.uarea,
+        }
     }
 
     pub fn uarea_mut(&mut self) -> &mut UArea {
-        &mut self.store.data_mut().uarea
+        match &mut self.state {
+            State::Live(store) => &mut store.data_mut().uarea,
+            State::Dormant(dormant) => &mut dormant.0.uarea,
+        }
     }
 
     pub fn program(&self) -> &Arc<Program> {
@@ -387,18 +517,60 @@ impl Container {
 
     /// The process's linear memory, for the kernel to copy messages and
     /// blocks into or out of while the process is stopped.
+    ///
+    /// # Panics
+    /// If the process is dormant: the kernel wakes it first.
     pub fn memory(&self) -> &[u8] {
-        self.store.data().exports().memory.data(&self.store)
+        let store = self.store();
+        store.data().exports().memory.data(store)
     }
 
+    /// Reads `out.len()` bytes of memory at `at`, live or dormant (a message
+    /// a dormant sender is sending is read without waking it).
+    ///
+    /// # Panics
+    /// If the range is outside memory: callers check it when the process
+    /// names it.
+    pub fn read_memory(&self, at: usize, out: &mut [u8]) {
+        match &self.state {
+            State::Live(_) => out.copy_from_slice(&self.memory()[at..at + out.len()]),
+            State::Dormant(dormant) => dormant.0.memory.read(at, out),
+        }
+    }
+
+    /// As [`memory`](Self::memory), writable.
+    ///
+    /// # Panics
+    /// If the process is dormant.
     pub fn memory_mut(&mut self) -> &mut [u8] {
-        let memory = self.store.data().exports().memory;
-        memory.data_mut(&mut self.store)
+        let store = self.store_mut();
+        let memory = store.data().exports().memory;
+        memory.data_mut(store)
     }
 
-    /// Bytes of linear memory.
+    /// Bytes of linear memory (live or dormant).
     pub fn memory_bytes(&self) -> usize {
-        self.store.data().exports().memory.data_size(&self.store)
+        match &self.state {
+            State::Live(store) => store.data().exports().memory.data_size(store),
+            State::Dormant(dormant) => dormant.0.memory.pages as usize * PAGE_SIZE,
+        }
+    }
+
+    /// Bytes the process holds while dormant (its image's memory blocks);
+    /// `None` while it is live.
+    pub fn dormant_bytes(&self) -> Option<usize> {
+        match &self.state {
+            State::Live(_) => None,
+            State::Dormant(dormant) => Some(dormant.0.memory.data_bytes()),
+        }
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if let State::Live(store) = &self.state {
+            store.data().host.instances.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! What a running process's wasmtime store carries besides the guest.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use std::ptr::NonNull;
@@ -34,6 +35,10 @@ pub struct Host {
     /// Returns true when the kernel has work waiting (NoC messages), so a
     /// running guest should yield at its next safepoint.
     pub wake: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Live containers on this kernel (each holds an instance of the
+    /// node's pool), kept by the containers themselves: the kernel reads it
+    /// to decide when processes go dormant.
+    pub instances: Arc<AtomicUsize>,
 }
 
 impl Host {

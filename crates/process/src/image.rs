@@ -79,12 +79,17 @@ impl MemoryImage {
     }
 
     /// Captures the blocks of `range` that are not all zero, as a delta.
+    /// Blocks with no page behind them are zero without being read.
     pub fn capture_nonzero(bytes: &[u8], range: std::ops::Range<u32>) -> Self {
-        let blocks = range.filter(|&b| {
+        let mapped = mapped_blocks(bytes, range.clone());
+        let blocks = range.clone().filter(|&b| {
             let at = b as usize * BLOCK;
-            bytes
-                .get(at..(at + BLOCK).min(bytes.len()))
-                .is_some_and(|block| !is_zero(block))
+            mapped
+                .as_ref()
+                .is_none_or(|m| m[(b - range.start) as usize])
+                && bytes
+                    .get(at..(at + BLOCK).min(bytes.len()))
+                    .is_some_and(|block| !is_zero(block))
         });
         MemoryImage::capture_blocks(bytes, blocks)
     }
@@ -127,16 +132,38 @@ impl MemoryImage {
             .sum()
     }
 
+    /// Reads `out.len()` bytes at `at` from a complete image (blocks it
+    /// leaves out are zero).
+    pub fn read(&self, at: usize, out: &mut [u8]) {
+        debug_assert!(self.complete, "a delta does not say what it leaves out");
+        out.fill(0);
+        let end = at + out.len();
+        for run in &self.runs {
+            let (start, stop) = (run.at as usize, run.at as usize + run.bytes.len());
+            if stop <= at || start >= end {
+                continue;
+            }
+            let (from, to) = (start.max(at), stop.min(end));
+            out[from - at..to - at].copy_from_slice(&run.bytes[from - start..to - start]);
+        }
+    }
+
     /// Writes the image into `memory`, which already has its size and is
-    /// zero from byte `zero_from` on: a complete image first clears the
-    /// bytes before that.
+    /// zero outside `dirty`: a complete image first clears those ranges
+    /// (only them, so that a fresh instance's untouched pages stay so).
     ///
     /// # Errors
     /// A run outside `memory`, with what it names.
-    pub fn write_into(&self, memory: &mut [u8], zero_from: usize) -> Result<(), String> {
+    pub fn write_into(
+        &self,
+        memory: &mut [u8],
+        dirty: &[std::ops::Range<usize>],
+    ) -> Result<(), String> {
         if self.complete {
-            let end = zero_from.min(memory.len());
-            memory[..end].fill(0);
+            for range in dirty {
+                let end = range.end.min(memory.len());
+                memory[range.start.min(end)..end].fill(0);
+            }
         }
         for run in &self.runs {
             let at = run.at as usize;
@@ -147,6 +174,37 @@ impl MemoryImage {
         }
         Ok(())
     }
+}
+
+/// Which blocks of `range` have a page behind them, in memory or in swap
+/// (`/proc/self/pagemap`, bits 63 and 62). A block without one was never
+/// written since it was mapped, or was given back: it reads as zero. A
+/// small process in a large memory (a pool slot, a 1 MiB stack reserved)
+/// touches few of its pages, and reading the others would fault each in.
+/// `None` where that cannot be asked (no pagemap, memory not page-aligned
+/// as in tests): every block is then read.
+fn mapped_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> Option<Vec<bool>> {
+    use std::os::unix::fs::FileExt;
+    static PAGEMAP: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let pagemap = PAGEMAP
+        .get_or_init(|| std::fs::File::open("/proc/self/pagemap").ok())
+        .as_ref()?;
+    let start = (range.start as usize * BLOCK).min(bytes.len());
+    let end = (range.end as usize * BLOCK).min(bytes.len());
+    let addr = bytes.as_ptr() as usize + start;
+    if start == end || !addr.is_multiple_of(BLOCK) {
+        return None;
+    }
+    let mut entries = vec![0u8; (end - start).div_ceil(BLOCK) * 8];
+    pagemap
+        .read_exact_at(&mut entries, (addr / BLOCK * 8) as u64)
+        .ok()?;
+    Some(
+        entries
+            .chunks_exact(8)
+            .map(|e| u64::from_le_bytes(e.try_into().expect("8 bytes")) >> 62 != 0)
+            .collect(),
+    )
 }
 
 /// Whether a block is all zero; written so that it vectorizes.
@@ -284,14 +342,24 @@ mod tests {
         let delta = MemoryImage::capture_blocks(&mem, [1, 3]);
         assert!(!delta.complete);
         assert_eq!(delta.runs.len(), 2);
-        delta.write_into(&mut copy, 0).unwrap();
+        delta.write_into(&mut copy, &[]).unwrap();
         assert_eq!(copy, mem);
         let complete = MemoryImage::capture(&[0u8; 2 * BLOCK]);
         complete
-            .write_into(&mut copy[..2 * BLOCK], 2 * BLOCK)
+            .write_into(
+                &mut copy[..2 * BLOCK],
+                std::slice::from_ref(&(0..2 * BLOCK)),
+            )
             .unwrap();
         assert!(copy[..2 * BLOCK].iter().all(|&b| b == 0));
-        assert!(delta.write_into(&mut [0u8; BLOCK], 0).is_err());
+        assert!(delta.write_into(&mut [0u8; BLOCK], &[]).is_err());
+        // Only the dirty ranges are cleared before a complete image.
+        let mut mem = vec![5u8; 3 * BLOCK];
+        complete
+            .write_into(&mut mem, std::slice::from_ref(&(BLOCK..BLOCK + 10)))
+            .unwrap();
+        assert!(mem[BLOCK..BLOCK + 10].iter().all(|&b| b == 0));
+        assert_eq!(mem[BLOCK + 10], 5);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! restarts does not prepare or compile again.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -32,10 +33,13 @@ pub struct RuntimeConfig {
     pub prepare: atoll_prepare::Options,
     /// Largest linear memory a process may have, in bytes.
     pub max_memory: usize,
-    /// Processes the node can hold at once. Their instances come from a
-    /// pool reserved up front (4 GiB of address space each, not memory), so
+    /// Instances the node's pool holds: processes that can be live at once
+    /// (more are kept dormant, see [`Container::hibernate`]). The pool is
+    /// reserved up front (4 GiB of address space each, not memory), so
     /// creating a process maps nothing: this is what makes spawning cheap.
-    pub max_processes: u32,
+    ///
+    /// [`Container::hibernate`]: crate::Container::hibernate
+    pub instances: u32,
     /// How often running guests are checked for the end of their quantum.
     pub tick: Duration,
 }
@@ -46,7 +50,7 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             prepare: atoll_prepare::Options::default(),
             max_memory: 4 << 30,
-            max_processes: 1024,
+            instances: 1024,
             tick: Duration::from_millis(1),
         }
     }
@@ -78,6 +82,9 @@ pub struct Program {
     /// needs the program.
     module: Arc<[u8]>,
     pre: InstancePre<ProcCtx>,
+    /// Where a new instance's memory is not zero (its active data
+    /// segments); `None` if that cannot be known without running it.
+    initialized: Option<Vec<Range<usize>>>,
 }
 
 impl Program {
@@ -99,6 +106,44 @@ impl Program {
     pub(crate) fn pre(&self) -> &InstancePre<ProcCtx> {
         &self.pre
     }
+
+    /// Where a new instance's memory is not zero, if known.
+    pub(crate) fn initialized(&self) -> Option<&[Range<usize>]> {
+        self.initialized.as_deref()
+    }
+}
+
+/// The ranges of memory 0 that instantiating `module` writes: its active
+/// data segments at constant offsets. `None` if one is placed by a global,
+/// or if the module has a start function (which may write anywhere).
+fn initialized_ranges(module: &[u8]) -> Option<Vec<Range<usize>>> {
+    use wasmparser::{DataKind, Operator, Parser, Payload};
+    let mut ranges = Vec::new();
+    for payload in Parser::new(0).parse_all(module) {
+        match payload.ok()? {
+            Payload::StartSection { .. } => return None,
+            Payload::DataSection(reader) => {
+                for data in reader {
+                    let data = data.ok()?;
+                    let DataKind::Active {
+                        memory_index: 0,
+                        offset_expr,
+                    } = data.kind
+                    else {
+                        continue;
+                    };
+                    let at = match offset_expr.get_operators_reader().read().ok()? {
+                        Operator::I32Const { value } => value as u32 as usize,
+                        Operator::I64Const { value } => usize::try_from(value).ok()?,
+                        _ => return None,
+                    };
+                    ranges.push(at..at + data.data.len());
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(ranges)
 }
 
 /// The node's engine, linker and programs.
@@ -136,6 +181,11 @@ impl Runtime {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Instances the pool holds, for all kernels of the node.
+    pub fn instances(&self) -> u32 {
+        self.config.instances
     }
 
     pub(crate) fn max_memory(&self) -> usize {
@@ -204,6 +254,7 @@ impl Runtime {
                 let compiled = self.compile(hash, &module)?;
                 let pre = self.link(&compiled)?;
                 let p = Arc::new(Program {
+                    initialized: initialized_ranges(&module),
                     hash,
                     prepared,
                     module: module.into(),
@@ -307,9 +358,9 @@ fn engine(config: &RuntimeConfig) -> anyhow::Result<Engine> {
     // every other core.
     wasm.memory_init_cow(false);
     let mut pool = PoolingAllocationConfig::new();
-    pool.total_core_instances(config.max_processes)
-        .total_memories(config.max_processes)
-        .total_tables(config.max_processes)
+    pool.total_core_instances(config.instances)
+        .total_memories(config.instances)
+        .total_tables(config.instances)
         .max_memory_size(config.max_memory)
         .linear_memory_keep_resident(2 << 20)
         .table_keep_resident(16 << 10)
@@ -349,6 +400,7 @@ fn provided_imports(engine: &Engine, linker: &Linker<ProcCtx>) -> HashSet<(Strin
         kernel_count: 1,
         console: Arc::new(Nowhere),
         wake: Arc::new(|| false),
+        instances: Default::default(),
     };
     let mut store = wasmtime::Store::new(engine, ProcCtx::new(uarea, host, Default::default()));
     linker

@@ -68,6 +68,7 @@ fn host(kernel: u16, console: &Arc<Capture>) -> Host {
         kernel_count: 2,
         console: console.clone(),
         wake: Arc::new(|| false),
+        instances: Default::default(),
     }
 }
 

@@ -55,7 +55,7 @@ impl Kernel {
                 );
                 None
             }
-            (false, true) if self.procs.contains_key(&src.pid) => {
+            (false, true) if self.live(src.pid, &[]) => {
                 Some(self.resolve(&copy, src, Access::READ).map(|a| {
                     let from = &self.procs[&src.pid].container.memory()
                         [a as usize..a as usize + len as usize];
@@ -89,7 +89,10 @@ impl Kernel {
             Ok(a) => a as usize..a as usize + len as usize,
             Err(e) => return Some(Err(e)),
         };
-        if !self.procs.contains_key(&dst.pid) {
+        if !self.live(src.pid, &[dst.pid]) {
+            return Some(Err(Errno::DeadSrcDst));
+        }
+        if !self.live(dst.pid, &[src.pid]) {
             let bytes = self.procs[&src.pid].container.memory()[from].to_vec();
             self.route_bulk(
                 dst.pid,
@@ -118,7 +121,10 @@ impl Kernel {
     pub(super) fn copy_write(&mut self, copy: &CopyOrder, bytes: &[u8]) -> Result<(), Errno> {
         let dst = copy.req.dst;
         let to = self.resolve(copy, dst, Access::WRITE)? as usize;
-        let p = self.procs.get_mut(&dst.pid).ok_or(Errno::DeadSrcDst)?;
+        if !self.live(dst.pid, &[]) {
+            return Err(Errno::DeadSrcDst);
+        }
+        let p = self.procs.get_mut(&dst.pid).expect("live");
         p.container.memory_mut()[to..to + bytes.len()].copy_from_slice(bytes);
         self.copied(copy);
         Ok(())
@@ -162,7 +168,7 @@ impl Kernel {
             }
         };
         match (addr as usize).checked_add(len as usize) {
-            Some(end) if end <= p.container.memory().len() => Ok(addr),
+            Some(end) if end <= p.container.memory_bytes() => Ok(addr),
             _ => Err(Errno::Fault),
         }
     }

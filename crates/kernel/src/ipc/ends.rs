@@ -2,10 +2,10 @@
 //! queued messages, owed replies, watchers (EDEADSRCDST).
 
 use atoll_abi::{Errno, Pid};
-use atoll_ipc::{IpcCall, IpcState, Message};
+use atoll_ipc::{IpcCall, IpcState, Message, MESSAGE_SIZE};
 use atoll_process::{CallState, KernelCall};
 
-use super::{read_message, IpcMsg};
+use super::IpcMsg;
 use crate::kernel::Kernel;
 use crate::msg::NocMsg;
 
@@ -129,7 +129,10 @@ impl Kernel {
         else {
             return None;
         };
-        let mut m = read_message(self.procs.get(&sender)?.container.memory(), *msg);
+        let mut bytes = [0; MESSAGE_SIZE];
+        let container = &self.procs.get(&sender)?.container;
+        container.read_memory(*msg as usize, &mut bytes);
+        let mut m = Message::from_bytes(&bytes);
         m.set_source(sender);
         Some(m)
     }

@@ -249,9 +249,10 @@ impl Kernel {
         }) else {
             return;
         };
-        let Some(r) = self.procs.get_mut(&receiver) else {
+        if !self.live(receiver, &[from]) {
             return;
-        };
+        }
+        let r = self.procs.get_mut(&receiver).expect("live");
         let mem = r.container.memory_mut();
         mem[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(msg.as_bytes());
         if let Some(status) = status {

@@ -103,6 +103,7 @@ impl Kernel {
                     );
                 };
                 container.set_host(self.host.clone());
+                self.make_room(&[]);
                 let arrival = Arrival::Migrated {
                     from,
                     req,
@@ -138,6 +139,7 @@ impl Kernel {
             return Err(format!("round for {pid} carries {}", image.uarea.pid));
         }
         if frame == 0 {
+            self.make_room(&[]);
             let container = Container::restore(&self.runtime, image, self.host.clone())
                 .map_err(|e| e.to_string())?;
             self.incoming.insert(
@@ -179,8 +181,11 @@ impl Kernel {
                 i.container.apply(image).map_err(|e| e.to_string())?;
                 Ok(i.container)
             }
-            None => Container::restore(&self.runtime, image, self.host.clone())
-                .map_err(|e| e.to_string()),
+            None => {
+                self.make_room(&[]);
+                Container::restore(&self.runtime, image, self.host.clone())
+                    .map_err(|e| e.to_string())
+            }
         }
     }
 
@@ -220,6 +225,7 @@ impl Kernel {
 
     /// Restores a checkpointed process here; it runs once its home commits.
     pub(crate) fn restore(&mut self, image: ProcessImage, asker: JobAsker) -> Result<(), String> {
+        self.make_room(&[]);
         let container = Container::restore(&self.runtime, image, self.host.clone())
             .map_err(|e| e.to_string())?;
         self.arrive(container, Arrival::Restored(asker))
@@ -267,7 +273,7 @@ impl Kernel {
         self.arrivals.insert(
             pid,
             Arriving {
-                process: Process { container },
+                process: Process::new(container),
                 arrival,
                 held: Vec::new(),
             },

@@ -103,14 +103,14 @@ impl Kernel {
         }
         // Pre-copy also serves a blocked process: it stays able to take
         // messages (and run) while its memory is copied, and its freeze
-        // then sends only what it wrote.
-        let tracker = if mode == Mode::Copy && self.migration.policy.max_rounds > 0 {
-            let memory = self
-                .procs
-                .get_mut(&pid)
-                .expect("checked")
-                .container
-                .memory_mut();
+        // then sends only what it wrote. A dormant process is its image
+        // already: it is sent at once.
+        let container = &mut self.procs.get_mut(&pid).expect("checked").container;
+        let tracker = if mode == Mode::Copy
+            && self.migration.policy.max_rounds > 0
+            && !container.is_dormant()
+        {
+            let memory = container.memory_mut();
             DirtyTracker::start(memory)
                 .inspect_err(|e| {
                     tracing::warn!(kernel = %self.id, %pid,
@@ -478,7 +478,7 @@ impl Kernel {
                         Some(p)
                     }
                     Phase::Frozen { process: None, .. } => {
-                        returned.map(|Handover(c)| Process { container: *c })
+                        returned.map(|Handover(c)| Process::new(*c))
                     }
                     // Refused while still in pre-copy: it never stopped.
                     Phase::PreCopy { .. } => None,
