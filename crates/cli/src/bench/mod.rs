@@ -10,6 +10,7 @@ mod ipc;
 mod mergesort;
 mod migrate;
 mod plot;
+mod scale;
 mod spawn;
 
 use std::io::Write as _;
@@ -54,6 +55,8 @@ enum Which {
     Migrate(migrate::Args),
     /// Two nodes over loopback TLS: IPC, copies and live migration between them vs TCP and TLS
     Cluster(cluster::Args),
+    /// 100,000 processes blocked in receive on one node vs Linux processes blocked in read
+    Scale(scale::Args),
 }
 
 pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
@@ -64,6 +67,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
         Which::Ipc(i) => emit(&ipc::run(ctx, &a.build, i)?, json, record),
         Which::Migrate(m) => emit(&migrate::run(ctx, &a.build, m)?, json, record),
         Which::Cluster(c) => emit(&cluster::run(ctx, &a.build, c)?, json, record),
+        Which::Scale(s) => emit(&scale::run(ctx, &a.build, s)?, json, record),
     }
 }
 
