@@ -11,7 +11,8 @@
 //! dispatchers), `serve.rs` (system calls that need the kernel),
 //! `homes.rs` (PIDs and where their processes are), `migration/` (a process
 //! leaving this kernel, `source.rs`, or arriving, `destination.rs`),
-//! `nodes.rs` (when another node is lost).
+//! `nodes.rs` (when another node is lost), `dormancy.rs` (which processes
+//! keep an instance).
 
 mod dormancy;
 mod homes;
