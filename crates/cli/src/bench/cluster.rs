@@ -27,8 +27,8 @@ use serde::Serialize;
 
 use super::plot::{grouped_bars, LineChart, Series};
 use super::{
-    artifact, atoll_job, command_line, job_on_kernel0, md_table, median, text_table, Machine,
-    Recorded,
+    artifact, atoll_job, command_line, job_on_kernel0, md_table, median, page_head, text_table,
+    Machine, Recorded,
 };
 use crate::commands::Context;
 
@@ -483,13 +483,8 @@ impl Recorded for ClusterReport {
     }
 
     fn markdown(&self) -> String {
-        let mut s = format!(
-            "# {}\n\nCommand: `{}`\n\nMachine: {}\n\nMedians of {} runs.\n\n",
-            self.name,
-            self.command,
-            self.machine.describe(),
-            self.runs
-        );
+        let mut s = page_head(&self.name, &self.command, &self.machine);
+        s += &format!("Medians of {} runs.\n\n", self.runs);
         s += &md_table(SUMMARY_HEAD, &self.summary());
         s += &md_table(MIGRATION_HEAD, &self.migration_rows());
         s += "\n![](cluster-ipc.png)\n\n![](cluster-migration.png)\n\n";

@@ -18,7 +18,9 @@ use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
 
 use super::plot::{grouped_bars, BarGroup};
-use super::{artifact, atoll_job, command_line, job_on_kernel0, median, native, Machine, Recorded};
+use super::{
+    artifact, atoll_job, command_line, job_on_kernel0, median, native, page_head, Machine, Recorded,
+};
 use crate::commands::Context;
 
 #[derive(clap::Args)]
@@ -387,11 +389,8 @@ impl Recorded for IpcReport {
     }
 
     fn markdown(&self) -> String {
-        let mut s = format!(
-            "# ipc\n\nCommand: `{}`\n\nMachine: {}\n\n![IPC latency](ipc.png)\n\n![Copy bandwidth](ipc-copy.png)\n\n",
-            self.command,
-            self.machine.describe()
-        );
+        let mut s = page_head("ipc", &self.command, &self.machine);
+        s += "![IPC latency](ipc.png)\n\n![Copy bandwidth](ipc-copy.png)\n\n";
         s += &self.targets();
         for (name, ms) in self.groups() {
             s += &format!(

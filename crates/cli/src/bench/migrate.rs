@@ -34,7 +34,8 @@ use serde::Serialize;
 
 use super::plot::{Level, LineChart, Series};
 use super::{
-    artifact, command_line, job_on_kernel0, md_table, median, text_table, Machine, Recorded,
+    artifact, command_line, job_on_kernel0, md_table, median, page_head, text_table, Machine,
+    Recorded,
 };
 use crate::commands::Context;
 
@@ -1249,11 +1250,7 @@ impl Recorded for MigrateReport {
     }
 
     fn markdown(&self) -> String {
-        let mut s = format!(
-            "# migrate\n\nCommand: `{}`\n\nMachine: {}\n\n",
-            self.command,
-            self.machine.describe()
-        );
+        let mut s = page_head("migrate", &self.command, &self.machine);
         s += &format!(
             "Medians of {} migrations per configuration after one warm-up (half as many, at \
              least 3, from 128 MiB on), on a node of {} kernels (the machine has {} cores).\n\n",

@@ -155,12 +155,7 @@ impl Recorded for Report {
     }
 
     fn markdown(&self) -> String {
-        let mut s = format!(
-            "# {}\n\nCommand: `{}`\n\nMachine: {}\n\n",
-            self.name,
-            self.command,
-            self.machine.describe()
-        );
+        let mut s = page_head(&self.name, &self.command, &self.machine);
         s += &format!(
             "| | median ({}) | atoll's advantage |\n|---|---:|---:|\n",
             self.unit
@@ -242,6 +237,15 @@ impl Machine {
             self.cpu, self.cores, self.memory_gib, self.kernel
         )
     }
+}
+
+/// The head of a recorded page: its title, the command that produced it
+/// and the machine it ran on.
+pub fn page_head(name: &str, command: &str, machine: &Machine) -> String {
+    format!(
+        "# {name}\n\nCommand: `{command}`\n\nMachine: {}\n\n",
+        machine.describe()
+    )
 }
 
 pub fn median(samples: &[f64]) -> f64 {

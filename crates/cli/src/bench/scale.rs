@@ -22,7 +22,9 @@ use atoll_node::{JobSink, JobSpec, Node};
 use atoll_process::{Preopen, Stream};
 use serde::Serialize;
 
-use super::{artifact, command_line, field, md_table, median, text_table, Machine, Recorded};
+use super::{
+    artifact, command_line, field, md_table, median, page_head, text_table, Machine, Recorded,
+};
 use crate::commands::Context;
 
 #[derive(clap::Args)]
@@ -324,13 +326,8 @@ impl Recorded for ScaleReport {
     }
 
     fn markdown(&self) -> String {
-        let mut s = format!(
-            "# {}\n\nCommand: `{}`\n\nMachine: {}\n\nMedians of {} runs.\n\n",
-            self.name,
-            self.command,
-            self.machine.describe(),
-            self.runs
-        );
+        let mut s = page_head(&self.name, &self.command, &self.machine);
+        s += &format!("Medians of {} runs.\n\n", self.runs);
         s += &md_table(HEAD, &self.rows());
         s += "\n";
         for n in &self.notes {
