@@ -4,7 +4,8 @@
 //!
 //! - `tests/guests/files.c`, the real C program (wasi-libc's stdio, POSIX
 //!   calls, the sandbox), prepared and moved to a fresh container through an
-//!   encoded image at every stop;
+//!   encoded image at every stop, or made dormant at every stop (and before
+//!   it first runs) and woken by its next slice;
 //! - small WAT guests for what C hides: open files that survive a move (the
 //!   host handle is gone and must be reopened with the same mode, offset and
 //!   no truncation), stdio, `EFAULT` without side effects, the sandbox's
@@ -80,16 +81,27 @@ fn sandbox() -> (tempfile::TempDir, PathBuf) {
     (tmp, data)
 }
 
-/// Runs `program` to its end with `data` preopened as `/data`. With
-/// `migrate`, every stop captures the process, encodes and decodes its image
-/// and restores it in a new container on the other kernel: no host file
-/// handle survives, only the UArea.
+/// What happens to the process at each of its stops.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Between {
+    /// It stays in its container.
+    Stay,
+    /// It is captured, its image encoded and decoded, and restored in a new
+    /// container on the other kernel: no host file handle survives, only
+    /// the UArea.
+    Move,
+    /// It goes dormant (out of its instance, as an image) and is woken by
+    /// its next slice; also before its very first slice.
+    Sleep,
+}
+
+/// Runs `program` to its end with `data` preopened as `/data`.
 fn run(
     runtime: &Arc<Runtime>,
     program: Arc<Program>,
     args: &[&str],
     data: &Path,
-    migrate: bool,
+    between: Between,
 ) -> Outcome {
     let console = Arc::new(Capture::default());
     let preopens = [Preopen {
@@ -109,6 +121,13 @@ fn run(
     let mut kernel = 0;
     let mut container = Container::new(runtime, program, uarea, host(kernel, &console)).unwrap();
     let mut moves = 0;
+    let sleep = |container: &mut Container| {
+        container.hibernate().unwrap();
+        assert!(container.is_dormant() && container.dormant_bytes().is_some());
+    };
+    if between == Between::Sleep {
+        sleep(&mut container);
+    }
     let status = loop {
         assert!(moves < 100_000, "the guest does not end");
         match container.run(Duration::ZERO, None) {
@@ -116,13 +135,18 @@ fn run(
             Slice::Trapped(why) => panic!("guest trapped: {why}"),
             Slice::Call(KernelCall::Yield) => {
                 container.reply(Reply::Done);
-                if migrate {
-                    let bytes = container.capture().unwrap().encode();
-                    kernel = 1 - kernel;
-                    let image = ProcessImage::decode(&bytes).unwrap();
-                    container = Container::restore(runtime, image, host(kernel, &console)).unwrap();
-                    moves += 1;
+                match between {
+                    Between::Stay => {}
+                    Between::Move => {
+                        let bytes = container.capture().unwrap().encode();
+                        kernel = 1 - kernel;
+                        let image = ProcessImage::decode(&bytes).unwrap();
+                        container =
+                            Container::restore(runtime, image, host(kernel, &console)).unwrap();
+                    }
+                    Between::Sleep => sleep(&mut container),
                 }
+                moves += u32::from(between != Between::Stay);
             }
             Slice::Call(other) => panic!("unexpected kernel call {other:?}"),
         }
@@ -143,10 +167,19 @@ fn text(bytes: &[u8]) -> &str {
 
 #[test]
 fn files_c_runs_in_its_sandbox_while_moving() {
+    files_c_runs_in_its_sandbox(Between::Move);
+}
+
+#[test]
+fn files_c_runs_in_its_sandbox_dormant_between_slices() {
+    files_c_runs_in_its_sandbox(Between::Sleep);
+}
+
+fn files_c_runs_in_its_sandbox(between: Between) {
     let runtime = runtime();
     let program = runtime.load_file(&support::guest("files"), true).unwrap();
     let (tmp, data) = sandbox();
-    let out = run(&runtime, program, &["files", "/data"], &data, true);
+    let out = run(&runtime, program, &["files", "/data"], &data, between);
     let expected = "\
 files: base=/data/files-test
 mkdir files-test: ok
@@ -236,7 +269,12 @@ fn wat(body: &str) -> String {
 fn run_wat(body: &str, prepare: bool, data: &Path) -> Outcome {
     let runtime = runtime();
     let program = runtime.load(wat(body).as_bytes(), prepare).unwrap();
-    let out = run(&runtime, program, &["guest"], data, prepare);
+    let between = if prepare {
+        Between::Move
+    } else {
+        Between::Stay
+    };
+    let out = run(&runtime, program, &["guest"], data, between);
     assert_eq!(out.status, 0, "the guest failed at step {}", out.status);
     out
 }
