@@ -317,12 +317,16 @@ impl Kernel {
         // The process leaves the table for its slice: its IPC calls come
         // back into this kernel (`KernelLink`), which may then touch every
         // other process.
-        if !self.live(pid, &[]) {
-            return;
-        }
         let Some(mut p) = self.procs.remove(&pid) else {
             return;
         };
+        if p.container.is_dormant() {
+            self.procs.insert(pid, p);
+            if !self.live(pid, &[]) {
+                return;
+            }
+            p = self.procs.remove(&pid).expect("just woken");
+        }
         self.slices += 1;
         p.last_ran = self.slices;
         self.running = Some(pid);

@@ -249,10 +249,15 @@ impl Kernel {
         }) else {
             return;
         };
-        if !self.live(receiver, &[from]) {
+        let Some(mut r) = self.procs.get_mut(&receiver) else {
             return;
+        };
+        if r.container.is_dormant() {
+            if !self.live(receiver, &[from]) {
+                return;
+            }
+            r = self.procs.get_mut(&receiver).expect("just woken");
         }
-        let r = self.procs.get_mut(&receiver).expect("live");
         let mem = r.container.memory_mut();
         mem[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(msg.as_bytes());
         if let Some(status) = status {
