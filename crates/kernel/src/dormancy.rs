@@ -57,7 +57,7 @@ impl Kernel {
     /// blocked ones first. Processes in `keep`, migrating ones (their memory
     /// is being tracked) and ones that cannot be captured (run without
     /// preparation) stay live.
-    fn hibernate_oldest(&mut self, keep: &[Pid], count: usize) {
+    pub(crate) fn hibernate_oldest(&mut self, keep: &[Pid], count: usize) {
         let mut candidates: Vec<(bool, u64, Pid)> = self
             .procs
             .iter()

@@ -14,8 +14,8 @@ use atoll_noc::{Doorbell, Endpoint, SendError};
 use atoll_prepare::ContentHash;
 pub(crate) use atoll_process::clock::monotonic_ns;
 use atoll_process::{
-    CallState, Console, Container, FdTable, Host, KernelCall, ProcessImage, Reply, Runtime, Slice,
-    Stream, UArea,
+    CallState, Console, Container, ContainerError, FdTable, Host, KernelCall, ProcessImage, Reply,
+    Runtime, Slice, Stream, UArea,
 };
 use rustc_hash::FxHashMap;
 
@@ -386,7 +386,21 @@ impl Kernel {
         );
         uarea.wander.enabled = spec.wander;
         self.make_room(&[]);
-        match Container::new(&self.runtime, program, uarea, self.host.clone()) {
+        let made = match Container::new(
+            &self.runtime,
+            program.clone(),
+            uarea.clone(),
+            self.host.clone(),
+        ) {
+            // The pool is exhausted (other kernels over their budgets):
+            // everything here that can goes dormant, and once more.
+            Err(ContainerError::Instantiate(_)) => {
+                self.hibernate_oldest(&[], usize::MAX);
+                Container::new(&self.runtime, program, uarea, self.host.clone())
+            }
+            made => made,
+        };
+        match made {
             Ok(container) => {
                 self.procs.insert(pid, Process::new(container));
                 self.run_queue.push_back(pid);

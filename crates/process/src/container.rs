@@ -169,7 +169,7 @@ impl Container {
             unreachable!("checked above")
         };
         if let Err(e) = self.load(&dormant.0.globals, &dormant.0.memory, true) {
-            // Dropping the new instance uncounts it.
+            dormant.1.instances.fetch_sub(1, Ordering::Relaxed);
             self.state = State::Dormant(dormant);
             return Err(e);
         }
