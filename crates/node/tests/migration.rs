@@ -251,12 +251,17 @@ fn a_process_that_exits_while_being_migrated_ends_once_with_its_status() {
     for _ in 0..3 {
         let (pid, out, done) = start(&node, &spec);
         wait_for_lines(&out, 1);
-        let e = node.migrate(pid, k(1), Some(Mode::Copy)).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("ended during the migration (status 0)"),
-            "{e:#}"
-        );
+        // Usually the process ends first and the migration fails; on a slow
+        // or loaded machine it may outlive the migration. Either way it
+        // must end once, with its status and its output.
+        match node.migrate(pid, k(1), Some(Mode::Copy)) {
+            Err(e) => assert!(
+                e.to_string()
+                    .contains("ended during the migration (status 0)"),
+                "{e:#}"
+            ),
+            Ok(report) => eprintln!("the process outlived its migration: {report:?}"),
+        }
         assert_eq!(done.recv_timeout(HANG).unwrap(), 0, "{}", out.stderr());
         assert!(
             done.recv_timeout(Duration::from_millis(20)).is_err(),
