@@ -268,6 +268,12 @@ fn a_process_that_exits_while_being_migrated_ends_once_with_its_status() {
             "ended twice"
         );
         assert_eq!(out.stdout(), expected);
+        // Its home hears of its end from the kernel it ended on (kernel 1
+        // when it outlived its migration): by a message, soon.
+        let t = std::time::Instant::now();
+        while node.locate(pid).is_ok() && t.elapsed() < HANG {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert!(node.locate(pid).is_err(), "{pid} still exists");
     }
     // Nothing is left behind on either kernel; the destination dropped its
