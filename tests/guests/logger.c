@@ -6,7 +6,8 @@
  * Opens PATH once, then writes LINES numbered lines through that one
  * descriptor, computing WORK rounds between lines, and closes it. The file
  * must hold exactly lines 1..LINES, in order, whatever kernels the process
- * wrote them from. Prints "logger: wrote N lines" at the end.
+ * wrote them from. Prints "logger: wrote N lines" at the end; a failed
+ * write ends it with status 1.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -32,8 +33,10 @@ int main(int argc, char **argv)
             x ^= x >> 7;
             x ^= x << 17;
         }
-        fprintf(f, "line %lu %016llx\n", i, (unsigned long long)x);
-        fflush(f);
+        if (fprintf(f, "line %lu %016llx\n", i, (unsigned long long)x) < 0 || fflush(f)) {
+            perror("logger: write");
+            return 1;
+        }
     }
     if (fclose(f) != 0) {
         perror("logger: fclose");

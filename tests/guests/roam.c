@@ -1,7 +1,7 @@
 /*
  * roam - a process that moves itself from node to node of a cluster.
  *
- *   roam NODES ROUNDS
+ *   roam NODES ROUNDS [LOG]
  *
  * ROUNDS times, visits kernel 0 of nodes 0 to NODES-1 in turn with
  * kmigrate_to(ATOLL_KERNEL(node, 0)), checking after each move that it runs
@@ -9,6 +9,10 @@
  * along (a running checksum over a buffer it keeps rewriting). Prints one
  * line per move that does not depend on where it runs, and "roam: ok SUM"
  * at the end. Exit status 1 on a failed check.
+ *
+ * With LOG (a path beneath a preopened directory), it opens LOG before it
+ * first moves, writes a line to it after each move through that one open
+ * file, then reads it back: "roam: LOG has N lines, SUM".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,12 @@ int main(int argc, char **argv)
 {
     int nodes = argc > 1 ? atoi(argv[1]) : 2;
     long rounds = argc > 2 ? strtol(argv[2], NULL, 10) : 1;
+    const char *path = argc > 3 ? argv[3] : NULL;
+    FILE *log = NULL;
+    if (path && !(log = fopen(path, "w"))) {
+        perror(path);
+        return 1;
+    }
     atoll_pid_t me = atoll_getpid();
     unsigned sum = 0;
     for (long r = 0; r < rounds; r++) {
@@ -38,7 +48,25 @@ int main(int argc, char **argv)
             for (size_t i = 0; i < sizeof buf; i += 4096)
                 sum = sum * 31 + buf[i];
             printf("roam %ld.%d: moved\n", r, n);
+            if (log && (fprintf(log, "roam %ld.%d: on node %d\n", r, n, to) < 0 || fflush(log))) {
+                perror(path);
+                return 1;
+            }
         }
+    }
+    if (log) {
+        if (fclose(log) || !(log = fopen(path, "r"))) {
+            perror(path);
+            return 1;
+        }
+        int lines = 0, c;
+        unsigned file_sum = 0;
+        while ((c = getc(log)) != EOF) {
+            file_sum = file_sum * 31 + (unsigned)c;
+            lines += c == '\n';
+        }
+        fclose(log);
+        printf("roam: %s has %d lines, %u\n", path, lines, file_sum);
     }
     printf("roam: ok %u\n", sum);
     return 0;

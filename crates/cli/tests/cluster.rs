@@ -117,17 +117,29 @@ impl Cluster {
         }
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut command = match &host.netns {
+        let cache = common::support::cache_dir();
+        let mut command = match (&host.netns, &host.hide) {
             // A unix socket's path is the same in every network namespace:
             // the test's commands reach the node from here.
-            Some(ns) => {
+            (Some(ns), _) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_atoll")]);
-                c.args(["--cache", common::support::cache_dir().to_str().unwrap()]);
+                c.args(["--cache", cache.to_str().unwrap()]);
                 c.args(&args);
                 c
             }
-            None => atoll(&args),
+            // The node's own mount namespace, where an empty file system
+            // covers the directory.
+            (None, Some(dir)) => {
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "--", "sh", "-c"]);
+                c.arg(r#"mount -t tmpfs atoll-test "$0" && exec "$@""#);
+                c.args([dir.to_str().unwrap(), env!("CARGO_BIN_EXE_atoll")]);
+                c.args(["--cache", cache.to_str().unwrap()]);
+                c.args(&args);
+                c
+            }
+            (None, None) => atoll(&args),
         };
         let mut child = command
             .env("ATOLL_SOCKET", &socket)
@@ -166,11 +178,13 @@ impl Cluster {
     }
 }
 
-/// Where a test node runs: its listening address, and its network
-/// namespace (`None`: this one).
+/// Where a test node runs: its listening address, its network namespace
+/// (`None`: this one), and a directory it does not see (its mount
+/// namespace covers it with an empty one).
 struct Host {
     listen: String,
     netns: Option<String>,
+    hide: Option<std::path::PathBuf>,
 }
 
 impl Host {
@@ -178,7 +192,18 @@ impl Host {
         Host {
             listen: "127.0.0.1:0".into(),
             netns: None,
+            hide: None,
         }
+    }
+
+    /// On loopback, without `dir`: `None` where mount namespaces cannot be
+    /// made (not root).
+    fn without(dir: &Path) -> Option<Host> {
+        // SAFETY: getuid has no preconditions.
+        (unsafe { libc::getuid() } == 0).then(|| Host {
+            hide: Some(dir.to_path_buf()),
+            ..Host::loopback()
+        })
     }
 }
 
@@ -238,6 +263,7 @@ impl Hosts {
         Host {
             listen: format!("{}:7700", self.addrs[i]),
             netns: Some(self.names[i].clone()),
+            hide: None,
         }
     }
 
@@ -802,4 +828,127 @@ fn a_checkpoint_taken_on_one_node_is_restored_on_another() {
         text(&first.stdout) + &text(&rest.stdout),
         unmoved(&["40", "20000000"])
     );
+}
+
+/// Node 0 and node 1, where node 1 does not see `dir` (an empty file
+/// system covers it there); `None` when not root.
+fn cluster_without(dir: &Path) -> Option<Cluster> {
+    let host = Host::without(dir)?;
+    let mut c = Cluster::start(1, 2);
+    let ca = c.dir.path().join("ca");
+    ok(atoll(&["ca", "issue", ca.to_str().unwrap(), "n1"])
+        .output()
+        .unwrap());
+    let join = c.nodes[0].addr.clone();
+    let member = c
+        .spawn_at(&host, &ca, "n1", 2, Some(&join), &[])
+        .unwrap_or_else(|e| panic!("n1 did not start: {e}"));
+    c.nodes.push(member);
+    Some(c)
+}
+
+#[test]
+fn a_file_is_used_from_a_node_that_does_not_have_it() {
+    let data = tempfile::tempdir().unwrap();
+    let Some(c) = cluster_without(data.path()) else {
+        eprintln!("skipped: not root (mount namespaces)");
+        return;
+    };
+    let dir = format!("{}::/data", data.path().display());
+    // 10 moves between the nodes, the log file open throughout: written
+    // from node 1 through node 0, which owns it.
+    let out = ok(c.nodes[0]
+        .atoll(&[
+            "run",
+            "--dir",
+            &dir,
+            &guest("roam"),
+            "2",
+            "5",
+            "/data/roam.log",
+        ])
+        .output()
+        .unwrap());
+    let log: String = (0..5)
+        .flat_map(|r| (0..2).map(move |n| format!("roam {r}.{n}: on node {}\n", 1 - n)))
+        .collect();
+    assert_eq!(
+        std::fs::read_to_string(data.path().join("roam.log")).unwrap(),
+        log
+    );
+    let sum = log
+        .bytes()
+        .fold(0u32, |s, b| s.wrapping_mul(31).wrapping_add(b.into()));
+    assert!(
+        out.contains(&format!("roam: /data/roam.log has 10 lines, {sum}\n")),
+        "{out}"
+    );
+    // Every file call, each from node 1 and moving between its kernels
+    // after each one, prints what it prints on one kernel.
+    let here = ok(
+        atoll(&["run", "--embedded", "--dir", &dir, &guest("files"), "/data"])
+            .output()
+            .unwrap(),
+    );
+    let away = ok(c.nodes[0]
+        .atoll(&[
+            "run",
+            "--on",
+            "1.0",
+            "--wander",
+            "--dir",
+            &dir,
+            &guest("files"),
+            "/data",
+        ])
+        .output()
+        .unwrap());
+    assert_eq!(away, here);
+    assert!(here.ends_with("files: ok\n"), "{here}");
+}
+
+#[test]
+fn a_file_on_a_lost_node_fails_with_eio_and_never_hangs() {
+    let mut c = Cluster::start(2, 1);
+    let data = tempfile::tempdir().unwrap();
+    let dir = format!("{}::/data", data.path().display());
+    // Started from node 1, whose directory it is, to run on node 0: every
+    // write goes to node 1.
+    let mut job = c.nodes[1]
+        .atoll(&[
+            "run",
+            "--on",
+            "0.0",
+            "--dir",
+            &dir,
+            &guest("logger"),
+            "/data/log",
+            "100000000",
+            "20000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = c.nodes[0].wait_for("logger");
+    let log = data.path().join("log");
+    let t = Instant::now();
+    while std::fs::read_to_string(&log).map_or(0, |l| l.lines().count()) < 10 {
+        assert!(t.elapsed() < Duration::from_secs(60), "logger never wrote");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.nodes[1].child.kill().unwrap();
+    c.nodes[1].child.wait().unwrap();
+    // Its next write fails (EIO), and it ends instead of waiting forever.
+    let t = Instant::now();
+    loop {
+        let ps = ok(c.nodes[0].atoll(&["ps"]).output().unwrap());
+        if !ps.contains(&pid) {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "still there: {ps}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Its client lost its node.
+    assert!(!job.wait().unwrap().success());
 }

@@ -373,7 +373,7 @@ impl Kernel {
             .homes
             .allocate(kin)
             .map_err(|e| (e, "process table is full".to_string()))?;
-        let fds = FdTable::new(&spec.preopens);
+        let fds = FdTable::new(&spec.preopens, spec.files);
         let mut uarea = UArea::new(
             pid,
             parent,
@@ -761,11 +761,13 @@ impl Kernel {
                 );
             }
             NocMsg::Module { hash } => self.on_module(hash, bulk),
+            NocMsg::File { pid } => self.on_file_op(pid, bulk),
             m @ (NocMsg::Output { .. } | NocMsg::JobEnded { .. } | NocMsg::Domain(_)) => {
                 unreachable!("for the node, which the links hand it to: {m:?}")
             }
             m @ (NocMsg::Spawned { .. }
             | NocMsg::ChildExited { .. }
+            | NocMsg::FileDone { .. }
             | NocMsg::Kill { .. }
             | NocMsg::Migrate { .. }
             | NocMsg::Ipc(_)) => {
@@ -806,6 +808,7 @@ impl Kernel {
                 }
             }
             NocMsg::Ipc(m) => self.on_ipc(m, packet.bulk),
+            NocMsg::FileDone { .. } => self.on_file_done(pid, packet.bulk),
             other => tracing::error!(kernel = %self.id, "not a message for a process: {other:?}"),
         }
     }
@@ -985,6 +988,14 @@ impl Kernel {
         if self.departures.contains_key(&pid) {
             return Err(format!("process {pid} is migrating"));
         }
+        // Its op may have run at the owner: restored, it could neither
+        // send it again nor get the answer.
+        if matches!(&self.procs[&pid].container.uarea().call, CallState::Blocked(c) if crate::files::is_file(c))
+        {
+            return Err(format!(
+                "process {pid} waits for another node's file server: try again"
+            ));
+        }
         self.ipc_detach(pid);
         let p = self.procs.get_mut(&pid).expect("checked above");
         let image = p
@@ -1058,12 +1069,14 @@ impl Kernel {
                 p.container.reply(Reply::Migrated(result));
                 self.run_queue.push_back(pid);
             }
-            // Answers to spawn, kill and IPC are routed to wherever the
-            // process is; bind is answered before a process can move.
+            // Answers to spawn, kill, IPC and file ops are routed to
+            // wherever the process is; bind is answered before a process
+            // can move.
             CallState::Blocked(
                 KernelCall::Spawn(_)
                 | KernelCall::Kill { .. }
                 | KernelCall::Ipc(_)
+                | KernelCall::File { .. }
                 | KernelCall::Bind { .. },
             ) => {}
         }

@@ -11,10 +11,11 @@
 //! dispatchers), `serve.rs` (system calls that need the kernel),
 //! `homes.rs` (PIDs and where their processes are), `migration/` (a process
 //! leaving this kernel, `source.rs`, or arriving, `destination.rs`),
-//! `nodes.rs` (when another node is lost), `dormancy.rs` (which processes
-//! keep an instance).
+//! `nodes.rs` (when another node is lost), `files.rs` (files of one node
+//! used from another), `dormancy.rs` (which processes keep an instance).
 
 mod dormancy;
+mod files;
 mod homes;
 mod ipc;
 mod kernel;

@@ -27,6 +27,9 @@ pub struct ProcessSpec {
     pub env: Vec<String>,
     pub console: ConsoleId,
     pub preopens: Vec<Preopen>,
+    /// The kernel that serves `preopens` to other nodes: one of the node
+    /// where the job started.
+    pub files: KernelId,
     /// `None`: not bound to any domain (no IPC).
     pub domain: Option<DomainId>,
     /// Move after every system call ([`atoll_process::Wander`]).
@@ -204,6 +207,11 @@ pub enum NocMsg {
     Migration(MigrationMsg),
     /// Minix IPC between processes on different kernels.
     Ipc(crate::ipc::IpcMsg),
+    /// For the kernel that owns a file: execute the file op in the portal
+    /// for `pid`, a process of another node (the `files` module).
+    File { pid: Pid },
+    /// The answer to `File`, in the portal, for `pid` wherever it runs.
+    FileDone { pid: Pid },
 }
 
 impl NocMsg {
@@ -212,6 +220,7 @@ impl NocMsg {
     pub fn target(&self) -> Option<Pid> {
         match self {
             NocMsg::Spawned { parent, .. } | NocMsg::ChildExited { parent, .. } => Some(*parent),
+            NocMsg::FileDone { pid } => Some(*pid),
             NocMsg::Kill { target, .. } => Some(*target),
             NocMsg::Killed {
                 reply_to: ReplyTo::Process(p),

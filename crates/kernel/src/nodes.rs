@@ -15,6 +15,7 @@
 use atoll_abi::{status, Errno, KernelId, Pid};
 use atoll_process::{CallState, KernelCall, Reply};
 
+use crate::files::is_file;
 use crate::homes::Kin;
 use crate::ipc::IpcMsg;
 use crate::kernel::Kernel;
@@ -50,6 +51,7 @@ impl Kernel {
             }
             NocMsg::Report { req, .. } => self.unpark(req),
             NocMsg::Reclaim { pid, req, .. } => self.on_reclaimed(pid, req, false),
+            NocMsg::File { pid } => self.answer_file_op(pid, &Err(Errno::Io)),
             // Answers and news for a kernel that is gone.
             _ => {}
         }
@@ -120,6 +122,9 @@ impl Kernel {
             }
             KernelCall::Spawn(req) if req.kernel.is_some_and(|k| k.node == node) => {
                 self.reply_if_blocked(pid, is_spawn, Reply::Spawned(Err(Errno::Again)));
+            }
+            KernelCall::File { owner, .. } if owner.node == node => {
+                self.reply_if_blocked(pid, is_file, Reply::File(Err(Errno::Io)));
             }
             _ => {}
         }

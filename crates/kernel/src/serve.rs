@@ -54,6 +54,7 @@ impl Kernel {
                     self.reply_now(pid, Reply::Migrated(Err(Errno::Again)));
                 }
             }
+            KernelCall::File { owner, op } => self.send_file_op(pid, owner, &op),
             KernelCall::Bind { domain } => {
                 let result = self.bind(pid, domain.as_deref());
                 self.reply_now(pid, Reply::Ipc(result));
@@ -132,6 +133,8 @@ impl Kernel {
                 guest: d.preopen.clone().unwrap_or_default(),
             })
             .collect();
+        // The job's preopens all have the same owner.
+        let files = u.fds.preopens().next().map_or(self.id, |(_, d)| d.owner);
         let module = match &req.module {
             SpawnModule::Same => program.hash(),
             SpawnModule::File(path) => match self.runtime.load_file(path, program.prepared()) {
@@ -153,6 +156,7 @@ impl Kernel {
             env,
             console,
             preopens,
+            files,
             domain,
             wander,
         })

@@ -226,7 +226,9 @@ fn a_garbled_frame_fails_its_link_only() {
     });
     let mut link = dial(&beta, port, "alpha").unwrap();
     // A frame of the right length and version whose message is nonsense.
-    link.write_all(&[4, 0, 0, 0, 1, 0, 99, 99]).unwrap();
+    let version = frame::VERSION.to_le_bytes();
+    link.write_all(&[4, 0, 0, 0, version[0], version[1], 99, 99])
+        .unwrap();
     // Then a length beyond what the reader accepts.
     link.write_all(&u32::MAX.to_le_bytes()).unwrap();
     link.flush().unwrap();

@@ -455,6 +455,9 @@ impl Node {
             env: job.env.clone(),
             console,
             preopens: job.preopens.clone(),
+            // The directories are this node's: its kernel that starts the
+            // job serves them wherever the job's processes go.
+            files: self.asker(kernel),
             domain: Some(domain),
             wander: job.wander,
         };

@@ -12,6 +12,8 @@
 
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{IpcCall, IpcState};
+
+use crate::fs::op::{FileAnswer, FileOp};
 use serde::{Deserialize, Serialize};
 
 /// Where the process stands with respect to the kernel.
@@ -46,6 +48,9 @@ pub enum KernelCall {
     Bind { domain: Option<String> },
     /// Move this process to kernel `to`, of its node or another (`kmigrate_to`).
     Migrate { to: KernelId },
+    /// A file call's op on a file of another node, for kernel `owner` of
+    /// that node to execute.
+    File { owner: KernelId, op: Box<FileOp> },
 }
 
 impl KernelCall {
@@ -61,6 +66,7 @@ impl KernelCall {
             KernelCall::Ipc(c) => c.describe(),
             KernelCall::Bind { .. } => "binding".into(),
             KernelCall::Migrate { to } => format!("migrating to kernel {to}"),
+            KernelCall::File { owner, .. } => format!("in a file call served by kernel {owner}"),
         }
     }
 }
@@ -96,6 +102,8 @@ pub enum Reply {
     Ipc(Result<(), Errno>),
     /// `Migrate`: the process now runs on its destination, or (`Err`) stayed.
     Migrated(Result<(), Errno>),
+    /// The owner's answer to a `File` call.
+    File(Result<FileAnswer, Errno>),
 }
 
 /// The kernel, as a running process's IPC calls see it.

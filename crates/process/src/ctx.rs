@@ -10,6 +10,7 @@ use atoll_abi::KernelId;
 use wasmtime::{Global, Memory, StoreLimits, TypedFunc};
 
 use crate::call::KernelLink;
+use crate::fs::op::FileAnswer;
 use crate::uarea::{ConsoleId, UArea};
 
 /// Which output stream of a console.
@@ -60,6 +61,9 @@ pub struct ProcCtx {
     /// Open host files behind the UArea's descriptors; a cache, reopened on
     /// demand from the descriptor's host path (so it never needs to move).
     pub(crate) files: HashMap<u32, std::fs::File>,
+    /// The owner's answer to a file call's op, while the call, rewound, runs
+    /// again to apply it (`crate::fs::op`).
+    pub(crate) file_answer: Option<Result<FileAnswer, atoll_abi::Errno>>,
     /// Shared, because every slice and kernel call needs them and cloning
     /// wasmtime handles (typed functions) is not free.
     pub(crate) exports: Option<Arc<Exports>>,
@@ -87,6 +91,7 @@ impl ProcCtx {
             uarea,
             host,
             files: HashMap::new(),
+            file_answer: None,
             exports: None,
             slice_start: quanta::Instant::now(),
             deadline: quanta::Instant::now(),

@@ -2,13 +2,15 @@
 //!
 //! As in ALMOS-MK, a file is split in two. The local part — descriptor
 //! number, offset, access mode, flags — lives here in the UArea and moves
-//! with the process. The host file itself stays where it is; on any kernel a
-//! descriptor is reopened from its host path on first use.
+//! with the process. The remote part, the host file itself, stays on the
+//! node that owns it (`owner`): on any kernel of that node a descriptor is
+//! reopened from its host path on first use; from another node its
+//! operations are sent to the owner (`crate::fs::op`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use atoll_abi::Errno;
+use atoll_abi::{Errno, KernelId};
 use serde::{Deserialize, Serialize};
 
 /// A host directory made visible to the guest under a guest path
@@ -49,22 +51,39 @@ pub enum Fd {
 /// relative to it never resolve outside it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DirFd {
-    /// The directory on the host.
+    /// The directory on the owner's host.
     pub host: PathBuf,
     /// The guest path, for preopened directories (reported by `fd_prestat_*`).
     pub preopen: Option<String>,
+    /// The kernel that serves it to processes of other nodes: the one that
+    /// opened it, or that started the job that preopened it.
+    pub owner: KernelId,
 }
 
 /// An open regular file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FileFd {
+    /// The file on the owner's host.
     pub host: PathBuf,
+    /// What was opened: a reopen that finds another file at `host` (it was
+    /// renamed over or deleted and made again) fails with `ESTALE`.
+    pub id: FileId,
+    /// As for [`DirFd::owner`]: the directory's owner, beneath which it was
+    /// opened.
+    pub owner: KernelId,
     pub offset: u64,
     pub read: bool,
     pub write: bool,
     /// WASI `fdflags`: `APPEND`, the sync flags (the host file is opened
     /// with them) and `NONBLOCK` (kept and reported; files never block).
     pub flags: u16,
+}
+
+/// A host file's device and inode numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
 }
 
 /// WASI rights a descriptor has kept: a mask over what its kind and access
@@ -100,8 +119,9 @@ pub struct FdTable {
 pub const MAX_FDS: u32 = 1024;
 
 impl FdTable {
-    /// stdin, stdout, stderr, then the preopened directories from fd 3 on.
-    pub fn new(preopens: &[Preopen]) -> Self {
+    /// stdin, stdout, stderr, then the preopened directories from fd 3 on,
+    /// served by `owner` to other nodes.
+    pub fn new(preopens: &[Preopen], owner: KernelId) -> Self {
         let mut table = FdTable::default();
         table.put(0, Fd::Stdin);
         table.put(1, Fd::Stdout);
@@ -110,6 +130,7 @@ impl FdTable {
             let dir = DirFd {
                 host: p.host.clone(),
                 preopen: Some(p.guest.clone()),
+                owner,
             };
             table.put(3 + i as u32, Fd::Dir(dir));
         }
@@ -184,11 +205,14 @@ mod tests {
 
     #[test]
     fn lowest_free_and_renumber() {
-        let mut t = FdTable::new(&["/tmp::/data".parse().unwrap()]);
+        let owner = KernelId::new(0, 0);
+        let mut t = FdTable::new(&["/tmp::/data".parse().unwrap()], owner);
         assert!(matches!(t.get(3), Ok(Fd::Dir(d)) if d.preopen.as_deref() == Some("/data")));
         let f = || {
             Fd::File(FileFd {
                 host: "/x".into(),
+                id: FileId { dev: 1, ino: 2 },
+                owner,
                 offset: 0,
                 read: true,
                 write: false,

@@ -3,13 +3,17 @@
 //!
 //! **Local part, remote part.** As in ALMOS-MK, an open file is split. The
 //! local part — descriptor number, host path, offset, access mode, append
-//! flag — is a [`FileFd`] in the UArea and moves with the process. The host
-//! `File` is only a cache in [`ProcCtx::files`], keyed by descriptor: on any
-//! kernel, the first call that needs it reopens it from the host path with the
-//! same access mode, never creating or truncating, so a process that moved
-//! between two calls sees the same file at the same offset. That is also why
-//! all I/O is positional (`read_at`/`write_at` at the UArea's offset): the
-//! host descriptor's own offset means nothing.
+//! flag — is a [`FileFd`] in the UArea and moves with the process. The
+//! remote part is the host file, on the node that owns it: each call turns
+//! what it asks of the host into one [`FileOp`](op::FileOp), which runs at
+//! once on the owner's node and is sent to it from any other (`op.rs`).
+//! On the owner's node the host `File` is only a cache in
+//! [`ProcCtx::files`], keyed by descriptor: on any kernel, the first call
+//! that needs it reopens it from the host path with the same access mode,
+//! never creating or truncating, so a process that moved between two calls
+//! sees the same file at the same offset. That is also why all I/O is
+//! positional (at the UArea's offset): the host descriptor's own offset
+//! means nothing.
 //!
 //! **Sandbox.** A directory descriptor is a capability for what lies beneath
 //! it: [`resolve`] maps a guest path to a host path beneath the directory or
@@ -21,34 +25,73 @@
 //! **Limits.** stdin reads return end of file: atoll does not forward a
 //! terminal's input yet. One call moves at most [`MAX_IO`] bytes (a short
 //! read or write, which wasi-libc retries), so that a guest cannot make a
-//! kernel copy gigabytes in one system call. A file that is unlinked while
-//! open, or renamed, cannot be reopened after the process moves (`ENOENT`):
-//! the remote part that would keep it alive is not served over the NoC yet.
-//! The sync fdflags (`DSYNC`, `RSYNC`, `SYNC`) open the host file with the
-//! same flags; `NONBLOCK` is kept and reported (a file never blocks). Rights are
-//! reported as wasmtime reports them and can be narrowed (`rights.rs`).
+//! kernel copy gigabytes in one system call. A file is reopened by path, so
+//! one that is unlinked or replaced while open cannot be used after the
+//! process moves to another kernel (`ENOENT`, or `ESTALE` when another file
+//! took its name). The sync fdflags (`DSYNC`, `RSYNC`, `SYNC`) open the host
+//! file with the same flags; `NONBLOCK` is kept and reported (a file never
+//! blocks). Rights are reported as wasmtime reports them and can be narrowed
+//! (`rights.rs`).
 
 mod descriptor;
 mod dir;
+pub(crate) mod op;
 mod path;
 mod resolve;
 pub(crate) mod rights;
 mod stat;
 mod times;
 
-use std::collections::hash_map::{Entry, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
-use atoll_abi::Errno;
+use atoll_abi::{Errno, KernelId};
 
-use crate::fd::FileFd;
+use crate::ctx::ProcCtx;
+use crate::fd::{FileFd, FileId};
+use op::{FileAnswer, FileOp, Handles};
 
 pub(crate) use descriptor::*;
 pub(crate) use dir::*;
 pub(crate) use path::*;
 pub(crate) use resolve::{resolve, resolve_entry, Follow};
+
+/// Why a file call did not finish here.
+#[derive(Debug)]
+pub(crate) enum Fail {
+    /// It failed, with this errno for the guest.
+    Errno(Errno),
+    /// Its op must run on the node of kernel `owner`: the call enters the
+    /// kernel with it, and runs again with the answer.
+    Remote { owner: KernelId, op: Box<FileOp> },
+}
+
+impl From<Errno> for Fail {
+    fn from(e: Errno) -> Self {
+        Fail::Errno(e)
+    }
+}
+
+impl ProcCtx {
+    /// Has `op` executed: here, if this node owns its files, else by the
+    /// owner (`Fail::Remote`). When the call is being run again with the
+    /// owner's answer, that answer is the result.
+    pub(crate) fn file(&mut self, op: FileOp) -> Result<FileAnswer, Fail> {
+        if let Some(answer) = self.file_answer.take() {
+            return Ok(answer?);
+        }
+        let owner = op.owner()?;
+        if owner.node == self.host.kernel.node {
+            Ok(op.execute(Handles::Cache(&mut self.files))?)
+        } else {
+            Err(Fail::Remote {
+                owner,
+                op: Box::new(op),
+            })
+        }
+    }
+}
 
 /// Bytes one `fd_read`/`fd_write` (and their positional twins) moves at most.
 pub(crate) const MAX_IO: usize = 16 << 20;
@@ -112,44 +155,45 @@ pub(crate) fn host_errno(e: &io::Error) -> Errno {
 /// Opens a host file for a descriptor with WASI `fdflags` `flags`:
 /// `O_NOFOLLOW` (the path is already resolved, so a symlink found here was
 /// put there behind our back), `O_NONBLOCK` (a FIFO must not block the
-/// kernel) and the sync flags; only regular files pass.
+/// kernel) and the sync flags; only regular files pass. Returns the file
+/// and its identity.
 pub(crate) fn open_host(
     options: &mut OpenOptions,
     host: &std::path::Path,
     flags: u16,
-) -> Result<File, Errno> {
+) -> Result<(File, FileId), Errno> {
     let file = options
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | fdflags::host_sync(flags))
         .open(host)
         .map_err(|e| host_errno(&e))?;
-    let kind = file.metadata().map_err(|e| host_errno(&e))?.file_type();
+    let meta = file.metadata().map_err(|e| host_errno(&e))?;
+    let kind = meta.file_type();
     if kind.is_dir() {
         Err(Errno::IsDir)
     } else if !kind.is_file() {
         Err(Errno::NotSup)
     } else {
-        Ok(file)
+        let id = FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        };
+        Ok((file, id))
     }
 }
 
 /// Reopens the host file of `f` with its access mode, never creating or
 /// truncating: what a process that moved needs to carry on.
+///
+/// # Errors
+/// `ESTALE` if the path now names another file.
 pub(crate) fn reopen(f: &FileFd) -> Result<File, Errno> {
-    open_host(
+    let (file, id) = open_host(
         OpenOptions::new().read(f.read || !f.write).write(f.write),
         &f.host,
         f.flags,
-    )
-}
-
-/// The host file behind descriptor `fd`, from the cache or reopened.
-pub(crate) fn host_file<'a>(
-    files: &'a mut HashMap<u32, File>,
-    fd: u32,
-    f: &FileFd,
-) -> Result<&'a File, Errno> {
-    match files.entry(fd) {
-        Entry::Occupied(e) => Ok(e.into_mut()),
-        Entry::Vacant(v) => Ok(v.insert(reopen(f)?)),
+    )?;
+    if id != f.id {
+        return Err(Errno::Stale);
     }
+    Ok(file)
 }

@@ -27,7 +27,10 @@ pub use atoll_migration::BLOCK;
 const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 2: memory in runs of 4 KiB blocks, complete or delta.
 /// 3: each descriptor keeps its WASI rights mask.
-const VERSION: u16 = 4;
+/// 4: kernels and PIDs name their node.
+/// 5: open files and directories name the kernel that owns them, and files
+///    their device and inode.
+const VERSION: u16 = 5;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.
@@ -304,7 +307,7 @@ mod tests {
             vec!["a".into()],
             vec![],
             ConsoleId(7),
-            FdTable::new(&[]),
+            FdTable::new(&[], pid.home),
             None,
         );
         let mut mem = vec![0u8; 3 * PAGE_SIZE];

@@ -32,7 +32,8 @@ pub use call::{
 };
 pub use container::{Container, ContainerError, Slice};
 pub use ctx::{Console, Host, Stream};
-pub use fd::{DirFd, Fd, FdTable, FileFd, Preopen, Rights};
+pub use fd::{DirFd, Fd, FdTable, FileFd, FileId, Preopen, Rights};
+pub use fs::op::{FileAnswer, FileOp};
 pub use image::{GlobalValue, ImageError, MemoryImage, ProcessImage, Run, BLOCK, PAGE_SIZE};
 pub use runtime::{LoadError, Program, Runtime, RuntimeConfig};
 pub use uarea::{Accounting, Children, ConsoleId, StackArea, UArea, Wander};

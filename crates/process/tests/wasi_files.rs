@@ -53,6 +53,8 @@ struct Outcome {
     stderr: Vec<u8>,
     /// Times the process was captured and restored in a fresh container.
     moves: u32,
+    /// File ops it sent to the owner of its files.
+    remote_ops: u32,
 }
 
 fn runtime() -> Arc<Runtime> {
@@ -63,9 +65,10 @@ fn runtime() -> Arc<Runtime> {
     .unwrap()
 }
 
-fn host(kernel: u16, console: &Arc<Capture>) -> Host {
+/// Kernel `kernel` of node `node`.
+fn host(node: u16, kernel: u16, console: &Arc<Capture>) -> Host {
     Host {
-        kernel: KernelId::new(0, kernel),
+        kernel: KernelId::new(node, kernel),
         kernel_count: 2,
         console: console.clone(),
         wake: Arc::new(|| false),
@@ -93,6 +96,10 @@ enum Between {
     /// It goes dormant (out of its instance, as an image) and is woken by
     /// its next slice; also before its very first slice.
     Sleep,
+    /// It runs on node 1, away from its files (node 0 preopened them), and
+    /// moves as in `Move`: every file op is a kernel call, served here as
+    /// the owner's kernel serves it.
+    Away,
 }
 
 /// Runs `program` to its end with `data` preopened as `/data`.
@@ -115,12 +122,15 @@ fn run(
         args.iter().map(|a| a.to_string()).collect(),
         vec![],
         CONSOLE,
-        FdTable::new(&preopens),
+        FdTable::new(&preopens, KernelId::new(0, 0)),
         None,
     );
+    let node = u16::from(between == Between::Away);
     let mut kernel = 0;
-    let mut container = Container::new(runtime, program, uarea, host(kernel, &console)).unwrap();
+    let mut container =
+        Container::new(runtime, program, uarea, host(node, kernel, &console)).unwrap();
     let mut moves = 0;
+    let mut remote_ops = 0;
     let sleep = |container: &mut Container| {
         container.hibernate().unwrap();
         assert!(container.is_dormant() && container.dormant_bytes().is_some());
@@ -137,16 +147,21 @@ fn run(
                 container.reply(Reply::Done);
                 match between {
                     Between::Stay => {}
-                    Between::Move => {
+                    Between::Move | Between::Away => {
                         let bytes = container.capture().unwrap().encode();
                         kernel = 1 - kernel;
                         let image = ProcessImage::decode(&bytes).unwrap();
-                        container =
-                            Container::restore(runtime, image, host(kernel, &console)).unwrap();
+                        let host = host(node, kernel, &console);
+                        container = Container::restore(runtime, image, host).unwrap();
                     }
                     Between::Sleep => sleep(&mut container),
                 }
                 moves += u32::from(between != Between::Stay);
+            }
+            Slice::Call(KernelCall::File { owner, op }) => {
+                assert_eq!((between, owner), (Between::Away, KernelId::new(0, 0)));
+                remote_ops += 1;
+                container.reply(Reply::File(op.serve()));
             }
             Slice::Call(other) => panic!("unexpected kernel call {other:?}"),
         }
@@ -158,6 +173,7 @@ fn run(
         stdout,
         stderr,
         moves,
+        remote_ops,
     }
 }
 
@@ -173,6 +189,11 @@ fn files_c_runs_in_its_sandbox_while_moving() {
 #[test]
 fn files_c_runs_in_its_sandbox_dormant_between_slices() {
     files_c_runs_in_its_sandbox(Between::Sleep);
+}
+
+#[test]
+fn files_c_runs_in_its_sandbox_on_another_node_than_its_files() {
+    files_c_runs_in_its_sandbox(Between::Away);
 }
 
 fn files_c_runs_in_its_sandbox(between: Between) {
@@ -211,6 +232,14 @@ files: ok
     assert_eq!(text(&out.stderr), "");
     // The quantum is zero: it was stopped and moved at every safepoint.
     assert!(out.moves > 0, "the guest was never moved");
+    // Away, every file call but those answered from the UArea went to the
+    // files' owner.
+    assert_eq!(
+        out.remote_ops > 20,
+        between == Between::Away,
+        "{}",
+        out.remote_ops
+    );
     // It cleaned up after itself, and nothing escaped next to the sandbox.
     assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);

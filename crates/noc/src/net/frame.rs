@@ -15,7 +15,8 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The frame format this atoll speaks. A peer speaking another is refused.
-pub const VERSION: u16 = 1;
+/// 2: remote file ops; open files name their owner.
+pub const VERSION: u16 = 2;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;

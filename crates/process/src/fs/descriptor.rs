@@ -2,17 +2,16 @@
 //! file status (preopens and listings are in `dir.rs`).
 //!
 //! Each function decodes first — every pointer through [`GuestMemory`]
-//! (`EFAULT`), the descriptor through the table (`EBADF`) — and only then
-//! touches a file or the UArea.
-
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+//! (`EFAULT`), the descriptor through the table (`EBADF`) — then has its
+//! one file op executed ([`ProcCtx::file`]), and only then changes guest
+//! memory or the UArea.
 
 use atoll_abi::Errno;
 
+use super::op::{FileOp, FileRef, Target};
 use super::stat::{self, filetype};
 use super::times::Times;
-use super::{fdflags, host_errno, host_file, rights, MAX_IO, MAX_IOVS};
+use super::{fdflags, rights, Fail, MAX_IO, MAX_IOVS};
 use crate::ctx::{ProcCtx, Stream};
 use crate::fd::{Fd, FdTable, FileFd, Rights};
 use crate::memory::GuestMemory;
@@ -37,66 +36,63 @@ pub(super) fn out(mem: &GuestMemory<'_>, ptr: u32, len: u32) -> Result<(), Errno
     mem.slice(ptr, len).map(drop)
 }
 
-/// Reads into `iovs` from `offset`; short at end of file.
-fn read_at(
+/// Copies `data` into the buffers of `iovs`, in order.
+fn scatter(mem: &mut GuestMemory<'_>, iovs: &[(u32, u32)], mut data: &[u8]) -> Result<(), Errno> {
+    for &(buf, len) in iovs {
+        let n = data.len().min(len as usize);
+        mem.write(buf, &data[..n])?;
+        data = &data[n..];
+    }
+    Ok(())
+}
+
+/// Reads into `iovs` from `at`; short at end of file.
+fn read(
     mem: &mut GuestMemory<'_>,
+    ctx: &mut ProcCtx,
     iovs: &[(u32, u32)],
-    file: &File,
-    offset: u64,
-) -> Result<usize, Errno> {
-    let mut total = 0;
-    for &(buf, len) in iovs {
-        let dst = mem.slice_mut(buf, len)?;
-        let n = match retry(|| file.read_at(dst, offset.saturating_add(total as u64))) {
-            Ok(n) => n,
-            Err(_) if total > 0 => break,
-            Err(e) => return Err(host_errno(&e)),
-        };
-        total += n;
-        if n < len as usize {
-            break;
-        }
-    }
-    Ok(total)
+    file: FileRef,
+    at: u64,
+) -> Result<usize, Fail> {
+    let len = iovs.iter().map(|i| i.1).sum();
+    let data = ctx.file(FileOp::Read { file, at, len })?.bytes()?;
+    scatter(mem, iovs, &data)?;
+    Ok(data.len())
 }
 
-/// Writes `iovs` at `offset`; short on an error after some bytes were
-/// written (the guest sees the error on its next call).
-fn write_at(
-    mem: &GuestMemory<'_>,
-    iovs: &[(u32, u32)],
-    file: &File,
-    offset: u64,
-) -> Result<usize, Errno> {
-    let mut total = 0;
-    for &(buf, len) in iovs {
-        let mut src = mem.slice(buf, len)?;
-        while !src.is_empty() {
-            match retry(|| file.write_at(src, offset.saturating_add(total as u64))) {
-                Ok(n) if n > 0 => {
-                    total += n;
-                    src = &src[n..];
-                }
-                Ok(_) | Err(_) if total > 0 => return Ok(total),
-                Ok(_) => return Err(Errno::Io),
-                Err(e) => return Err(host_errno(&e)),
-            }
-        }
-    }
-    Ok(total)
-}
-
-fn retry<T>(mut f: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
-    loop {
-        match f() {
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            r => return r,
-        }
+/// The file behind descriptor `fd`, if it is open for `access`.
+fn open_for(fds: &FdTable, fd: u32, access: fn(&FileFd) -> bool) -> Result<FileRef, Errno> {
+    match fds.get(fd)? {
+        Fd::File(f) if access(f) => Ok(FileRef {
+            fd,
+            file: f.clone(),
+        }),
+        Fd::File(_) => Err(Errno::Badf),
+        other => Err(not_a_file(other)),
     }
 }
 
-fn file_size(file: &File) -> Result<u64, Errno> {
-    Ok(file.metadata().map_err(|e| host_errno(&e))?.len())
+fn readable(f: &FileFd) -> bool {
+    f.read
+}
+
+fn writable(f: &FileFd) -> bool {
+    f.write
+}
+
+fn any(_: &FileFd) -> bool {
+    true
+}
+
+/// Moves descriptor `fd`'s offset to `to`.
+fn set_offset(ctx: &mut ProcCtx, fd: u32, to: u64) -> Result<(), Errno> {
+    match ctx.uarea.fds.get_mut(fd)? {
+        Fd::File(f) => {
+            f.offset = to;
+            Ok(())
+        }
+        _ => Err(Errno::Badf),
+    }
 }
 
 /// `fd_read`: stdin is at end of file (atoll forwards no input yet).
@@ -107,21 +103,24 @@ pub(crate) fn fd_read(
     iovs: u32,
     iovs_len: u32,
     nread: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let iovs = iovecs(mem, iovs, iovs_len)?;
     out(mem, nread, 4)?;
-    let ProcCtx { uarea, files, .. } = ctx;
-    let n = match uarea.fds.get_mut(fd)? {
+    let n = match ctx.uarea.fds.get(fd)? {
         Fd::Stdin => 0,
-        Fd::File(f) if f.read => {
-            let n = read_at(mem, &iovs, host_file(files, fd, f)?, f.offset)?;
-            f.offset += n as u64;
+        Fd::Dir(_) => return Err(Errno::IsDir.into()),
+        _ => {
+            let file = open_for(&ctx.uarea.fds, fd, readable).map_err(|e| match e {
+                Errno::Spipe => Errno::Badf,
+                e => e,
+            })?;
+            let at = file.file.offset;
+            let n = read(mem, ctx, &iovs, file, at)?;
+            set_offset(ctx, fd, at + n as u64)?;
             n
         }
-        Fd::Dir(_) => return Err(Errno::IsDir),
-        _ => return Err(Errno::Badf),
     };
-    mem.write_u32(nread, n as u32)
+    Ok(mem.write_u32(nread, n as u32)?)
 }
 
 /// `fd_write`: stdout and stderr go to the process's console.
@@ -132,39 +131,35 @@ pub(crate) fn fd_write(
     iovs: u32,
     iovs_len: u32,
     nwritten: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let iovs = iovecs(mem, iovs, iovs_len)?;
     out(mem, nwritten, 4)?;
-    let ProcCtx {
-        uarea, files, host, ..
-    } = ctx;
-    let n = match uarea.fds.get_mut(fd)? {
-        entry @ (Fd::Stdout | Fd::Stderr) => {
-            let stream = if matches!(entry, Fd::Stdout) {
-                Stream::Stdout
-            } else {
-                Stream::Stderr
-            };
-            let bytes = mem.gather(&iovs)?;
-            if !bytes.is_empty() {
-                host.console.write(uarea.console, stream, &bytes);
-            }
-            bytes.len()
-        }
-        Fd::File(f) if f.write => {
-            let file = host_file(files, fd, f)?;
-            let at = if f.flags & fdflags::APPEND != 0 {
-                file_size(file)?
-            } else {
-                f.offset
-            };
-            let n = write_at(mem, &iovs, file, at)?;
-            f.offset = at + n as u64;
-            n
-        }
-        _ => return Err(Errno::Badf),
+    let stream = match ctx.uarea.fds.get(fd)? {
+        Fd::Stdout => Some(Stream::Stdout),
+        Fd::Stderr => Some(Stream::Stderr),
+        _ => None,
     };
-    mem.write_u32(nwritten, n as u32)
+    let data = mem.gather(&iovs)?;
+    let n = match stream {
+        Some(stream) => {
+            if !data.is_empty() {
+                ctx.host.console.write(ctx.uarea.console, stream, &data);
+            }
+            data.len()
+        }
+        None => {
+            let file = open_for(&ctx.uarea.fds, fd, writable).map_err(|e| match e {
+                Errno::Spipe | Errno::IsDir => Errno::Badf,
+                e => e,
+            })?;
+            let append = file.file.flags & fdflags::APPEND != 0;
+            let at = (!append).then_some(file.file.offset);
+            let (at, n) = ctx.file(FileOp::Write { file, at, data })?.written()?;
+            set_offset(ctx, fd, at + n)?;
+            n as usize
+        }
+    };
+    Ok(mem.write_u32(nwritten, n as u32)?)
 }
 
 /// Why a descriptor that is not a file cannot do file I/O.
@@ -173,14 +168,6 @@ fn not_a_file(entry: &Fd) -> Errno {
         Fd::File(_) => Errno::Badf,
         Fd::Dir(_) => Errno::IsDir,
         Fd::Stdin | Fd::Stdout | Fd::Stderr => Errno::Spipe,
-    }
-}
-
-/// The file behind a descriptor, for a call that has an offset.
-fn positional(entry: &Fd) -> Result<&FileFd, Errno> {
-    match entry {
-        Fd::File(f) => Ok(f),
-        other => Err(not_a_file(other)),
     }
 }
 
@@ -193,15 +180,12 @@ pub(crate) fn fd_pread(
     iovs_len: u32,
     offset: u64,
     nread: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let iovs = iovecs(mem, iovs, iovs_len)?;
     out(mem, nread, 4)?;
-    let f = positional(ctx.uarea.fds.get(fd)?)?;
-    if !f.read {
-        return Err(Errno::Badf);
-    }
-    let n = read_at(mem, &iovs, host_file(&mut ctx.files, fd, f)?, offset)?;
-    mem.write_u32(nread, n as u32)
+    let file = open_for(&ctx.uarea.fds, fd, readable)?;
+    let n = read(mem, ctx, &iovs, file, offset)?;
+    Ok(mem.write_u32(nread, n as u32)?)
 }
 
 /// `fd_pwrite`: writes at `offset` (even in append mode), leaving the
@@ -214,15 +198,14 @@ pub(crate) fn fd_pwrite(
     iovs_len: u32,
     offset: u64,
     nwritten: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let iovs = iovecs(mem, iovs, iovs_len)?;
     out(mem, nwritten, 4)?;
-    let f = positional(ctx.uarea.fds.get(fd)?)?;
-    if !f.write {
-        return Err(Errno::Badf);
-    }
-    let n = write_at(mem, &iovs, host_file(&mut ctx.files, fd, f)?, offset)?;
-    mem.write_u32(nwritten, n as u32)
+    let file = open_for(&ctx.uarea.fds, fd, writable)?;
+    let data = mem.gather(&iovs)?;
+    let at = Some(offset);
+    let (_, n) = ctx.file(FileOp::Write { file, at, data })?.written()?;
+    Ok(mem.write_u32(nwritten, n as u32)?)
 }
 
 /// `fd_seek`: whence SET 0, CUR 1, END 2.
@@ -233,25 +216,21 @@ pub(crate) fn fd_seek(
     offset: i64,
     whence: u32,
     newoffset: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     out(mem, newoffset, 8)?;
-    let ProcCtx { uarea, files, .. } = ctx;
-    let f = match uarea.fds.get_mut(fd)? {
-        Fd::File(f) => f,
-        other => return Err(not_a_file(other)),
-    };
+    let file = open_for(&ctx.uarea.fds, fd, any)?;
     let base = match whence {
         0 => 0,
-        1 => f.offset,
-        2 => file_size(host_file(files, fd, f)?)?,
-        _ => return Err(Errno::Inval),
+        1 => file.file.offset,
+        2 => ctx.file(FileOp::Size { file })?.size()?,
+        _ => return Err(Errno::Inval.into()),
     };
     let new = i128::from(base) + i128::from(offset);
     if !(0..=i128::from(i64::MAX)).contains(&new) {
-        return Err(Errno::Inval);
+        return Err(Errno::Inval.into());
     }
-    f.offset = new as u64;
-    mem.write_u64(newoffset, f.offset)
+    set_offset(ctx, fd, new as u64)?;
+    Ok(mem.write_u64(newoffset, new as u64)?)
 }
 
 /// `fd_tell`.
@@ -262,11 +241,12 @@ pub(crate) fn fd_tell(
     offset: u32,
 ) -> Result<(), Errno> {
     out(mem, offset, 8)?;
-    let f = positional(ctx.uarea.fds.get(fd)?)?;
-    mem.write_u64(offset, f.offset)
+    let file = open_for(&ctx.uarea.fds, fd, any)?;
+    mem.write_u64(offset, file.file.offset)
 }
 
-/// `fd_close`: drops the descriptor and this kernel's host handle.
+/// `fd_close`: drops the descriptor and this kernel's host handle (the
+/// owner of a file keeps none for another node's process).
 pub(crate) fn fd_close(
     _mem: &mut GuestMemory<'_>,
     ctx: &mut ProcCtx,
@@ -294,24 +274,26 @@ pub(crate) fn fd_renumber(
     Ok(())
 }
 
-fn sync(ctx: &mut ProcCtx, fd: u32, data_only: bool) -> Result<(), Errno> {
-    let result = match ctx.uarea.fds.get(fd)? {
-        Fd::File(f) => {
-            let file = host_file(&mut ctx.files, fd, f)?;
-            if data_only {
-                file.sync_data()
-            } else {
-                file.sync_all()
-            }
-        }
-        Fd::Dir(d) => File::open(&d.host).and_then(|dir| dir.sync_all()),
-        Fd::Stdin | Fd::Stdout | Fd::Stderr => return Err(Errno::Inval),
-    };
-    result.map_err(|e| host_errno(&e))
+/// What descriptor `fd` names for calls that take a file or a directory;
+/// stdio gets `stdio`.
+fn target(fds: &FdTable, fd: u32, stdio: Errno) -> Result<Target, Errno> {
+    match fds.get(fd)? {
+        Fd::File(f) => Ok(Target::File(FileRef {
+            fd,
+            file: f.clone(),
+        })),
+        Fd::Dir(d) => Ok(Target::Dir(d.clone())),
+        Fd::Stdin | Fd::Stdout | Fd::Stderr => Err(stdio),
+    }
+}
+
+fn sync(ctx: &mut ProcCtx, fd: u32, data_only: bool) -> Result<(), Fail> {
+    let target = target(&ctx.uarea.fds, fd, Errno::Inval)?;
+    Ok(ctx.file(FileOp::Sync { target, data_only })?.done()?)
 }
 
 /// `fd_sync`.
-pub(crate) fn fd_sync(_mem: &mut GuestMemory<'_>, ctx: &mut ProcCtx, fd: u32) -> Result<(), Errno> {
+pub(crate) fn fd_sync(_mem: &mut GuestMemory<'_>, ctx: &mut ProcCtx, fd: u32) -> Result<(), Fail> {
     sync(ctx, fd, false)
 }
 
@@ -320,7 +302,7 @@ pub(crate) fn fd_datasync(
     _mem: &mut GuestMemory<'_>,
     ctx: &mut ProcCtx,
     fd: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     sync(ctx, fd, true)
 }
 
@@ -399,26 +381,13 @@ pub(crate) fn fd_filestat_get(
     ctx: &mut ProcCtx,
     fd: u32,
     buf: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     out(mem, buf, stat::FILESTAT_LEN)?;
-    let record = match ctx.uarea.fds.get(fd)? {
-        Fd::Stdin | Fd::Stdout | Fd::Stderr => stat::stdio_filestat(),
-        Fd::Dir(d) => stat::filestat(&std::fs::metadata(&d.host).map_err(|e| host_errno(&e))?),
-        Fd::File(f) => {
-            let file = host_file(&mut ctx.files, fd, f)?;
-            stat::filestat(&file.metadata().map_err(|e| host_errno(&e))?)
-        }
+    let record = match target(&ctx.uarea.fds, fd, Errno::Spipe) {
+        Err(Errno::Spipe) => stat::stdio_filestat(),
+        target => ctx.file(FileOp::Stat { target: target? })?.stat()?,
     };
-    mem.write(buf, &record)
-}
-
-/// The writable file behind `fd`, for calls that change its size.
-fn writable(ctx: &mut ProcCtx, fd: u32) -> Result<&File, Errno> {
-    match ctx.uarea.fds.get(fd)? {
-        Fd::File(f) if f.write => host_file(&mut ctx.files, fd, f),
-        Fd::File(_) => Err(Errno::Badf),
-        other => Err(not_a_file(other)),
-    }
+    Ok(mem.write(buf, &record)?)
 }
 
 /// `fd_filestat_set_size`.
@@ -427,11 +396,12 @@ pub(crate) fn fd_filestat_set_size(
     ctx: &mut ProcCtx,
     fd: u32,
     size: u64,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     if size > i64::MAX as u64 {
-        return Err(Errno::Fbig);
+        return Err(Errno::Fbig.into());
     }
-    writable(ctx, fd)?.set_len(size).map_err(|e| host_errno(&e))
+    let file = open_for(&ctx.uarea.fds, fd, writable)?;
+    Ok(ctx.file(FileOp::SetSize { file, size })?.done()?)
 }
 
 /// `fd_allocate`: grows the file to `offset + len` if it is shorter.
@@ -441,16 +411,13 @@ pub(crate) fn fd_allocate(
     fd: u32,
     offset: u64,
     len: u64,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let end = offset
         .checked_add(len)
         .filter(|&e| e <= i64::MAX as u64)
         .ok_or(Errno::Fbig)?;
-    let file = writable(ctx, fd)?;
-    if file_size(file)? < end {
-        file.set_len(end).map_err(|e| host_errno(&e))?;
-    }
-    Ok(())
+    let file = open_for(&ctx.uarea.fds, fd, writable)?;
+    Ok(ctx.file(FileOp::Allocate { file, end })?.done()?)
 }
 
 /// `fd_advise`: advice is only a hint; a valid one is accepted.
@@ -477,12 +444,8 @@ pub(crate) fn fd_filestat_set_times(
     atim: u64,
     mtim: u64,
     flags: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let times = Times::decode(atim, mtim, flags)?;
-    let result = match ctx.uarea.fds.get(fd)? {
-        Fd::File(f) => times.set_fd(host_file(&mut ctx.files, fd, f)?),
-        Fd::Dir(d) => File::open(&d.host).and_then(|dir| times.set_fd(&dir)),
-        Fd::Stdin | Fd::Stdout | Fd::Stderr => return Err(Errno::Badf),
-    };
-    result.map_err(|e| host_errno(&e))
+    let target = target(&ctx.uarea.fds, fd, Errno::Badf)?;
+    Ok(ctx.file(FileOp::SetTimes { target, times })?.done()?)
 }

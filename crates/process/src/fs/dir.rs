@@ -8,8 +8,9 @@ use std::path::Path;
 use atoll_abi::Errno;
 
 use super::descriptor::out;
-use super::host_errno;
+use super::op::FileOp;
 use super::stat::{self, filetype, DirEntry};
+use super::{host_errno, Fail};
 use crate::ctx::ProcCtx;
 use crate::fd::Fd;
 use crate::memory::GuestMemory;
@@ -55,7 +56,7 @@ pub(crate) fn fd_prestat_dir_name(
 /// The entries of a directory as `fd_readdir` lists them: `.` and `..`
 /// first, then the others sorted by name, so a cookie (an index) means the
 /// same thing from one call to the next and on any kernel.
-fn list_dir(host: &Path) -> Result<Vec<DirEntry>, Errno> {
+pub(super) fn list_dir(host: &Path) -> Result<Vec<DirEntry>, Errno> {
     let ino = |p: &Path| std::fs::metadata(p).map(|m| m.ino()).unwrap_or(0);
     let dot = |name: &[u8], ino| DirEntry {
         name: name.to_vec(),
@@ -90,13 +91,14 @@ pub(crate) fn fd_readdir(
     buf_len: u32,
     cookie: u64,
     bufused: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     out(mem, buf, buf_len)?;
     out(mem, bufused, 4)?;
     let Fd::Dir(d) = ctx.uarea.fds.get(fd)? else {
-        return Err(Errno::NotDir);
+        return Err(Errno::NotDir.into());
     };
-    let entries = list_dir(&d.host)?;
+    let dir = d.clone();
+    let entries = ctx.file(FileOp::List { dir })?.entries()?;
     let used = stat::fill_dirents(&entries, cookie, mem.slice_mut(buf, buf_len)?);
-    mem.write_u32(bufused, used as u32)
+    Ok(mem.write_u32(bufused, used as u32)?)
 }

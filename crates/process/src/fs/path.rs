@@ -1,17 +1,14 @@
 //! The `path_*` calls: opening, status, and changes to directory entries,
 //! every path resolved beneath its directory descriptor's root.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
-
 use atoll_abi::Errno;
 
+use super::op::{Beneath, FileOp};
 use super::stat;
 use super::times::Times;
-use super::{fdflags, host_errno, open_host, resolve, resolve_entry, rights, Follow};
+use super::{fdflags, rights, Fail, Follow};
 use crate::ctx::ProcCtx;
-use crate::fd::{DirFd, Fd, FdTable, FileFd};
+use crate::fd::{DirFd, Fd, FdTable};
 use crate::memory::GuestMemory;
 
 /// Longest guest path accepted (Linux's `PATH_MAX`).
@@ -48,26 +45,23 @@ fn dir_of(fds: &FdTable, fd: u32) -> Result<&DirFd, Errno> {
     }
 }
 
-/// Resolves guest path `path` beneath directory descriptor `fd`.
-fn lookup(ctx: &ProcCtx, fd: u32, path: &str, follow: Follow) -> Result<PathBuf, Errno> {
-    resolve(&dir_of(&ctx.uarea.fds, fd)?.host, path, follow)
-}
-
-/// Resolves a directory entry to create, remove or rename.
-fn lookup_entry(ctx: &ProcCtx, fd: u32, path: &str) -> Result<PathBuf, Errno> {
-    resolve_entry(&dir_of(&ctx.uarea.fds, fd)?.host, path)
+/// Guest path `path` beneath directory descriptor `fd`, for an op.
+fn beneath(ctx: &ProcCtx, fd: u32, path: String) -> Result<Beneath, Errno> {
+    let dir = dir_of(&ctx.uarea.fds, fd)?.clone();
+    Ok(Beneath { dir, path })
 }
 
 /// What `path_open` was asked for, decoded.
-struct OpenRequest {
-    create: bool,
-    directory: bool,
-    exclusive: bool,
-    truncate: bool,
-    read: bool,
-    write: bool,
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OpenRequest {
+    pub(crate) create: bool,
+    pub(crate) directory: bool,
+    pub(crate) exclusive: bool,
+    pub(crate) truncate: bool,
+    pub(crate) read: bool,
+    pub(crate) write: bool,
     /// WASI `fdflags`, kept by the new descriptor.
-    flags: u16,
+    pub(crate) flags: u16,
 }
 
 impl OpenRequest {
@@ -91,50 +85,6 @@ impl OpenRequest {
     }
 }
 
-/// Opens what `host` names as `req` asks, returning the new descriptor and,
-/// for a file, its host handle.
-fn open(host: PathBuf, req: &OpenRequest) -> Result<(Fd, Option<File>), Errno> {
-    let existing = std::fs::symlink_metadata(&host);
-    match &existing {
-        Ok(m) if m.is_dir() => {
-            if req.create && req.exclusive {
-                return Err(Errno::Exist);
-            }
-            if req.create || req.write || req.truncate {
-                return Err(Errno::IsDir);
-            }
-            let dir = DirFd {
-                host,
-                preopen: None,
-            };
-            return Ok((Fd::Dir(dir), None));
-        }
-        // Only a final link that was not to be followed is still here.
-        Ok(m) if m.file_type().is_symlink() => return Err(Errno::Loop),
-        Ok(_) if req.directory => return Err(Errno::NotDir),
-        Err(e) if req.directory || !req.create => return Err(host_errno(e)),
-        _ => {}
-    }
-    // O_CREAT on an existing file creates nothing, and needs no write access.
-    let create = req.create && (req.exclusive || existing.is_err());
-    let mut options = OpenOptions::new();
-    options
-        .read(req.read || !req.write)
-        .write(req.write || req.truncate || create)
-        .truncate(req.truncate)
-        .create(create)
-        .create_new(create && req.exclusive);
-    let file = open_host(&mut options, &host, req.flags)?;
-    let entry = FileFd {
-        host,
-        offset: 0,
-        read: req.read,
-        write: req.write,
-        flags: req.flags,
-    };
-    Ok((Fd::File(entry), Some(file)))
-}
-
 /// `path_open`. Rights decide the access mode (`FD_READ`, `FD_WRITE`); a
 /// directory needs neither. Inheriting rights are not tracked.
 #[allow(clippy::too_many_arguments)]
@@ -150,18 +100,16 @@ pub(crate) fn path_open(
     _rights_inheriting: u64,
     fdflags: u32,
     fd_out: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let path = guest_path(mem, path, path_len)?;
     mem.slice(fd_out, 4)?;
     let req = OpenRequest::decode(oflags, rights_base, fdflags)?;
-    let host = lookup(ctx, fd, &path, Follow::from_lookupflags(dirflags))?;
-    let (entry, file) = open(host, &req)?;
+    let at = beneath(ctx, fd, path)?;
+    let follow = Follow::from_lookupflags(dirflags);
+    let entry = ctx.file(FileOp::Open { at, follow, req })?.opened()?;
     let new = ctx.uarea.fds.insert(entry)?;
-    match file {
-        Some(file) => ctx.files.insert(new, file),
-        None => ctx.files.remove(&new),
-    };
-    mem.write_u32(fd_out, new)
+    ctx.files.remove(&new);
+    Ok(mem.write_u32(fd_out, new)?)
 }
 
 /// `path_filestat_get`.
@@ -173,13 +121,13 @@ pub(crate) fn path_filestat_get(
     path: u32,
     path_len: u32,
     buf: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let path = guest_path(mem, path, path_len)?;
     mem.slice(buf, stat::FILESTAT_LEN)?;
-    let host = lookup(ctx, fd, &path, Follow::from_lookupflags(flags))?;
-    // A followed link is already replaced by its target.
-    let meta = std::fs::symlink_metadata(host).map_err(|e| host_errno(&e))?;
-    mem.write(buf, &stat::filestat(&meta))
+    let at = beneath(ctx, fd, path)?;
+    let follow = Follow::from_lookupflags(flags);
+    let record = ctx.file(FileOp::PathStat { at, follow })?.stat()?;
+    Ok(mem.write(buf, &record)?)
 }
 
 /// `path_filestat_set_times`: of a symbolic link itself unless the
@@ -195,12 +143,28 @@ pub(crate) fn path_filestat_set_times(
     atim: u64,
     mtim: u64,
     fst_flags: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let path = guest_path(mem, path, path_len)?;
     let times = Times::decode(atim, mtim, fst_flags)?;
-    // A followed link is already replaced by its target.
-    let host = lookup(ctx, fd, &path, Follow::from_lookupflags(flags))?;
-    times.set_path(&host, false).map_err(|e| host_errno(&e))
+    let at = beneath(ctx, fd, path)?;
+    let follow = Follow::from_lookupflags(flags);
+    Ok(ctx
+        .file(FileOp::PathSetTimes { at, follow, times })?
+        .done()?)
+}
+
+/// A `path_*` call that changes the entry `path` names beneath `fd`.
+fn change(
+    mem: &GuestMemory<'_>,
+    ctx: &mut ProcCtx,
+    fd: u32,
+    path: u32,
+    path_len: u32,
+    op: fn(Beneath) -> FileOp,
+) -> Result<(), Fail> {
+    let path = guest_path(mem, path, path_len)?;
+    let at = beneath(ctx, fd, path)?;
+    Ok(ctx.file(op(at))?.done()?)
 }
 
 /// `path_create_directory`.
@@ -210,13 +174,8 @@ pub(crate) fn path_create_directory(
     fd: u32,
     path: u32,
     path_len: u32,
-) -> Result<(), Errno> {
-    let path = guest_path(mem, path, path_len)?;
-    // `.` and `..` name directories that exist.
-    let host =
-        lookup_entry(ctx, fd, &path)
-            .map_err(|e| if e == Errno::Inval { Errno::Exist } else { e })?;
-    std::fs::create_dir(host).map_err(|e| host_errno(&e))
+) -> Result<(), Fail> {
+    change(mem, ctx, fd, path, path_len, |at| FileOp::CreateDir { at })
 }
 
 /// `path_remove_directory`.
@@ -226,10 +185,8 @@ pub(crate) fn path_remove_directory(
     fd: u32,
     path: u32,
     path_len: u32,
-) -> Result<(), Errno> {
-    let path = guest_path(mem, path, path_len)?;
-    let host = lookup_entry(ctx, fd, &path)?;
-    std::fs::remove_dir(host).map_err(|e| host_errno(&e))
+) -> Result<(), Fail> {
+    change(mem, ctx, fd, path, path_len, |at| FileOp::RemoveDir { at })
 }
 
 /// `path_unlink_file`.
@@ -239,13 +196,12 @@ pub(crate) fn path_unlink_file(
     fd: u32,
     path: u32,
     path_len: u32,
-) -> Result<(), Errno> {
-    let path = guest_path(mem, path, path_len)?;
-    let host = lookup_entry(ctx, fd, &path)?;
-    std::fs::remove_file(host).map_err(|e| host_errno(&e))
+) -> Result<(), Fail> {
+    change(mem, ctx, fd, path, path_len, |at| FileOp::Unlink { at })
 }
 
-/// `path_rename`: both ends resolved beneath their own descriptors' roots.
+/// `path_rename`: both ends resolved beneath their own descriptors' roots
+/// (`EXDEV` between directories of two nodes).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn path_rename(
     mem: &mut GuestMemory<'_>,
@@ -256,12 +212,12 @@ pub(crate) fn path_rename(
     new_fd: u32,
     new_path: u32,
     new_len: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let old_path = guest_path(mem, old_path, old_len)?;
     let new_path = guest_path(mem, new_path, new_len)?;
-    let old = lookup_entry(ctx, fd, &old_path)?;
-    let new = lookup_entry(ctx, new_fd, &new_path)?;
-    std::fs::rename(old, new).map_err(|e| host_errno(&e))
+    let from = beneath(ctx, fd, old_path)?;
+    let to = beneath(ctx, new_fd, new_path)?;
+    Ok(ctx.file(FileOp::Rename { from, to })?.done()?)
 }
 
 /// `path_readlink`: the link's text, cut to the buffer.
@@ -275,16 +231,15 @@ pub(crate) fn path_readlink(
     buf: u32,
     buf_len: u32,
     bufused: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let path = guest_path(mem, path, path_len)?;
     mem.slice(buf, buf_len)?;
     mem.slice(bufused, 4)?;
-    let host = lookup_entry(ctx, fd, &path)?;
-    let text = std::fs::read_link(host).map_err(|e| host_errno(&e))?;
-    let bytes = text.as_os_str().as_bytes();
-    let n = bytes.len().min(buf_len as usize);
-    mem.write(buf, &bytes[..n])?;
-    mem.write_u32(bufused, n as u32)
+    let at = beneath(ctx, fd, path)?;
+    let text = ctx.file(FileOp::ReadLink { at })?.bytes()?;
+    let n = text.len().min(buf_len as usize);
+    mem.write(buf, &text[..n])?;
+    Ok(mem.write_u32(bufused, n as u32)?)
 }
 
 /// `path_symlink`: the link's text must be relative (an absolute one would
@@ -298,17 +253,17 @@ pub(crate) fn path_symlink(
     fd: u32,
     new_path: u32,
     new_len: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let text = guest_path(mem, old_path, old_len)?;
     let new_path = guest_path(mem, new_path, new_len)?;
     if text.is_empty() {
-        return Err(Errno::NoEnt);
+        return Err(Errno::NoEnt.into());
     }
     if text.starts_with('/') {
-        return Err(Errno::NotCapable);
+        return Err(Errno::NotCapable.into());
     }
-    let host = lookup_entry(ctx, fd, &new_path)?;
-    std::os::unix::fs::symlink(text, host).map_err(|e| host_errno(&e))
+    let at = beneath(ctx, fd, new_path)?;
+    Ok(ctx.file(FileOp::Symlink { text, at })?.done()?)
 }
 
 /// `path_link`: a hard link; both ends beneath their roots.
@@ -323,10 +278,11 @@ pub(crate) fn path_link(
     new_fd: u32,
     new_path: u32,
     new_len: u32,
-) -> Result<(), Errno> {
+) -> Result<(), Fail> {
     let old_path = guest_path(mem, old_path, old_len)?;
     let new_path = guest_path(mem, new_path, new_len)?;
-    let old = lookup(ctx, old_fd, &old_path, Follow::from_lookupflags(old_flags))?;
-    let new = lookup_entry(ctx, new_fd, &new_path)?;
-    std::fs::hard_link(old, new).map_err(|e| host_errno(&e))
+    let from = beneath(ctx, old_fd, old_path)?;
+    let to = beneath(ctx, new_fd, new_path)?;
+    let follow = Follow::from_lookupflags(old_flags);
+    Ok(ctx.file(FileOp::Link { from, follow, to })?.done()?)
 }

@@ -25,8 +25,8 @@ const MAX_SYMLINKS: u32 = 40;
 
 /// Whether a symbolic link in the last component is followed (WASI
 /// `lookupflags.symlink_follow`). Links in earlier components always are.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Follow {
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+pub enum Follow {
     Yes,
     No,
 }

@@ -95,8 +95,9 @@ pub(crate) fn fdstat(
 }
 
 /// One directory entry as `fd_readdir` lists it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct DirEntry {
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DirEntry {
+    #[serde(with = "serde_bytes")]
     pub name: Vec<u8>,
     pub ino: u64,
     pub filetype: u8,

@@ -19,8 +19,14 @@ mod fstflags {
     pub const ALL: u32 = ATIM | ATIM_NOW | MTIM | MTIM_NOW;
 }
 
-/// Decoded times, as `utimensat` takes them: access, then modification.
-pub(crate) struct Times([libc::timespec; 2]);
+/// Checked times to set: access and modification (nanoseconds), and
+/// `fstflags` saying which to set, to a value or to now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Times {
+    atim: u64,
+    mtim: u64,
+    flags: u32,
+}
 
 impl Times {
     /// Decodes `fstflags`: for each time, a value, now, or left alone.
@@ -35,6 +41,13 @@ impl Times {
         if flags & (MTIM | MTIM_NOW) == MTIM | MTIM_NOW {
             return Err(Errno::Inval);
         }
+        Ok(Times { atim, mtim, flags })
+    }
+
+    /// As `utimensat` takes them: access, then modification.
+    fn timespecs(&self) -> [libc::timespec; 2] {
+        use fstflags::*;
+        let flags = self.flags;
         let one = |ns: u64, set: u32, now: u32| {
             if flags & set != 0 {
                 libc::timespec {
@@ -53,17 +66,18 @@ impl Times {
                 }
             }
         };
-        Ok(Times([
-            one(atim, ATIM, ATIM_NOW),
-            one(mtim, MTIM, MTIM_NOW),
-        ]))
+        [
+            one(self.atim, ATIM, ATIM_NOW),
+            one(self.mtim, MTIM, MTIM_NOW),
+        ]
     }
 
     /// Sets the times of an open file or directory.
     pub(crate) fn set_fd(&self, file: &File) -> std::io::Result<()> {
+        let times = self.timespecs();
         // SAFETY: the descriptor is open for the borrow of `file`, and
-        // `self.0` is the two timespecs futimens reads.
-        os_result(unsafe { libc::futimens(file.as_raw_fd(), self.0.as_ptr()) })
+        // `times` is the two timespecs futimens reads.
+        os_result(unsafe { libc::futimens(file.as_raw_fd(), times.as_ptr()) })
     }
 
     /// Sets the times of what `path` names; of a symbolic link itself unless
@@ -72,10 +86,11 @@ impl Times {
         let c_path = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
         let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
-        // SAFETY: `c_path` is a NUL-terminated string and `self.0` the two
+        let times = self.timespecs();
+        // SAFETY: `c_path` is a NUL-terminated string and `times` the two
         // timespecs utimensat reads; both outlive the call.
         os_result(unsafe {
-            libc::utimensat(libc::AT_FDCWD, c_path.as_ptr(), self.0.as_ptr(), flags)
+            libc::utimensat(libc::AT_FDCWD, c_path.as_ptr(), times.as_ptr(), flags)
         })
     }
 }

@@ -270,10 +270,11 @@ mod tests {
         std::fs::write(dir.path().join("secret.wasm"), b"").unwrap();
         let bin = dir.path().join("bin");
         std::os::unix::fs::symlink(dir.path().join("secret.wasm"), bin.join("link.wasm")).unwrap();
-        let fds = FdTable::new(&[Preopen {
+        let preopens = [Preopen {
             host: bin.clone(),
             guest: "/bin".into(),
-        }]);
+        }];
+        let fds = FdTable::new(&preopens, atoll_abi::KernelId::new(0, 0));
         assert_eq!(
             resolve_module(&fds, "/bin/a.wasm").unwrap(),
             bin.canonicalize().unwrap().join("a.wasm")

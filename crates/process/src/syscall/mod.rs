@@ -63,27 +63,30 @@ pub(crate) fn local_call(
     f: impl FnOnce(&mut GuestMemory<'_>, &mut ProcCtx) -> Result<(), Errno>,
 ) -> wasmtime::Result<i32> {
     if take_reply(caller)?.is_some() {
-        // Rewound on the kernel it moved to (or stayed on): the call was
-        // served before the move.
-        return caller
-            .data_mut()
-            .uarea
-            .wander
-            .result
-            .take()
-            .ok_or_else(|| wasmtime::format_err!("rewound into a call that did not wander"));
+        return wandered(caller);
     }
     let rc = with_memory(caller, f);
-    if caller.data().uarea.wander.enabled {
-        wander(caller, rc);
-    }
+    wander(caller, rc);
     Ok(rc)
 }
 
-/// Moves the process to the next kernel after a call that returned `rc`.
-fn wander(caller: &mut Caller<'_, ProcCtx>, rc: i32) {
+/// Rewound on the kernel a wandering process moved to (or stayed on): the
+/// result of the call it made before the move.
+pub(crate) fn wandered(caller: &mut Caller<'_, ProcCtx>) -> wasmtime::Result<i32> {
+    caller
+        .data_mut()
+        .uarea
+        .wander
+        .result
+        .take()
+        .ok_or_else(|| wasmtime::format_err!("rewound into a call that did not wander"))
+}
+
+/// In wander mode, moves the process to the next kernel after a call that
+/// returned `rc`.
+pub(crate) fn wander(caller: &mut Caller<'_, ProcCtx>, rc: i32) {
     let host = &caller.data().host;
-    if host.kernel_count < 2 {
+    if !caller.data().uarea.wander.enabled || host.kernel_count < 2 {
         return;
     }
     let to = KernelId::new(

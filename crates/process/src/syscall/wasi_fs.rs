@@ -1,25 +1,28 @@
 //! WASI preview1's file calls (`fd_*`, `path_*`): stdio to the process's
 //! console, files and directories beneath preopened directories.
 //!
-//! This file only binds the imports to their implementations in
-//! [`crate::fs`], which documents the model: the local part of each open
-//! file lives in the UArea, the host `File` is a cache reopened from its
-//! path on any kernel, and paths never resolve outside their preopen.
+//! This file binds the imports to their implementations in [`crate::fs`],
+//! which documents the model: the local part of each open file lives in the
+//! UArea, the remote part on the node that owns the file, and paths never
+//! resolve outside their preopen. [`file_call`] is where a call whose file
+//! is on another node enters the kernel, and is run again with the answer.
 //! Clocks, args, environ, random, poll, sched, proc and sock calls are in
 //! `wasi.rs`.
 
 use wasmtime::{Caller, Linker};
 
-use super::local_call;
+use super::{enter_kernel, take_reply, wander, wandered, with_memory};
+use crate::call::{KernelCall, Reply};
 use crate::ctx::ProcCtx;
-use crate::fs;
+use crate::fs::{self, Fail};
+use crate::memory::GuestMemory;
 
 const WASI: &str = "wasi_snapshot_preview1";
 
 /// Registers one import: its preview1 parameters (`i32`/`i64` as the core
 /// ABI passes them) are handed, reinterpreted as the implementation's
 /// unsigned types, to `fs::$name(mem, ctx, ...)`; it returns the errno
-/// (through [`local_call`], so files are covered by wander mode).
+/// (through [`file_call`]).
 macro_rules! bind {
     ($linker:ident, $($name:ident($($arg:ident: $ty:ty),*);)*) => {
         $(
@@ -27,7 +30,9 @@ macro_rules! bind {
                 WASI,
                 stringify!($name),
                 |mut caller: Caller<'_, ProcCtx>, $($arg: $ty),*| {
-                    local_call(&mut caller, |mem, ctx| fs::$name(mem, ctx, $($arg as _),*))
+                    file_call(&mut caller, |mem, ctx| {
+                        fs::$name(mem, ctx, $($arg as _),*).map_err(Fail::from)
+                    })
                 },
             )?;
         )*
@@ -78,4 +83,35 @@ pub(crate) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Serves a file call: at once if its file is on this node, else by
+/// entering the kernel with its op (the process blocks until the owner's
+/// answer comes back), then, rewound with the answer, by running `f` again
+/// to apply it. Wander mode then moves the process, as after any call
+/// answered in place.
+fn file_call(
+    caller: &mut Caller<'_, ProcCtx>,
+    f: impl Fn(&mut GuestMemory<'_>, &mut ProcCtx) -> Result<(), Fail>,
+) -> wasmtime::Result<i32> {
+    match take_reply(caller)? {
+        Some(Reply::File(answer)) => caller.data_mut().file_answer = Some(answer),
+        Some(_) => return wandered(caller),
+        None => {}
+    }
+    let mut remote = None;
+    let rc = with_memory(caller, |mem, ctx| match f(mem, ctx) {
+        Ok(()) => Ok(()),
+        Err(Fail::Errno(e)) => Err(e),
+        Err(Fail::Remote { owner, op }) => {
+            remote = Some(KernelCall::File { owner, op });
+            Ok(())
+        }
+    });
+    if let Some(call) = remote {
+        // A module that cannot unwind (run unprepared) cannot wait.
+        return Ok(enter_kernel(caller, call).map_or_else(|e| e.raw() as i32, |()| 0));
+    }
+    wander(caller, rc);
+    Ok(rc)
 }
