@@ -552,7 +552,29 @@ fn a_silent_node_is_given_up_and_a_restarted_one_is_a_new_node() {
         .status()
         .unwrap()
         .success());
+    // Requests that reach it now are never answered by it: they end when
+    // it is given up, not when the asker's patience runs out.
+    let piped = |args: &[&str]| {
+        c.nodes[0]
+            .atoll(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let kill = piped(&["kill", &pid]);
+    let migrate = piped(&["migrate", &pid, "--to", "0.0"]);
     assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
+    let kill = kill.wait_with_output().unwrap();
+    assert!(!kill.status.success());
+    assert!(
+        !text(&kill.stderr).contains("no answer"),
+        "{}",
+        text(&kill.stderr)
+    );
+    let migrate = migrate.wait_with_output().unwrap();
+    assert!(!migrate.status.success());
+    assert_stderr(&migrate, "node 1 was lost");
     let ps = c.nodes[0].atoll(&["ps"]).output().unwrap();
     assert!(text(&ps.stderr).contains(": DOWN"), "{}", text(&ps.stderr));
     let _ = Command::new("kill").args(["-CONT", &n1]).status();

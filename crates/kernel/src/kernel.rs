@@ -99,11 +99,21 @@ pub(crate) enum JobAsker {
 }
 
 /// A node request parked on this kernel until another kernel answers it.
-enum Pending {
+pub(crate) enum Pending {
     Start(Sender<Result<Pid, String>>),
     Kill(Sender<Result<(), Errno>>),
     Migrate(Sender<Result<MigrationReport, String>>),
     Report(Sender<KernelReport>),
+}
+
+/// Who is to answer a parked request: so that losing a node ends the
+/// requests it held (`nodes.rs`).
+#[derive(Clone, Copy)]
+pub(crate) enum Awaits {
+    /// A kernel it was sent to.
+    Kernel(KernelId),
+    /// Wherever this process runs, reached through its home.
+    Process(Pid),
 }
 
 pub(crate) struct Kernel {
@@ -124,7 +134,7 @@ pub(crate) struct Kernel {
     pub timers: BinaryHeap<Reverse<(u64, Pid)>>,
     pub(crate) homes: Homes,
     /// Node requests waiting for an answer from another kernel.
-    pending: HashMap<u64, Pending>,
+    pub(crate) pending: HashMap<u64, (Pending, Awaits)>,
     /// Messages that could not be sent (their kernel's node is down), with
     /// why: each is answered as its sender expects, at the next turn of the
     /// loop (`nodes.rs`).
@@ -580,7 +590,7 @@ impl Kernel {
     fn on_killed(&mut self, reply_to: ReplyTo, result: Result<(), Errno>) {
         match reply_to {
             ReplyTo::Control { req, .. } => {
-                if let Some(Pending::Kill(tx)) = self.pending.remove(&req) {
+                if let Some(Pending::Kill(tx)) = self.unpark(req) {
                     let _ = tx.send(result);
                 }
             }
@@ -618,7 +628,7 @@ impl Kernel {
     ) {
         match reply_to {
             ReplyTo::Control { kernel, req } if kernel == self.id => {
-                if let Some(Pending::Migrate(tx)) = self.pending.remove(&req) {
+                if let Some(Pending::Migrate(tx)) = self.unpark(req) {
                     let _ = tx.send(result);
                 }
             }
@@ -642,7 +652,7 @@ impl Kernel {
 
     /// The answer to a node request to start a job on another node.
     pub(crate) fn on_started(&mut self, req: u64, result: Result<Pid, String>) {
-        if let Some(Pending::Start(tx)) = self.pending.remove(&req) {
+        if let Some(Pending::Start(tx)) = self.unpark(req) {
             let _ = tx.send(result);
         }
     }
@@ -715,6 +725,20 @@ impl Kernel {
                 self.send(at, NocMsg::Reclaimed { pid, req, resume });
             }
             NocMsg::Reclaimed { pid, req, resume } => self.on_reclaimed(pid, req, resume),
+            NocMsg::Locate {
+                pid,
+                lost,
+                kernel,
+                req,
+            } => {
+                let gone = self.lost_with(pid, lost);
+                self.send(kernel, NocMsg::Located { req, lost, gone });
+            }
+            NocMsg::Located { req, lost, gone } => {
+                if gone {
+                    self.fail_request(req, lost);
+                }
+            }
             NocMsg::NodeDown { node, incarnation } => self.on_node_down(node, incarnation),
             NocMsg::Migration(m) => self.on_migration(from, m, bulk, handover),
             NocMsg::Migrated { req, result } => {
@@ -742,7 +766,7 @@ impl Kernel {
             }
             NocMsg::Started { req, result } => self.on_started(req, result),
             NocMsg::Reported { req, report } => {
-                if let Some(Pending::Report(tx)) = self.pending.remove(&req) {
+                if let Some(Pending::Report(tx)) = self.unpark(req) {
                     let _ = tx.send(*report);
                 }
             }
@@ -861,14 +885,15 @@ impl Kernel {
             // Another node's kernel (one that cannot be reached answers
             // through `unsendable`).
             Control::Start { spec, on, reply } => {
-                let (kernel, req) = (self.id, self.park(Pending::Start(reply)));
+                let req = self.park(Pending::Start(reply), Awaits::Kernel(on));
+                let kernel = self.id;
                 self.send(on, NocMsg::Start { spec, kernel, req });
             }
             Control::Ps { reply } => {
                 let _ = reply.send(self.report());
             }
             Control::Kill { pid, signal, reply } => {
-                let req = self.park(Pending::Kill(reply));
+                let req = self.park(Pending::Kill(reply), Awaits::Process(pid));
                 let reply_to = ReplyTo::Control {
                     kernel: self.id,
                     req,
@@ -896,7 +921,7 @@ impl Kernel {
                 }
             }
             Control::Restore { image, on, reply } => {
-                let req = self.park(Pending::Start(reply));
+                let req = self.park(Pending::Start(reply), Awaits::Kernel(on));
                 let (module, kernel) = (image.uarea.module, self.id);
                 let packet = Packet {
                     bulk: Some(image.encode()),
@@ -914,7 +939,7 @@ impl Kernel {
                 mode,
                 reply,
             } => {
-                let req = self.park(Pending::Migrate(reply));
+                let req = self.park(Pending::Migrate(reply), Awaits::Process(pid));
                 let reply_to = ReplyTo::Control {
                     kernel: self.id,
                     req,
@@ -930,7 +955,8 @@ impl Kernel {
                 );
             }
             Control::Report { kernel, reply } => {
-                let (me, req) = (self.id, self.park(Pending::Report(reply)));
+                let req = self.park(Pending::Report(reply), Awaits::Kernel(kernel));
+                let me = self.id;
                 self.send(kernel, NocMsg::Report { kernel: me, req });
             }
             Control::FailArrivals { count } => self.faults = count,
@@ -961,16 +987,16 @@ impl Kernel {
 
     /// Keeps a node request until another kernel answers it; returns the
     /// number the answer will carry.
-    fn park(&mut self, pending: Pending) -> u64 {
+    fn park(&mut self, pending: Pending, awaits: Awaits) -> u64 {
         let req = self.next_request();
-        self.pending.insert(req, pending);
+        self.pending.insert(req, (pending, awaits));
         req
     }
 
-    /// A node request that will never be answered (its kernel cannot be
-    /// reached): dropping its reply channel tells the node.
-    pub(crate) fn unpark(&mut self, req: u64) {
-        self.pending.remove(&req);
+    /// Takes parked request `req` back, to answer it. Dropping it unanswered
+    /// (its kernel cannot be reached) tells the node that asked.
+    pub(crate) fn unpark(&mut self, req: u64) -> Option<Pending> {
+        self.pending.remove(&req).map(|(p, _)| p)
     }
 
     pub(crate) fn next_request(&mut self) -> u64 {

@@ -156,6 +156,18 @@ pub enum NocMsg {
     Reclaim { pid: Pid, at: KernelId, req: u64 },
     /// The home's answer to `Reclaim`.
     Reclaimed { pid: Pid, req: u64, resume: bool },
+    /// For `pid`'s home kernel, from `kernel`, which parked request `req`
+    /// for `pid` (a kill or a migration) and has just lost node `lost`:
+    /// was `pid` there?
+    Locate {
+        pid: Pid,
+        lost: u16,
+        kernel: KernelId,
+        req: u64,
+    },
+    /// The answer to `Locate`: `pid` is gone (it ran on the lost node, or
+    /// has ended), so the request will never be answered.
+    Located { req: u64, lost: u16, gone: bool },
     /// Node `node` (that incarnation of it) is down: its links failed.
     /// Every kernel of this node hears it, after whatever that node sent.
     NodeDown { node: u16, incarnation: u64 },

@@ -18,7 +18,7 @@ use atoll_process::{CallState, KernelCall, Reply};
 use crate::files::is_file;
 use crate::homes::Kin;
 use crate::ipc::IpcMsg;
-use crate::kernel::Kernel;
+use crate::kernel::{Awaits, Kernel, Pending};
 use crate::msg::{MigrationMsg, NocMsg, Packet};
 
 /// The status of a process lost with its node.
@@ -49,7 +49,8 @@ impl Kernel {
             NocMsg::Start { req, .. } | NocMsg::Restore { req, .. } => {
                 self.on_started(req, Err(why))
             }
-            NocMsg::Report { req, .. } => self.unpark(req),
+            NocMsg::Report { req, .. } => drop(self.unpark(req)),
+            NocMsg::Locate { req, lost, .. } => self.fail_request(req, lost),
             NocMsg::Reclaim { pid, req, .. } => self.on_reclaimed(pid, req, false),
             NocMsg::File { pid } => self.answer_file_op(pid, &Err(Errno::Io)),
             // Answers and news for a kernel that is gone.
@@ -70,6 +71,7 @@ impl Kernel {
         }
         self.departures_to_lost_node(node);
         self.arrivals_from_lost_node(node);
+        self.requests_to_lost_node(node);
         let modules: Vec<_> = self
             .awaiting_modules
             .iter()
@@ -127,6 +129,60 @@ impl Kernel {
                 self.reply_if_blocked(pid, is_file, Reply::File(Err(Errno::Io)));
             }
             _ => {}
+        }
+    }
+
+    /// Ends the node requests parked here that node `node` held: those sent
+    /// to its kernels, and those for processes homed there. A request for a
+    /// process homed elsewhere was held there only if the process ran
+    /// there: its home is asked (`Locate`).
+    fn requests_to_lost_node(&mut self, node: u16) {
+        let parked: Vec<(u64, Awaits)> = self.pending.iter().map(|(&r, &(_, a))| (r, a)).collect();
+        for (req, awaits) in parked {
+            match awaits {
+                Awaits::Kernel(k) if k.node == node => self.fail_request(req, node),
+                Awaits::Process(pid) if pid.home.node == node => self.fail_request(req, node),
+                Awaits::Process(pid) => {
+                    let kernel = self.id;
+                    let locate = NocMsg::Locate {
+                        pid,
+                        lost: node,
+                        kernel,
+                        req,
+                    };
+                    if pid.home == kernel {
+                        if self.lost_with(pid, node) {
+                            self.fail_request(req, node);
+                        }
+                    } else {
+                        self.send(pid.home, locate);
+                    }
+                }
+                Awaits::Kernel(_) => {}
+            }
+        }
+    }
+
+    /// At `pid`'s home: whether it is gone, or ran on lost node `node`.
+    pub(crate) fn lost_with(&mut self, pid: Pid, node: u16) -> bool {
+        if self.procs.contains_key(&pid) {
+            return false;
+        }
+        self.homes.locate(pid).is_none_or(|at| at.node == node)
+    }
+
+    /// Answers parked request `req`, which lost node `node` held and will
+    /// never answer.
+    pub(crate) fn fail_request(&mut self, req: u64, node: u16) {
+        let why = format!("node {node} was lost");
+        match self.unpark(req) {
+            Some(Pending::Kill(tx)) => drop(tx.send(Err(Errno::Srch))),
+            Some(Pending::Migrate(tx)) => {
+                drop(tx.send(Err(format!("the process or its home was lost: {why}"))))
+            }
+            Some(Pending::Start(tx)) => drop(tx.send(Err(why))),
+            // The node lists that node as down.
+            Some(Pending::Report(_)) | None => {}
         }
     }
 
