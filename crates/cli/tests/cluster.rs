@@ -763,7 +763,7 @@ fn a_domain_made_on_one_node_spans_every_node() {
 }
 
 #[test]
-fn nodes_on_two_hosts_move_a_process_and_lose_each_other_when_the_link_is_cut() {
+fn nodes_on_two_hosts_lose_each_other_when_the_link_is_cut_and_link_again_when_restored() {
     let Some(hosts) = Hosts::make() else {
         eprintln!("skipped: network namespaces need root and iproute2");
         return;
@@ -809,13 +809,50 @@ fn nodes_on_two_hosts_move_a_process_and_lose_each_other_when_the_link_is_cut() 
         let ps = text(&m.atoll(&["ps"]).output().unwrap().stderr);
         assert!(ps.contains(": DOWN"), "{ps}");
     }
-    // Restored, the link does not bring the lost member back (it must
-    // rejoin as a new node), and each host goes on alone.
+    // Each side ended what the other declared dead: the job's process is
+    // gone from the host it ran on, not left running unseen.
+    let t = Instant::now();
+    while ok(b.atoll(&["ps"]).output().unwrap()).contains(&pid) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{pid} still runs on n1"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A domain made while they are apart.
+    ok(a.atoll(&["domain", "create", "apart"]).output().unwrap());
+    // Restored, the link is mended: the same two nodes, linked again, that
+    // tell each other what changed, and a process moves over it there and
+    // back as before the cut.
     hosts.link(1, true);
-    let hello = ok(a.atoll(&["run", &guest("hello")]).output().unwrap());
-    assert!(hello.contains("(node 0)"), "{hello}");
-    let hello = ok(b.atoll(&["run", &guest("hello")]).output().unwrap());
-    assert!(hello.contains("(node 1)"), "{hello}");
+    let t = Instant::now();
+    for m in [&a, &b] {
+        loop {
+            let ps = text(&m.atoll(&["ps"]).output().unwrap().stderr);
+            if !ps.contains(": DOWN") {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(60), "not mended: {ps}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    while !ok(b.atoll(&["domain", "list"]).output().unwrap()).contains("apart") {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "n1 never heard of `apart`"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let job = a
+        .atoll(&["run", &guest("progress"), "20", "4000000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = a.wait_for("progress");
+    ok(b.atoll(&["migrate", &pid, "--to", "1.0"]).output().unwrap());
+    ok(a.atoll(&["migrate", &pid, "--to", "0.0"]).output().unwrap());
+    let out = job.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), unmoved(&["20", "4000000"]));
 }
 
 #[test]
@@ -934,9 +971,10 @@ fn a_file_on_a_lost_node_fails_with_eio_and_never_hangs() {
     let mut c = Cluster::start(2, 1);
     let data = tempfile::tempdir().unwrap();
     let dir = format!("{}::/data", data.path().display());
-    // Started from node 1, whose directory it is, to run on node 0: every
-    // write goes to node 1.
-    let mut job = c.nodes[1]
+    // Started from node 1, whose directory it is, to run on node 0; then
+    // checkpointed and restored there from node 0's terminal: its files
+    // are still node 1's, and nothing else of it is.
+    let first = c.nodes[1]
         .atoll(&[
             "run",
             "--on",
@@ -946,31 +984,47 @@ fn a_file_on_a_lost_node_fails_with_eio_and_never_hangs() {
             &guest("logger"),
             "/data/log",
             "100000000",
-            "20000",
+            "2000000",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let pid = c.nodes[0].wait_for("logger");
-    let log = data.path().join("log");
+    let image = c.dir.path().join("logger.img");
     let t = Instant::now();
-    while std::fs::read_to_string(&log).map_or(0, |l| l.lines().count()) < 10 {
-        assert!(t.elapsed() < Duration::from_secs(60), "logger never wrote");
+    // Refused while a write is on its way to node 1.
+    while !c.nodes[0]
+        .atoll(&["checkpoint", &pid, "-o", image.to_str().unwrap()])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(t.elapsed() < Duration::from_secs(60), "never checkpointed");
+    }
+    first.wait_with_output().unwrap();
+    let rest = c.nodes[0]
+        .atoll(&["restore", image.to_str().unwrap(), "--on", "0.0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = data.path().join("log");
+    let written = || std::fs::read_to_string(&log).map_or(0, |l| l.lines().count());
+    let before = written();
+    let t = Instant::now();
+    while written() < before + 3 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the restored logger never wrote"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     c.nodes[1].child.kill().unwrap();
     c.nodes[1].child.wait().unwrap();
-    // Its next write fails (EIO), and it ends instead of waiting forever.
-    let t = Instant::now();
-    loop {
-        let ps = ok(c.nodes[0].atoll(&["ps"]).output().unwrap());
-        if !ps.contains(&pid) {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(30), "still there: {ps}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // Its client lost its node.
-    assert!(!job.wait().unwrap().success());
+    // Its next write fails (EIO): it ends, instead of waiting forever.
+    let rest = rest.wait_with_output().unwrap();
+    assert_eq!(rest.status.code(), Some(1));
+    assert_stderr(&rest, "logger: write: I/O error");
 }

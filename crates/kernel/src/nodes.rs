@@ -65,6 +65,7 @@ impl Kernel {
         for (pid, kin) in self.homes.lost_on(node) {
             self.mourn(pid, kin);
         }
+        self.fence(node);
         let here: Vec<Pid> = self.procs.keys().copied().collect();
         for pid in here {
             self.unwait(pid, node);
@@ -129,6 +130,29 @@ impl Kernel {
                 self.reply_if_blocked(pid, is_file, Reply::File(Err(Errno::Io)));
             }
             _ => {}
+        }
+    }
+
+    /// Ends the processes here that the lost node's side has declared
+    /// dead: those homed there (their PIDs name a home that is gone, and it
+    /// told their parents they ended) and those of jobs started there (their
+    /// terminal ended the job, as a hangup ends a terminal's processes). So
+    /// both sides agree on what is dead when the node was only cut off and
+    /// the link is mended.
+    fn fence(&mut self, node: u16) {
+        let fenced: Vec<Pid> = self
+            .procs
+            .iter()
+            .filter(|(pid, p)| pid.home.node == node || p.container.uarea().console.node() == node)
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in fenced {
+            let line = format!("atoll: process {pid} ended: its node {node} was lost\n");
+            let console = self.procs[&pid].container.uarea().console;
+            self.host
+                .console
+                .write(console, atoll_process::Stream::Stderr, line.as_bytes());
+            self.end(pid, lost());
         }
     }
 

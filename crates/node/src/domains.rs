@@ -4,7 +4,8 @@
 //! kernel the new table, and tells every other node (`NocMsg::Domain`, on
 //! the control link to its kernel 0). What another node says is applied
 //! the same way, by the links as it arrives ([`Domains::apply`]). A node
-//! that joins asks every member for its table and takes in each.
+//! that joins asks every member for its table and takes in each, and so
+//! do both ends of a mended link.
 
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -39,11 +40,18 @@ impl Domains {
     }
 
     /// Once the node knows who it is: with links, it asks the other nodes
-    /// for their domains.
-    pub(crate) fn started(&self, node: u16, links: Option<Arc<Links<Packet>>>) {
+    /// for their domains, and asks again a node it was cut off from when
+    /// the link is mended.
+    pub(crate) fn started(self: &Arc<Self>, node: u16, links: Option<Arc<Links<Packet>>>) {
         let _ = self.node.set(node);
         if let Some(links) = links {
             let _ = self.links.set(Arc::downgrade(&links));
+            let domains = Arc::downgrade(self);
+            links.on_mended(Box::new(move |m| {
+                if let Some(d) = domains.upgrade() {
+                    d.tell(m.node, DomainOp::Want);
+                }
+            }));
             self.tell_all(DomainOp::Want);
         }
     }

@@ -30,6 +30,14 @@
 //! (`Down`), once, so that whatever waits on that node can end. A member
 //! that comes back with a new incarnation replaces the old one, whose end
 //! is told the same way.
+//!
+//! **Mending.** A member that was given up while it lived on (a cut link,
+//! a frozen machine) is dialled again every [`MEND_EVERY`], by the side
+//! with the larger id, until it answers with the same incarnation; then
+//! the pair is linked again. By then each side has ended what the other
+//! declared dead (the kernels fence it when they hear `Down`), so the two
+//! agree on what is left. A member that answers with another incarnation
+//! restarted: its former life stays down, and is no longer dialled.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -183,6 +191,9 @@ pub type Deliver<M> = Box<dyn Fn(KernelId, Incoming<M>) + Send + Sync>;
 /// new incarnation): nothing more will come from that life of it.
 pub type Down = Box<dyn Fn(&Member) + Send + Sync>;
 
+/// Hears that a lost member is linked again (the same life of it).
+pub type Mended = Box<dyn Fn(&Member) + Send + Sync>;
+
 /// A node's links to the other members of its cluster.
 pub struct Links<M> {
     shared: Arc<Shared<M>>,
@@ -205,6 +216,11 @@ struct Shared<M> {
     dialling: Mutex<HashSet<u16>>,
     /// Held while a member is admitted and attached.
     joining: tokio::sync::Mutex<()>,
+    /// Lost members found restarted (another incarnation at their
+    /// address): their former life is not dialled again.
+    restarted: Mutex<HashSet<(u16, u64)>>,
+    /// Told of each mended link, once set.
+    mended: std::sync::OnceLock<Mended>,
 }
 
 /// The queue of one connection's writer. The id tells a connection from
@@ -294,6 +310,8 @@ where
             connections: AtomicU64::new(0),
             dialling: Mutex::default(),
             joining: tokio::sync::Mutex::new(()),
+            restarted: Mutex::default(),
+            mended: std::sync::OnceLock::new(),
         });
         for d in seed {
             let (id, rx) = shared.attach(&d.peer, d.lane);
@@ -302,6 +320,7 @@ where
         // Serving before dialling the others: those that join at once may
         // be dialling this node meanwhile.
         runtime.spawn(listen(shared.clone(), listener));
+        runtime.spawn(mend(Arc::downgrade(&shared)));
         let smaller = members.into_iter().filter(|m| m.node < shared.me.node);
         let dials: Vec<_> = smaller
             .map(|m| runtime.spawn(dial_member(shared.clone(), m)))
@@ -314,6 +333,13 @@ where
             shared,
             runtime: Some(runtime),
         })
+    }
+
+    /// Has `mended` told of each lost member linked again, by either side
+    /// (what changed while they were apart can then be exchanged). Only the
+    /// first call takes effect.
+    pub fn on_mended(&self, mended: Mended) {
+        let _ = self.shared.mended.set(mended);
     }
 
     /// This node, as the others know it.
@@ -430,7 +456,13 @@ impl<M> Shared<M> {
             p.lanes[lane.index()] = Some(Writer { id, tx });
             replaced
         };
-        self.lost.write().expect("lost").remove(&peer.node);
+        let back = self.lost.write().expect("lost").remove(&peer.node);
+        // The control lane is dialled, and so attached, first.
+        if let (Some(m), Some(mended), Lane::Control) = (back, self.mended.get(), lane) {
+            if same_life(&m, peer) {
+                mended(peer);
+            }
+        }
         if let Some(old) = replaced {
             tracing::warn!(%old, incarnation = peer.incarnation, "a member came back: its former life is down");
             (self.down)(&old);
@@ -576,6 +608,69 @@ where
             Err(_) => tokio::time::sleep(DIAL_PAUSE).await,
         }
     }
+}
+
+/// How often lost members with a smaller id are dialled again.
+pub const MEND_EVERY: Duration = Duration::from_secs(2);
+
+/// Dials the lost members this node is to dial (smaller ids) once every
+/// [`MEND_EVERY`], for as long as the links live.
+async fn mend<M>(shared: std::sync::Weak<Shared<M>>)
+where
+    M: DeserializeOwned + Send + 'static,
+{
+    loop {
+        tokio::time::sleep(MEND_EVERY).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let lost: Vec<Member> = shared
+            .lost
+            .read()
+            .expect("lost")
+            .values()
+            .cloned()
+            .collect();
+        for m in lost.into_iter().filter(|m| m.node < shared.me.node) {
+            if shared
+                .restarted
+                .lock()
+                .expect("restarted")
+                .contains(&(m.node, m.incarnation))
+                || !shared.dialling.lock().expect("dialling").insert(m.node)
+            {
+                continue;
+            }
+            tokio::spawn(mend_one(shared.clone(), m));
+        }
+    }
+}
+
+/// One attempt to link to lost member `m` again.
+async fn mend_one<M>(shared: Arc<Shared<M>>, m: Member)
+where
+    M: DeserializeOwned + Send + 'static,
+{
+    match link_to(&shared.connector, &shared.me, &m).await {
+        Ok(both) if both.iter().all(|d| same_life(&d.peer, &m)) => {
+            tracing::warn!(member = %m, "link mended");
+            for d in both {
+                let (id, rx) = shared.attach(&d.peer, d.lane);
+                tokio::spawn(serve(shared.clone(), d.peer, d.lane, d.stream, id, rx));
+            }
+        }
+        Ok(_) => {
+            tracing::info!(member = %m, "restarted: its former life stays down");
+            let life = (m.node, m.incarnation);
+            shared.restarted.lock().expect("restarted").insert(life);
+        }
+        Err(why) => tracing::debug!(member = %m, "not back yet: {why}"),
+    }
+    shared.dialling.lock().expect("dialling").remove(&m.node);
+}
+
+fn same_life(a: &Member, b: &Member) -> bool {
+    (a.node, a.incarnation) == (b.node, b.incarnation)
 }
 
 /// Dials both lanes to member `m`.
