@@ -2,7 +2,7 @@
 # and the native programs they are compared with.
 #
 #   make guests   examples/, tests/guests/ and bench/guests/ -> build/wasm/NAME.wasm
-#   make native   build/native/{mergesort,spawn_native,true,ipc_linux,swarm_native} (gcc -O2)
+#   make native   build/native/{mergesort,spawn_native,true,ipc_linux,swarm_native,fileio} (gcc -O2)
 #   make all      both (the default)
 #   make clean
 #
@@ -35,7 +35,7 @@ endif
 NATIVE_CC ?= gcc
 NATIVE_CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 NATIVE := $(NATIVE_DIR)/mergesort $(NATIVE_DIR)/spawn_native $(NATIVE_DIR)/true \
-          $(NATIVE_DIR)/ipc_linux $(NATIVE_DIR)/swarm_native
+          $(NATIVE_DIR)/ipc_linux $(NATIVE_DIR)/swarm_native $(NATIVE_DIR)/fileio
 
 .PHONY: all guests native clean
 all: guests native
@@ -71,6 +71,9 @@ $(NATIVE_DIR)/ipc_linux: bench/native/ipc_linux.c Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<,-pthread -lrt)
 
 $(NATIVE_DIR)/swarm_native: bench/native/swarm_native.c Makefile | $(NATIVE_DIR)
+	$(call native_compile,$@,$<)
+
+$(NATIVE_DIR)/fileio: bench/guests/fileio.c Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<)
 
 $(WASM_DIR) $(NATIVE_DIR) $(DEP_DIR):

@@ -7,7 +7,9 @@
 //! through the kernel's loopback). Linux: two threads exchanging 64-byte
 //! messages over one TCP connection on loopback (TCP_NODELAY), plain and
 //! with the same TLS (rustls, the cluster's certificates), and one thread
-//! streaming bytes to another, plain and with TLS.
+//! streaming bytes to another, plain and with TLS. Files: the same C
+//! program (`fileio`) with its file on its own node, on the other node
+//! (every call served over the link), and built natively.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -68,7 +70,31 @@ pub struct ClusterReport {
     tcp_stream_mbps: Measured,
     tls_stream_mbps: Measured,
     migrations: Vec<MigrationRow>,
+    /// `fileio` with its file on the other node, on its own, and native.
+    files_remote: FileIo,
+    files_local: FileIo,
+    files_native: FileIo,
     notes: Vec<String>,
+}
+
+/// What `fileio` measured: MB/s of 1 MiB writes and reads, ns per 4 KiB
+/// pread (medians).
+#[derive(Serialize)]
+struct FileIo {
+    write_mbps: Measured,
+    read_mbps: Measured,
+    pread_ns: Measured,
+}
+
+impl FileIo {
+    fn of(lines: &[serde_json::Value]) -> FileIo {
+        let m = |k: &str| Measured::of(lines.iter().filter_map(|l| l[k].as_f64()).collect());
+        FileIo {
+            write_mbps: m("write_mbps"),
+            read_mbps: m("read_mbps"),
+            pread_ns: m("op_ns"),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -102,6 +128,8 @@ struct MigrationRow {
 pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport> {
     let ipcbench = std::path::absolute(artifact(build, "wasm/ipcbench.wasm")?)?;
     let dirty = std::path::absolute(artifact(build, "wasm/dirty.wasm")?)?;
+    let fileio = std::path::absolute(artifact(build, "wasm/fileio.wasm")?)?;
+    let fileio_native = artifact(build, "native/fileio")?;
     let runs = if a.quick { 3 } else { a.runs.max(1) };
     let certs = tempfile::tempdir()?;
     identity::init_ca(certs.path())?;
@@ -114,7 +142,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
     let join = a_node.members()[0].addr;
     let b_node = start(ctx, second, Some(join))?;
     let there = KernelId::new(b_node.id(), 0);
-    for program in [&ipcbench, &dirty] {
+    for program in [&ipcbench, &dirty, &fileio] {
         a_node.runtime().load_file(program, true)?;
     }
 
@@ -151,6 +179,40 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
         median(&tls_stream)
     );
 
+    eprintln!("files: on the other node, on its own node, native:");
+    let scratch = tempfile::tempdir()?;
+    let file_args = [
+        "/data/fileio".to_string(),
+        FILE_MIB.to_string(),
+        (a.iters / 10).to_string(),
+    ];
+    let (mut remote, mut local, mut native) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        for (on, out) in [
+            (there, &mut remote),
+            (KernelId::new(a_node.id(), 0), &mut local),
+        ] {
+            let mut job = job(&fileio, "fileio", &file_args.each_ref().map(String::as_str));
+            job.kernel = Some(on);
+            job.preopens = vec![format!("{}::/data", scratch.path().display())
+                .parse()
+                .map_err(anyhow::Error::msg)?];
+            out.push(json_line(&atoll_job(&a_node, &job)?.0)?);
+        }
+        let path = scratch.path().join("fileio");
+        let out = std::process::Command::new(&fileio_native)
+            .arg(&path)
+            .args(&file_args[1..])
+            .output()?;
+        native.push(json_line(&String::from_utf8_lossy(&out.stdout))?);
+    }
+    let (files_remote, files_local, files_native) =
+        (FileIo::of(&remote), FileIo::of(&local), FileIo::of(&native));
+    eprintln!(
+        "  pread 4 KiB: {:.0} ns remote, {:.0} ns local, {:.0} ns native",
+        files_remote.pread_ns.median, files_local.pread_ns.median, files_native.pread_ns.median
+    );
+
     eprintln!("live migration between nodes (copy mode):");
     let sizes: &[u64] = if a.quick {
         &[1, 16, 64]
@@ -175,6 +237,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
         format!("IPC2: ipcbench's sendrec round trip with a 64-byte message, {} round trips per run; TCP and TLS: two threads exchanging 64-byte messages over one loopback connection (TCP_NODELAY), the same number of round trips", a.iters),
         format!("COPY1: ipcbench's vcopy of {} KiB blocks into a server on node 1 (granted), over the bulk connection; streams: one thread writes {} MiB in 1 MiB writes to another over loopback", BLOCK >> 10, STREAM_BYTES >> 20),
         "migration: `dirty` (MiB of memory, rewriting its first WWS KiB forever) migrated from node 0 to node 1 and back, in copy mode (pre-copy rounds over the bulk connection, then stop-and-copy); downtime measured on the source, from the freeze until the destination's answer arrived (an upper bound by one message's trip); throughput: bytes sent over the total time of the migration".into(),
+        format!("files: `fileio` (one C source) writes {FILE_MIB} MiB in 1 MiB writes, reads it back in 1 MiB reads, then makes {} preads of 4 KiB; run on node 1 with its directory on node 0 (every call goes to node 0 and back), on node 0, and built natively with gcc -O2", a.iters / 10),
         "targets (issue 9): IPC2 between nodes within 1.3x of the TLS ping-pong; downtime at most 2 ms with a WWS of at most 1 MiB up to 256 MiB; pre-copy throughput at least 80 % of the raw TCP stream".into(),
     ];
     Ok(ClusterReport {
@@ -189,8 +252,20 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
         tcp_stream_mbps: Measured::of(tcp_stream),
         tls_stream_mbps: Measured::of(tls_stream),
         migrations,
+        files_remote,
+        files_local,
+        files_native,
         notes,
     })
+}
+
+/// Bytes `fileio` writes and reads back, MiB.
+const FILE_MIB: u32 = 64;
+
+/// The JSON line a benchmark program printed.
+fn json_line(out: &str) -> anyhow::Result<serde_json::Value> {
+    serde_json::from_str(out.trim())
+        .with_context(|| format!("expected a JSON line, got `{}`", out.trim()))
 }
 
 /// A node of one kernel, listening on loopback; the second joins the first.
@@ -438,6 +513,23 @@ impl ClusterReport {
         ]
     }
 
+    fn file_rows(&self) -> Vec<[String; 4]> {
+        let (r, l, n) = (&self.files_remote, &self.files_local, &self.files_native);
+        let row = |what: &str, f: fn(&FileIo) -> &Measured| {
+            [
+                what.to_string(),
+                format!("{:.0}", f(r).median),
+                format!("{:.0}", f(l).median),
+                format!("{:.0}", f(n).median),
+            ]
+        };
+        vec![
+            row("write, 1 MiB calls (MB/s)", |f| &f.write_mbps),
+            row("read, 1 MiB calls (MB/s)", |f| &f.read_mbps),
+            row("pread 4 KiB (ns)", |f| &f.pread_ns),
+        ]
+    }
+
     fn migration_rows(&self) -> Vec<[String; 5]> {
         self.migrations
             .iter()
@@ -448,9 +540,10 @@ impl ClusterReport {
                     format!("{:.0}", m.total_us),
                     format!("{:.1}", m.bytes / 1048576.0),
                     format!(
-                        "{:.0} ({:.0} % of the TCP stream)",
+                        "{:.0} ({:.0} % of TCP, {:.0} % of TLS)",
                         m.throughput_mbps,
-                        m.throughput_mbps / self.tcp_stream_mbps.median * 100.0
+                        m.throughput_mbps / self.tcp_stream_mbps.median * 100.0,
+                        m.throughput_mbps / self.tls_stream_mbps.median * 100.0
                     ),
                 ]
             })
@@ -459,6 +552,12 @@ impl ClusterReport {
 }
 
 const SUMMARY_HEAD: [&str; 4] = ["", "atoll", "Linux, same link", "atoll vs Linux"];
+const FILES_HEAD: [&str; 4] = [
+    "files (fileio)",
+    "atoll, file on the other node",
+    "atoll, file on its node",
+    "Linux native",
+];
 const MIGRATION_HEAD: [&str; 5] = [
     "migration 0 -> 1 -> 0",
     "downtime (us)",
@@ -475,6 +574,7 @@ impl Recorded for ClusterReport {
     fn table(&self) -> String {
         let mut s = format!("{} (medians of {} runs)\n", self.name, self.runs);
         s += &text_table(SUMMARY_HEAD, &self.summary());
+        s += &text_table(FILES_HEAD, &self.file_rows());
         s += &text_table(MIGRATION_HEAD, &self.migration_rows());
         for n in &self.notes {
             s += &format!("  {n}\n");
@@ -486,6 +586,7 @@ impl Recorded for ClusterReport {
         let mut s = page_head(&self.name, &self.command, &self.machine);
         s += &format!("Medians of {} runs.\n\n", self.runs);
         s += &md_table(SUMMARY_HEAD, &self.summary());
+        s += &md_table(FILES_HEAD, &self.file_rows());
         s += &md_table(MIGRATION_HEAD, &self.migration_rows());
         s += "\n![](cluster-ipc.png)\n\n![](cluster-migration.png)\n\n";
         for n in &self.notes {
