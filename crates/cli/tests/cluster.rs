@@ -984,7 +984,7 @@ fn a_file_on_a_lost_node_fails_with_eio_and_never_hangs() {
             &guest("logger"),
             "/data/log",
             "100000000",
-            "2000000",
+            "2000",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -992,17 +992,12 @@ fn a_file_on_a_lost_node_fails_with_eio_and_never_hangs() {
         .unwrap();
     let pid = c.nodes[0].wait_for("logger");
     let image = c.dir.path().join("logger.img");
-    let t = Instant::now();
-    // Refused while a write is on its way to node 1.
-    while !c.nodes[0]
+    // It spends most of its time in writes to node 1: a checkpoint waits
+    // for the answer, and takes it along.
+    ok(c.nodes[0]
         .atoll(&["checkpoint", &pid, "-o", image.to_str().unwrap()])
         .output()
-        .unwrap()
-        .status
-        .success()
-    {
-        assert!(t.elapsed() < Duration::from_secs(60), "never checkpointed");
-    }
+        .unwrap());
     first.wait_with_output().unwrap();
     let rest = c.nodes[0]
         .atoll(&["restore", image.to_str().unwrap(), "--on", "0.0"])
@@ -1027,4 +1022,9 @@ fn a_file_on_a_lost_node_fails_with_eio_and_never_hangs() {
     let rest = rest.wait_with_output().unwrap();
     assert_eq!(rest.status.code(), Some(1));
     assert_stderr(&rest, "logger: write: I/O error");
+    // Across the checkpoint, no line was written twice or lost.
+    let text = std::fs::read_to_string(&log).unwrap();
+    for (i, line) in text.lines().enumerate() {
+        assert!(line.starts_with(&format!("line {} ", i + 1)), "line {}: {line}", i + 1);
+    }
 }

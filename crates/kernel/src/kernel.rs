@@ -98,6 +98,14 @@ pub(crate) enum JobAsker {
     Kernel { kernel: KernelId, req: u64 },
 }
 
+/// A checkpoint asked of a process in a file call to another node: its op
+/// may have run there, so it is captured once the answer is in.
+struct HeldCheckpoint {
+    pid: Pid,
+    leave_running: bool,
+    reply: Sender<Result<ProcessImage, String>>,
+}
+
 /// A node request parked on this kernel until another kernel answers it.
 pub(crate) enum Pending {
     Start(Sender<Result<Pid, String>>),
@@ -139,6 +147,9 @@ pub(crate) struct Kernel {
     /// why: each is answered as its sender expects, at the next turn of the
     /// loop (`nodes.rs`).
     pub(crate) unsent: Vec<(KernelId, Packet, String)>,
+    /// Checkpoints of processes that were waiting for another node's file
+    /// server, taken once it answers (`settle_checkpoints`).
+    held_checkpoints: Vec<HeldCheckpoint>,
     /// Messages from other nodes naming a module this node does not have
     /// yet, by module, in arrival order; it has been asked for.
     pub(crate) awaiting_modules: HashMap<ContentHash, Vec<(KernelId, Packet)>>,
@@ -196,6 +207,7 @@ impl Kernel {
             homes: Homes::new(id),
             pending: HashMap::new(),
             unsent: Vec::new(),
+            held_checkpoints: Vec::new(),
             awaiting_modules: HashMap::new(),
             migration: p.migration,
             departures: FxHashMap::default(),
@@ -252,6 +264,9 @@ impl Kernel {
                 for (to, packet, why) in std::mem::take(&mut self.unsent) {
                     self.unsendable(to, packet, why);
                 }
+            }
+            if !self.held_checkpoints.is_empty() {
+                self.settle_checkpoints();
             }
             let backlog = self.noc.flush();
             self.fire_timers();
@@ -913,7 +928,16 @@ impl Kernel {
                 leave_running,
                 reply,
             } => {
-                let _ = reply.send(self.checkpoint(pid, leave_running));
+                let held = HeldCheckpoint {
+                    pid,
+                    leave_running,
+                    reply,
+                };
+                if self.in_file_call(pid) {
+                    self.held_checkpoints.push(held);
+                } else {
+                    let _ = held.reply.send(self.checkpoint(pid, leave_running));
+                }
             }
             Control::Restore { image, on, reply } if on == self.id => {
                 if let Err(why) = self.restore(*image, JobAsker::Node(reply.clone())) {
@@ -1014,14 +1038,6 @@ impl Kernel {
         if self.departures.contains_key(&pid) {
             return Err(format!("process {pid} is migrating"));
         }
-        // Its op may have run at the owner: restored, it could neither
-        // send it again nor get the answer.
-        if matches!(&self.procs[&pid].container.uarea().call, CallState::Blocked(c) if crate::files::is_file(c))
-        {
-            return Err(format!(
-                "process {pid} waits for another node's file server: try again"
-            ));
-        }
         self.ipc_detach(pid);
         let p = self.procs.get_mut(&pid).expect("checked above");
         let image = p
@@ -1037,6 +1053,28 @@ impl Kernel {
             self.end(pid, status::killed(status::SIGSTOP));
         }
         Ok(image)
+    }
+
+    /// Whether `pid` runs here and waits for another node's file server.
+    fn in_file_call(&self, pid: Pid) -> bool {
+        self.procs.get(&pid).is_some_and(
+            |p| matches!(&p.container.uarea().call, CallState::Blocked(c) if crate::files::is_file(c)),
+        )
+    }
+
+    /// Takes the held checkpoints whose file call was answered (before the
+    /// process runs again, so it is captured with the answer to apply),
+    /// and fails those of processes that left or ended meanwhile.
+    fn settle_checkpoints(&mut self) {
+        for held in std::mem::take(&mut self.held_checkpoints) {
+            if self.in_file_call(held.pid) {
+                self.held_checkpoints.push(held);
+            } else {
+                let _ = held
+                    .reply
+                    .send(self.checkpoint(held.pid, held.leave_running));
+            }
+        }
     }
 
     pub(crate) fn not_here(&mut self, pid: Pid) -> String {
