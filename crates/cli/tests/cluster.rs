@@ -1025,6 +1025,10 @@ fn a_file_on_a_lost_node_fails_with_eio_and_never_hangs() {
     // Across the checkpoint, no line was written twice or lost.
     let text = std::fs::read_to_string(&log).unwrap();
     for (i, line) in text.lines().enumerate() {
-        assert!(line.starts_with(&format!("line {} ", i + 1)), "line {}: {line}", i + 1);
+        assert!(
+            line.starts_with(&format!("line {} ", i + 1)),
+            "line {}: {line}",
+            i + 1
+        );
     }
 }

@@ -20,6 +20,7 @@ use atoll_process::{
 use rustc_hash::FxHashMap;
 
 use crate::homes::{Homes, Kin};
+use crate::loader::{Load, Loader};
 use crate::migration::{Arriving, Departure, Incoming};
 use crate::msg::{
     Control, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo,
@@ -150,6 +151,8 @@ pub(crate) struct Kernel {
     /// Checkpoints of processes that were waiting for another node's file
     /// server, taken once it answers (`settle_checkpoints`).
     held_checkpoints: Vec<HeldCheckpoint>,
+    /// Prepares and compiles modules on its own thread.
+    pub(crate) loader: Loader,
     /// Messages from other nodes naming a module this node does not have
     /// yet, by module, in arrival order; it has been asked for.
     pub(crate) awaiting_modules: HashMap<ContentHash, Vec<(KernelId, Packet)>>,
@@ -183,6 +186,8 @@ impl Kernel {
         let id = p.endpoint.id();
         p.endpoint.doorbell().bind_current_thread();
         let doorbells = p.doorbells.clone();
+        let loader =
+            Loader::start(id, p.runtime.clone(), p.doorbells.clone()).expect("a loader thread");
         let live_budget =
             crate::dormancy::live_budget(p.runtime.instances(), p.endpoint.kernel_count());
         let host = Host {
@@ -208,6 +213,7 @@ impl Kernel {
             pending: HashMap::new(),
             unsent: Vec::new(),
             held_checkpoints: Vec::new(),
+            loader,
             awaiting_modules: HashMap::new(),
             migration: p.migration,
             departures: FxHashMap::default(),
@@ -267,6 +273,9 @@ impl Kernel {
             }
             if !self.held_checkpoints.is_empty() {
                 self.settle_checkpoints();
+            }
+            while let Ok(loaded) = self.loader.done.try_recv() {
+                self.on_loaded(loaded);
             }
             let backlog = self.noc.flush();
             self.fire_timers();
@@ -686,15 +695,16 @@ impl Kernel {
     /// A module asked for has come (or not, `bulk` empty): load it, then
     /// handle the messages that waited for it. Without it they fail as
     /// they would for any missing module.
-    pub(crate) fn on_module(&mut self, hash: ContentHash, bulk: Option<Vec<u8>>) {
-        let loaded = match bulk.filter(|b| !b.is_empty()) {
-            None => Err("the sender no longer has it".to_string()),
-            Some(bytes) => match self.runtime.load(&bytes, false) {
-                Ok(p) if p.hash() == hash => Ok(()),
-                Ok(p) => Err(format!("its bytes hash to {}", p.hash())),
-                Err(e) => Err(e.to_string()),
-            },
-        };
+    pub(crate) fn on_module_bytes(&mut self, hash: ContentHash, bulk: Option<Vec<u8>>) {
+        match bulk.filter(|b| !b.is_empty()) {
+            None => self.on_module(hash, Err("the sender no longer has it".to_string())),
+            // Compiled off this thread (`loader`); what waits for it, waits.
+            Some(bytes) => self.loader.load(Load::Module { hash, bytes }),
+        }
+    }
+
+    /// Module `hash` is loaded (or will not be): what waited for it goes on.
+    pub(crate) fn on_module(&mut self, hash: ContentHash, loaded: Result<(), String>) {
         if let Err(why) = loaded {
             tracing::warn!(kernel = %self.id, %hash, "module not loaded: {why}");
         }
@@ -799,7 +809,7 @@ impl Kernel {
                     },
                 );
             }
-            NocMsg::Module { hash } => self.on_module(hash, bulk),
+            NocMsg::Module { hash } => self.on_module_bytes(hash, bulk),
             NocMsg::File { pid } => self.on_file_op(pid, bulk),
             m @ (NocMsg::Output { .. } | NocMsg::JobEnded { .. } | NocMsg::Domain(_)) => {
                 unreachable!("for the node, which the links hand it to: {m:?}")

@@ -12,13 +12,15 @@
 //! `homes.rs` (PIDs and where their processes are), `migration/` (a process
 //! leaving this kernel, `source.rs`, or arriving, `destination.rs`),
 //! `nodes.rs` (when another node is lost), `files.rs` (files of one node
-//! used from another), `dormancy.rs` (which processes keep an instance).
+//! used from another), `dormancy.rs` (which processes keep an instance),
+//! `loader.rs` (modules prepared and compiled off the kernel's thread).
 
 mod dormancy;
 mod files;
 mod homes;
 mod ipc;
 mod kernel;
+mod loader;
 mod migration;
 pub mod msg;
 mod nodes;

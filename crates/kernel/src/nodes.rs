@@ -45,7 +45,7 @@ impl Kernel {
             NocMsg::Migration(
                 MigrationMsg::Round { pid, req, .. } | MigrationMsg::Final { pid, req, .. },
             ) => self.on_migration_done(pid, req, Err(why), None),
-            NocMsg::NeedModule { hash } => self.on_module(hash, None),
+            NocMsg::NeedModule { hash } => self.on_module(hash, Err(why)),
             NocMsg::Start { req, .. } | NocMsg::Restore { req, .. } => {
                 self.on_started(req, Err(why))
             }
@@ -80,7 +80,7 @@ impl Kernel {
             .map(|(&hash, _)| hash)
             .collect();
         for hash in modules {
-            self.on_module(hash, None);
+            self.on_module(hash, Err(format!("node {node} is down")));
         }
     }
 

@@ -7,6 +7,7 @@ use atoll_abi::{Errno, KernelId, Pid};
 use atoll_process::{clock::monotonic_ns, KernelCall, Reply, SpawnModule, SpawnRequest, Stream};
 
 use crate::kernel::Kernel;
+use crate::loader::{Load, Loaded};
 use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
 
 impl Kernel {
@@ -93,17 +94,56 @@ impl Kernel {
     }
 
     fn spawn(&mut self, parent: Pid, req: SpawnRequest) {
-        let spec = match self.spawn_spec(parent, &req) {
+        let spec = match self.spawn_spec(parent, &req.args) {
             Ok(spec) => spec,
             Err(errno) => return self.reply_now(parent, Reply::Spawned(Err(errno))),
         };
-        let target = match req.kernel {
-            Some(k) if !self.noc_reaches(k) => {
-                return self.reply_now(parent, Reply::Spawned(Err(Errno::Inval)))
+        if req.kernel.is_some_and(|k| !self.noc_reaches(k)) {
+            return self.reply_now(parent, Reply::Spawned(Err(Errno::Inval)));
+        }
+        match req.module {
+            SpawnModule::Same => self.spawn_on(parent, spec, req.kernel),
+            // Prepared and compiled off this thread; the parent waits.
+            SpawnModule::File(path) => {
+                let prepare = self.procs[&parent].container.program().prepared();
+                self.loader.load(Load::Spawn {
+                    path,
+                    prepare,
+                    parent,
+                    spec,
+                    kernel: req.kernel,
+                });
             }
-            Some(k) => k,
-            None => self.place(),
-        };
+        }
+    }
+
+    /// The loader is done with a module.
+    pub(crate) fn on_loaded(&mut self, loaded: Loaded) {
+        match loaded {
+            Loaded::Spawn {
+                parent,
+                mut spec,
+                kernel,
+                module,
+            } => match module {
+                Ok(hash) => {
+                    spec.module = hash;
+                    self.spawn_on(parent, spec, kernel);
+                }
+                Err(why) => {
+                    self.diagnose(parent, &why);
+                    let result = Err(Errno::NoExec);
+                    self.route(parent, NocMsg::Spawned { parent, result });
+                }
+            },
+            Loaded::Module { hash, result } => self.on_module(hash, result),
+        }
+    }
+
+    /// Creates `spec` as a child of `parent` on `kernel` (or where the
+    /// kernel chooses); the answer goes to the parent wherever it is.
+    fn spawn_on(&mut self, parent: Pid, spec: ProcessSpec, kernel: Option<KernelId>) {
+        let target = kernel.unwrap_or_else(|| self.place());
         if target != self.id {
             return self.send(target, NocMsg::Spawn { parent, spec });
         }
@@ -111,15 +151,13 @@ impl Kernel {
             self.diagnose(parent, &format!("spawn failed: {why}"));
             errno
         });
-        if let (Ok(child), Some(p)) = (result, self.procs.get_mut(&parent)) {
-            p.container.uarea_mut().children.born(child);
-        }
-        self.reply_now(parent, Reply::Spawned(result));
+        self.route(parent, NocMsg::Spawned { parent, result });
     }
 
     /// What the child inherits: environment, console and preopened
-    /// directories (not open files: spawn is not fork).
-    fn spawn_spec(&mut self, parent: Pid, req: &SpawnRequest) -> Result<ProcessSpec, Errno> {
+    /// directories (not open files: spawn is not fork). Its module is the
+    /// parent's until a spawn by path has loaded its own.
+    fn spawn_spec(&mut self, parent: Pid, args: &[String]) -> Result<ProcessSpec, Errno> {
         let p = self.procs.get(&parent).ok_or(Errno::Srch)?;
         let program = p.container.program().clone();
         let u = p.container.uarea();
@@ -135,23 +173,13 @@ impl Kernel {
             .collect();
         // The job's preopens all have the same owner.
         let files = u.fds.preopens().next().map_or(self.id, |(_, d)| d.owner);
-        let module = match &req.module {
-            SpawnModule::Same => program.hash(),
-            SpawnModule::File(path) => match self.runtime.load_file(path, program.prepared()) {
-                Ok(p) => p.hash(),
-                Err(e) => {
-                    self.diagnose(parent, &format!("cannot spawn {}: {e}", path.display()));
-                    return Err(Errno::NoExec);
-                }
-            },
-        };
-        let args = if req.args.is_empty() {
+        let args = if args.is_empty() {
             vec![String::new()]
         } else {
-            req.args.clone()
+            args.to_vec()
         };
         Ok(ProcessSpec {
-            module,
+            module: program.hash(),
             args,
             env,
             console,
