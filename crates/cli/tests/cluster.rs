@@ -616,16 +616,27 @@ fn ipc_stress_over_three_nodes_while_its_processes_migrate_between_them() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    c.nodes[0].wait_for("ipc.wasm");
+    // The children (argv[0] `ipc`), not the parent (`ipc.wasm`).
+    let children = |ps: &str| -> Vec<String> {
+        ps.lines()
+            .filter(|l| l.split_whitespace().nth(3) == Some("ipc"))
+            .filter_map(|l| l.split_whitespace().next().map(String::from))
+            .collect()
+    };
+    // Started once they are listed (another node may still be compiling
+    // the module it was sent).
+    let t = Instant::now();
+    while children(&text(&c.nodes[0].atoll(&["ps"]).output().unwrap().stdout)).len() < 2 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the stress never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut moved = 0;
     for round in 0..20 {
         let ps = text(&c.nodes[round % 3].atoll(&["ps"]).output().unwrap().stdout);
-        // The children (argv[0] `ipc`), not the parent (`ipc.wasm`).
-        let pids: Vec<&str> = ps
-            .lines()
-            .filter(|l| l.split_whitespace().nth(3) == Some("ipc"))
-            .filter_map(|l| l.split_whitespace().next())
-            .collect();
+        let pids = children(&ps);
         if pids.len() < 2 {
             break;
         }
