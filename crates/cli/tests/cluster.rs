@@ -799,16 +799,7 @@ fn nodes_on_two_hosts_lose_each_other_when_the_link_is_cut_and_link_again_when_r
         .unwrap();
     assert_eq!(a.addr, join);
     // Over the veth, there and back: the same output as an unmoved run.
-    let job = a
-        .atoll(&["run", &guest("progress"), "20", "4000000"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = a.wait_for("progress");
-    ok(b.atoll(&["migrate", &pid, "--to", "1.0"]).output().unwrap());
-    ok(b.atoll(&["migrate", &pid, "--to", "0.0"]).output().unwrap());
-    let out = job.wait_with_output().unwrap();
-    assert_eq!(text(&out.stdout), unmoved(&["20", "4000000"]));
+    there_and_back(&a, &b);
     // Cut: a job that runs on the other host is lost with it, within the
     // links' silence limit, and each side sees the other down.
     let job = a.atoll(&["run", &guest("spin")]).spawn().unwrap();
@@ -854,6 +845,12 @@ fn nodes_on_two_hosts_lose_each_other_when_the_link_is_cut_and_link_again_when_r
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    there_and_back(&a, &b);
+}
+
+/// A job started on `a` (node 0) moves to node 1 and back, asked from
+/// either node, and prints what an unmoved run prints.
+fn there_and_back(a: &NodeProcess, b: &NodeProcess) {
     let job = a
         .atoll(&["run", &guest("progress"), "20", "4000000"])
         .stdout(Stdio::piped())

@@ -364,14 +364,7 @@ where
 
     /// Members that went down and have not come back, by node id.
     pub fn lost(&self) -> Vec<Member> {
-        let mut lost: Vec<Member> = self
-            .shared
-            .lost
-            .read()
-            .expect("lost")
-            .values()
-            .cloned()
-            .collect();
+        let mut lost = self.shared.lost_members();
         lost.sort_by_key(|m| m.node);
         lost
     }
@@ -435,6 +428,10 @@ impl<M: Serialize> Uplink<M> for Links<M> {
 }
 
 impl<M> Shared<M> {
+    fn lost_members(&self) -> Vec<Member> {
+        self.lost.read().expect("lost").values().cloned().collect()
+    }
+
     /// Records `peer`'s connection on `lane` and returns the queue its
     /// writer serves. A restarted peer (new incarnation) replaces the old.
     fn attach(&self, peer: &Member, lane: Lane) -> (u64, UnboundedReceiver<Vec<u8>>) {
@@ -624,14 +621,11 @@ where
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let lost: Vec<Member> = shared
-            .lost
-            .read()
-            .expect("lost")
-            .values()
-            .cloned()
-            .collect();
-        for m in lost.into_iter().filter(|m| m.node < shared.me.node) {
+        for m in shared
+            .lost_members()
+            .into_iter()
+            .filter(|m| m.node < shared.me.node)
+        {
             if shared
                 .restarted
                 .lock()
