@@ -108,6 +108,9 @@ fn file_call(
             Ok(())
         }
     });
+    // An answer the call did not reach its op to take is not the next
+    // call's (it cannot happen: the call decodes the same memory again).
+    caller.data_mut().file_answer = None;
     if let Some(call) = remote {
         // A module that cannot unwind (run unprepared) cannot wait.
         return Ok(enter_kernel(caller, call).map_or_else(|e| e.raw() as i32, |()| 0));
