@@ -93,8 +93,10 @@ fn ps_shows_who_sends_to_and_receives_from_whom() {
     let mut spec = job("ipc", &["hold", "other"]);
     spec.kernel = Some(KernelId::new(0, 0));
     let (pid, _out, done) = start(&node, &spec);
+    // Past its sendrec to the echo child (which may show as SENDING too,
+    // until the child receives), it sends to the sleeper for ever.
     let parent = wait_until(&node, "the parent sending", |p| {
-        p.pid == pid && p.state.starts_with("SENDING to")
+        p.pid == pid && p.state.starts_with("SENDING to") && p.ipc.received == 1
     });
     assert_eq!(parent.domain, Some(DomainId::DEFAULT));
     assert_eq!((parent.ipc.sent, parent.ipc.received), (1, 1), "{parent:?}");
