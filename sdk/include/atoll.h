@@ -230,7 +230,9 @@ static inline int atoll_kernel_count(void)
  *   kernel  index of a kernel on this node, ATOLL_KERNEL(node, index), or
  *           ATOLL_KERNEL_ANY.
  *   pid     receives the child's pid; may be NULL.
- * Returns 0, or EINVAL, ENOMEM, ENOENT (no such module), ... from the runtime.
+ * Returns 0, or EINVAL, ENOMEM, ENOENT (no such module), ENOTSUP (a module
+ * in a directory of another node than the one this process runs on), ...
+ * from the runtime.
  */
 static inline int atoll_spawn(const char *module, char *const argv[], int kernel,
                               atoll_pid_t *pid)

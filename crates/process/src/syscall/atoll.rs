@@ -73,6 +73,7 @@ fn spawn(
             _ => SpawnModule::File(resolve_module(
                 &ctx.uarea.fds,
                 mem.str(module_ptr, module_len)?,
+                ctx.host.kernel.node,
             )?),
         };
         if argv_len > MAX_ARGV_BYTES {
@@ -223,7 +224,12 @@ fn decode_argv(mem: &GuestMemory<'_>, ptr: u32, len: u32) -> Result<Vec<String>,
 /// Resolves a guest path to a module file through the preopened directories,
 /// as `open` would: beneath the longest preopen that is a prefix of the path,
 /// with the sandbox rules of every other path (`crate::fs`).
-fn resolve_module(fds: &FdTable, guest: &str) -> Result<PathBuf, Errno> {
+///
+/// # Errors
+/// Besides those of `open`, `ENOTSUP` for a directory of another node than
+/// `here`: modules are loaded from the spawning node's own files (another
+/// node's file of the same name must not be run instead).
+fn resolve_module(fds: &FdTable, guest: &str, here: u16) -> Result<PathBuf, Errno> {
     let guest = Path::new(guest);
     let (dir, rest) = fds
         .preopens()
@@ -235,6 +241,9 @@ fn resolve_module(fds: &FdTable, guest: &str) -> Result<PathBuf, Errno> {
         .max_by_key(|&(_, _, depth)| depth)
         .map(|(d, rest, _)| (d, rest))
         .ok_or(Errno::NotCapable)?;
+    if dir.owner.node != here {
+        return Err(Errno::NotSup);
+    }
     let rest = rest.to_str().ok_or(Errno::Ilseq)?;
     let host = crate::fs::resolve(&dir.host, rest, crate::fs::Follow::Yes)?;
     if !host.is_file() {
@@ -276,20 +285,25 @@ mod tests {
         }];
         let fds = FdTable::new(&preopens, atoll_abi::KernelId::new(0, 0));
         assert_eq!(
-            resolve_module(&fds, "/bin/a.wasm").unwrap(),
+            resolve_module(&fds, "/bin/a.wasm", 0).unwrap(),
             bin.canonicalize().unwrap().join("a.wasm")
         );
         assert_eq!(
-            resolve_module(&fds, "/bin/../secret.wasm"),
+            resolve_module(&fds, "/bin/../secret.wasm", 0),
             Err(Errno::NotCapable)
         );
         assert_eq!(
-            resolve_module(&fds, "/bin/link.wasm"),
+            resolve_module(&fds, "/bin/link.wasm", 0),
             Err(Errno::NotCapable)
         );
-        assert_eq!(resolve_module(&fds, "/etc/passwd"), Err(Errno::NotCapable));
-        assert_eq!(resolve_module(&fds, "/bin/none.wasm"), Err(Errno::NoEnt));
+        assert_eq!(
+            resolve_module(&fds, "/etc/passwd", 0),
+            Err(Errno::NotCapable)
+        );
+        // From another node than the directory's.
+        assert_eq!(resolve_module(&fds, "/bin/a.wasm", 1), Err(Errno::NotSup));
+        assert_eq!(resolve_module(&fds, "/bin/none.wasm", 0), Err(Errno::NoEnt));
         std::fs::create_dir(bin.join("sub")).unwrap();
-        assert_eq!(resolve_module(&fds, "/bin/sub"), Err(Errno::NoExec));
+        assert_eq!(resolve_module(&fds, "/bin/sub", 0), Err(Errno::NoExec));
     }
 }
