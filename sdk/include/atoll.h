@@ -172,6 +172,8 @@ int32_t __atoll_ipc_sendnb(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendnb"
 int32_t __atoll_ipc_sendrec(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendrec");
 int32_t __atoll_ipc_receive(atoll_pid_t from, void *msg, int32_t *status)
     ATOLL_IMPORT_("ipc_receive");
+int32_t __atoll_ipc_receivenb(atoll_pid_t from, void *msg, int32_t *status)
+    ATOLL_IMPORT_("ipc_receivenb");
 int32_t __atoll_ipc_notify(atoll_pid_t to) ATOLL_IMPORT_("ipc_notify");
 int32_t __atoll_grant(atoll_pid_t grantee, const void *addr, uint32_t len,
                       uint32_t access, uint32_t *id_out) ATOLL_IMPORT_("grant");
@@ -342,6 +344,10 @@ static inline int atoll_migrate_to(int kernel)
  *                           message of type NOTIFY_MESSAGE with m_source set.
  *                           Several notifications from one source coalesce.
  *   ipc_sendnb(to, &m)      fails with ENOTREADY unless `to` is waiting.
+ *   ipc_receivenb(from, &m, &status)
+ *                           receives as ipc_receive if a notification or a
+ *                           waiting sender is there, else fails with
+ *                           ENOTREADY at once (Minix's receivenb: polling).
  *
  * m_source is always set by the runtime: a receiver knows who sent.
  * Endpoints are pids; SELF is the caller and ANY any process (receive only).
@@ -355,7 +361,8 @@ static inline int atoll_migrate_to(int kernel)
  *                or was lost with its node.
  *   EBADSRCDST   the endpoint is not a pid, or names a kernel of this node
  *                that does not exist.
- *   ENOTREADY    ipc_sendnb: the receiver is not waiting.
+ *   ENOTREADY    ipc_sendnb: the receiver is not waiting; ipc_receivenb:
+ *                nothing to receive yet.
  *   ECALLDENIED  the peer is in another domain, or the caller is in none.
  *   EFAULT       a message or status pointer outside the caller's memory.
  */
@@ -428,6 +435,15 @@ static inline int ipc_receive(atoll_pid_t from, message *m, int *status)
 {
     int32_t st = 0;
     int err = __atoll_ipc_receive(from, m, &st);
+    if (err == 0 && status != NULL)
+        *status = st;
+    return err;
+}
+
+static inline int ipc_receivenb(atoll_pid_t from, message *m, int *status)
+{
+    int32_t st = 0;
+    int err = __atoll_ipc_receivenb(from, m, &st);
     if (err == 0 && status != NULL)
         *status = st;
     return err;

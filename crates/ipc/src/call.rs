@@ -25,6 +25,14 @@ pub enum IpcCall {
     Notify { to: Pid },
     /// Copy memory between two processes.
     Copy(CopyRequest),
+    /// Receive as [`Receive`](IpcCall::Receive) if a message or notification
+    /// is already there, else fail with `ENOTREADY` (Minix's `receivenb`):
+    /// never blocks, so a process is never seen in this call.
+    ReceiveNb {
+        from: Option<Pid>,
+        msg: u32,
+        status: u32,
+    },
 }
 
 /// Where a `sendrec` stands.
@@ -69,7 +77,7 @@ impl IpcCall {
         match *self {
             IpcCall::Send { to, .. } | IpcCall::SendRec { to, .. } => Some(to),
             IpcCall::Receive { from, .. } => from,
-            IpcCall::Notify { .. } | IpcCall::Copy(_) => None,
+            IpcCall::Notify { .. } | IpcCall::Copy(_) | IpcCall::ReceiveNb { .. } => None,
         }
     }
 
@@ -102,6 +110,7 @@ impl IpcCall {
             } => format!("RECEIVING from {to} (reply)"),
             IpcCall::Receive { from: Some(p), .. } => format!("RECEIVING from {p}"),
             IpcCall::Receive { from: None, .. } => "RECEIVING from ANY".into(),
+            IpcCall::ReceiveNb { .. } => "POLLING".into(),
             IpcCall::Notify { to } => format!("NOTIFYING {to}"),
             IpcCall::Copy(c) => format!("COPYING {} -> {}", c.src.pid, c.dst.pid),
         }

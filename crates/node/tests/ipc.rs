@@ -37,7 +37,7 @@ fn sendrec_and_send_receive_keep_their_sequence() {
 }
 
 #[test]
-fn notifications_coalesce_and_sendnb_does_not_wait() {
+fn notifications_coalesce_and_sendnb_and_receivenb_never_wait() {
     both_ways(&node(3), "notify", &[]);
 }
 

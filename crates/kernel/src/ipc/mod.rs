@@ -131,7 +131,7 @@ impl KernelLink for Kernel {
             IpcCall::SendRec { to, msg, .. } => {
                 self.send_message(&mut me, call, to, msg, CallKind::SendRec)
             }
-            IpcCall::Receive { from, msg, status } => {
+            IpcCall::Receive { from, msg, status } | IpcCall::ReceiveNb { from, msg, status } => {
                 self.receive(&mut me, call, from, msg, status)
             }
             IpcCall::Notify { to } => self.notify(&mut me, call, to),

@@ -205,6 +205,9 @@ impl Kernel {
             me.ipc.stats.received += 1;
             return IpcOutcome::Done(Ok(()));
         }
+        if matches!(call, IpcCall::ReceiveNb { .. }) {
+            return IpcOutcome::Done(Err(Errno::NotReady));
+        }
         let Some(q) = from else {
             return IpcOutcome::Block(call);
         };

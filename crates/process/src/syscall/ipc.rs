@@ -44,7 +44,20 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         "ipc_sendrec",
         |mut c: Caller<'_, ProcCtx>, to: i64, msg: u32| send(&mut c, to, msg, CallKind::SendRec),
     )?;
-    linker.func_wrap(M, "ipc_receive", receive)?;
+    linker.func_wrap(
+        M,
+        "ipc_receive",
+        |mut c: Caller<'_, ProcCtx>, from: i64, msg: u32, status: u32| {
+            receive(&mut c, from, msg, status, true)
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        "ipc_receivenb",
+        |mut c: Caller<'_, ProcCtx>, from: i64, msg: u32, status: u32| {
+            receive(&mut c, from, msg, status, false)
+        },
+    )?;
     linker.func_wrap(M, "ipc_notify", notify)?;
     linker.func_wrap(M, "grant", grant)?;
     linker.func_wrap(M, "revoke", |mut c: Caller<'_, ProcCtx>, id: u32| {
@@ -183,16 +196,27 @@ fn send(c: &mut Caller<'_, ProcCtx>, to: i64, msg: u32, kind: CallKind) -> wasmt
     })
 }
 
-fn receive(mut c: Caller<'_, ProcCtx>, from: i64, msg: u32, status: u32) -> wasmtime::Result<i32> {
-    kernel_call(&mut c, |mem, ctx| {
+/// `receive`, or `receivenb` unless `wait`.
+fn receive(
+    c: &mut Caller<'_, ProcCtx>,
+    from: i64,
+    msg: u32,
+    status: u32,
+    wait: bool,
+) -> wasmtime::Result<i32> {
+    kernel_call(c, |mem, ctx| {
         check_bound(ctx)?;
         let from = endpoint_or_any(ctx, from)?;
         message_at(mem, msg)?;
         mem.slice_mut(status, 4)?;
         if from == Some(ctx.uarea.pid) {
-            return Err(Errno::Locked);
+            return Err(if wait { Errno::Locked } else { Errno::NotReady });
         }
-        Ok(KernelCall::Ipc(IpcCall::Receive { from, msg, status }))
+        Ok(KernelCall::Ipc(if wait {
+            IpcCall::Receive { from, msg, status }
+        } else {
+            IpcCall::ReceiveNb { from, msg, status }
+        }))
     })
 }
 
