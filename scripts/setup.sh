@@ -2,6 +2,7 @@
 # Installs what atoll needs on a Debian machine, and checks the Rust toolchain.
 #
 #   clang-16, lld-16, wasi-libc, libclang-rt-16-dev-wasm32  C programs -> wasm32-wasi
+#   llvm-16                                                  llvm-ar-16: the guest MPI library (libatollmpi.a)
 #   binaryen                                                 wasm-opt (Asyncify) for `atoll prepare`
 #   gcc, make, libc6-dev                                     native comparison programs, the Makefile
 #   fonts-dejavu-core                                        the font of the benchmark charts (PNG)
@@ -11,7 +12,7 @@
 # only when something is missing.
 set -euo pipefail
 
-packages=(clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32 binaryen gcc make libc6-dev fonts-dejavu-core iproute2)
+packages=(clang-16 lld-16 llvm-16 wasi-libc libclang-rt-16-dev-wasm32 binaryen gcc make libc6-dev fonts-dejavu-core iproute2)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

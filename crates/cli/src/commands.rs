@@ -13,7 +13,7 @@ use atoll_ipc::DomainInfo;
 use atoll_migration::Mode;
 use atoll_noc::net::{identity, LinkConfig};
 use atoll_node::daemon::{self, Client, Request, Response};
-use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
+use atoll_node::{JobSink, JobSpec, MapBy, Node, NodeConfig, Ranks};
 use atoll_process::{Preopen, Stream};
 use clap::Args;
 
@@ -132,6 +132,18 @@ pub struct RunArgs {
     /// --wander): `handover` or `copy` [default: handover]
     #[arg(long, value_name = "MODE")]
     migrate_mode: Option<Mode>,
+    /// Run an MPI program (built with atoll-mpicc) as N ranks, as mpirun
+    /// does; the job fails, ending every rank, when one rank fails
+    #[arg(short = 'n', long = "np", value_name = "N")]
+    ranks: Option<u32>,
+    /// How -n lays ranks over the kernels: `kernel` (each kernel in turn,
+    /// node by node) or `node` (each node in turn)
+    #[arg(long, value_name = "HOW", default_value = "kernel", requires = "ranks")]
+    map_by: MapBy,
+    /// Prefix each line a rank writes with `[1,RANK]<stdout>:` (or
+    /// `<stderr>:`), as mpirun --tag-output
+    #[arg(long, requires = "ranks")]
+    tag_output: bool,
     /// The program (.wasm or .wat), then its arguments: everything after
     /// PROGRAM is the program's, options included (as `wasmtime run`)
     #[arg(
@@ -172,6 +184,11 @@ impl RunArgs {
             prepare: !self.no_prepare,
             domain: self.domain.clone(),
             wander: self.wander,
+            ranks: self.ranks.map(|count| Ranks {
+                count,
+                map_by: self.map_by,
+                tag_output: self.tag_output,
+            }),
         })
     }
 }

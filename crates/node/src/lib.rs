@@ -11,6 +11,8 @@ mod console;
 pub mod daemon;
 mod domains;
 mod node;
+mod ranks;
 
 pub use console::JobSink;
 pub use node::{JobSpec, Node, NodeConfig, NodeStatus};
+pub use ranks::{MapBy, Ranks};

@@ -20,6 +20,8 @@ use atoll_process::{ConsoleId, Preopen, ProcessImage, Runtime, RuntimeConfig};
 
 use crate::console::{self, ChannelConsole, JobSink, Sinks};
 use crate::domains::Domains;
+use crate::ranks::{Killer, Ranks};
+use atoll_prepare::ContentHash;
 
 /// How long `ps` waits for a kernel of another node.
 const REMOTE_ANSWER: Duration = Duration::from_secs(5);
@@ -94,6 +96,9 @@ pub struct JobSpec {
     /// Move the process to the next kernel after every system call
     /// ([`atoll_process::Wander`]), to test that nothing is lost by moving.
     pub wander: bool,
+    /// Run the program as an MPI job of this many ranks (`atoll run -n`).
+    #[serde(default)]
+    pub ranks: Option<Ranks>,
 }
 
 /// Each kernel's lanes to the other nodes, in kernel order.
@@ -193,6 +198,30 @@ impl Inbound {
         self.doorbells[index as usize].ring();
         self.runtime.interrupt(index);
     }
+}
+
+/// What every process of a job starts from.
+pub(crate) struct JobStart {
+    /// The loaded program.
+    pub module: ContentHash,
+    pub domain: DomainId,
+}
+
+/// Hands `control` to kernel `i` of this node and wakes it (and the
+/// process it runs); false when the kernel has stopped.
+pub(crate) fn hand(
+    controls: &[Sender<Control>],
+    doorbells: &[Doorbell],
+    runtime: &Runtime,
+    i: usize,
+    control: Control,
+) -> bool {
+    if controls[i].send(control).is_err() {
+        return false;
+    }
+    doorbells[i].ring();
+    runtime.interrupt(i as u16);
+    true
 }
 
 fn cores() -> usize {
@@ -396,11 +425,9 @@ impl Node {
     ) -> anyhow::Result<Receiver<T>> {
         let i = self.kernel(k)?;
         let (tx, rx) = mpsc::channel();
-        self.controls[i]
-            .send(make(tx))
-            .map_err(|_| anyhow!("kernel {k} has stopped"))?;
-        self.doorbells[i].ring();
-        self.runtime.interrupt(k.index);
+        if !hand(&self.controls, &self.doorbells, &self.runtime, i, make(tx)) {
+            bail!("kernel {k} has stopped");
+        }
         Ok(rx)
     }
 
@@ -421,14 +448,9 @@ impl Node {
     /// # Errors
     /// When the program cannot be loaded or the kernel does not exist.
     pub fn run_job(&self, job: &JobSpec, sink: Box<dyn JobSink>) -> anyhow::Result<Pid> {
-        let program = self
-            .runtime
-            .load_file(&job.program, job.prepare)
-            .with_context(|| format!("cannot run {}", job.program.display()))?;
-        for p in &job.preopens {
-            if !p.host.is_dir() {
-                bail!("--dir {}: not a directory", p.host.display());
-            }
+        let start = self.job_start(job)?;
+        if let Some(ranks) = &job.ranks {
+            return self.run_ranks(job, &start, ranks, sink);
         }
         let kernel = match job.kernel {
             Some(k) => k,
@@ -438,8 +460,20 @@ impl Node {
                 KernelId::new(self.id, n as u16)
             }
         };
-        if kernel.node == self.id {
-            self.kernel(kernel)?;
+        self.start_process(job, &start, kernel, job.env.clone(), sink)
+    }
+
+    /// What every process of a job starts from: its loaded program and its
+    /// domain.
+    fn job_start(&self, job: &JobSpec) -> anyhow::Result<JobStart> {
+        let program = self
+            .runtime
+            .load_file(&job.program, job.prepare)
+            .with_context(|| format!("cannot run {}", job.program.display()))?;
+        for p in &job.preopens {
+            if !p.host.is_dir() {
+                bail!("--dir {}: not a directory", p.host.display());
+            }
         }
         let domain = match &job.domain {
             None => DomainId::DEFAULT,
@@ -447,18 +481,37 @@ impl Node {
                 anyhow!("no domain `{name}` (create it with `atoll domain create {name}`)")
             })?,
         };
+        Ok(JobStart {
+            module: program.hash(),
+            domain,
+        })
+    }
+
+    /// Starts one process of `job` on `kernel` with the environment `env`;
+    /// its output and end go to `sink`.
+    pub(crate) fn start_process(
+        &self,
+        job: &JobSpec,
+        start: &JobStart,
+        kernel: KernelId,
+        env: Vec<String>,
+        sink: Box<dyn JobSink>,
+    ) -> anyhow::Result<Pid> {
+        if kernel.node == self.id {
+            self.kernel(kernel)?;
+        }
         let console = self.new_console();
         self.sinks.lock().expect("sinks").insert(console, sink);
         let spec = ProcessSpec {
-            module: program.hash(),
+            module: start.module,
             args: job.args.clone(),
-            env: job.env.clone(),
+            env,
             console,
             preopens: job.preopens.clone(),
             // The directories are this node's: its kernel that starts the
             // job serves them wherever the job's processes go.
             files: self.asker(kernel),
-            domain: Some(domain),
+            domain: Some(start.domain),
             wander: job.wander,
         };
         // A kernel of another node is asked through kernel 0 of this one;
@@ -652,10 +705,15 @@ impl Node {
     /// before they commit, as if the destination broke (failure tests).
     pub fn fail_arrivals(&self, k: KernelId, count: u32) -> anyhow::Result<()> {
         let i = self.kernel(k)?;
-        self.controls[i]
-            .send(Control::FailArrivals { count })
-            .map_err(|_| anyhow!("kernel {k} has stopped"))?;
-        self.doorbells[i].ring();
+        if !hand(
+            &self.controls,
+            &self.doorbells,
+            &self.runtime,
+            i,
+            Control::FailArrivals { count },
+        ) {
+            bail!("kernel {k} has stopped");
+        }
         Ok(())
     }
 
@@ -671,6 +729,17 @@ impl Node {
 
     pub fn domains(&self) -> Vec<DomainInfo> {
         self.domains.list()
+    }
+
+    /// A way to end processes that outlives any one request (the console
+    /// service ends a failed MPI job's ranks with it).
+    pub(crate) fn killer(&self) -> Killer {
+        Killer {
+            node: self.id,
+            controls: self.controls.clone(),
+            doorbells: self.doorbells.clone(),
+            runtime: self.runtime.clone(),
+        }
     }
 
     /// Stops every kernel; processes still running are dropped.

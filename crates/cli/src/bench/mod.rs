@@ -300,6 +300,7 @@ pub fn job_on_kernel0(program: PathBuf, args: Vec<String>) -> JobSpec {
         prepare: true,
         domain: None,
         wander: false,
+        ranks: None,
     }
 }
 

@@ -34,6 +34,7 @@ pub fn job(name: &str, args: &[&str]) -> JobSpec {
         prepare: true,
         domain: None,
         wander: false,
+        ranks: None,
     }
 }
 

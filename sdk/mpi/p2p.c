@@ -1,0 +1,689 @@
+/*
+ * p2p.c - point-to-point: sends, receives and their requests.
+ *
+ * Protocols (docs/mpi.md):
+ *   eager       up to EAGER_MAX bytes travel inside the 64-byte message; the
+ *               send is complete as soon as it is handed to the channel.
+ *   rendezvous  larger payloads, and every synchronous send: the sender
+ *               grants the payload to the receiver and sends KIND_RTS; the
+ *               receiver, once a receive matches, copies it with one
+ *               safecopy and answers KIND_FIN, which completes the send.
+ * A rank's messages to itself take the same paths without IPC.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "impl.h"
+
+static struct atoll_mpi_request *new_request(enum req_kind kind, struct atoll_mpi_comm *comm)
+{
+    struct atoll_mpi_request *r = mpi_alloc(sizeof *r);
+    memset(r, 0, sizeof *r);
+    r->magic = MAGIC_REQ;
+    r->kind = kind;
+    r->comm = comm;
+    r->status.MPI_SOURCE = MPI_ANY_SOURCE;
+    r->status.MPI_TAG = MPI_ANY_TAG;
+    return r;
+}
+
+static void release(struct atoll_mpi_request *r)
+{
+    free(r->packed);
+    if (r->landing != NULL && r->landing != r->buf)
+        free(r->landing);
+    r->magic = 0;
+    free(r);
+}
+
+static void complete(struct atoll_mpi_request *r)
+{
+    r->done = true;
+    if (r->freed)
+        release(r);
+}
+
+/* A request that is complete at once: to or from MPI_PROC_NULL. */
+static struct atoll_mpi_request *null_request(enum req_kind kind, struct atoll_mpi_comm *comm)
+{
+    struct atoll_mpi_request *r = new_request(kind, comm);
+    r->status.MPI_SOURCE = MPI_PROC_NULL;
+    r->status.MPI_TAG = MPI_ANY_TAG;
+    r->done = true;
+    return r;
+}
+
+/* ------------------------------------------------------------ receive */
+
+/* A receive has its payload in `landing`: fill its status and unpack. */
+static void received(struct atoll_mpi_request *r, int src_world, int tag, size_t len)
+{
+    size_t n = len < r->capacity ? len : r->capacity;
+    int src = r->comm->rank_of[src_world];
+    r->status.MPI_SOURCE = src;
+    r->status.MPI_TAG = tag;
+    r->status.atoll_bytes = (int)n;
+    r->status.MPI_ERROR = len > r->capacity ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
+    if (r->landing != r->buf) {
+        mpi_unpack(r->landing, n, r->buf, r->count, r->type);
+        free(r->landing);
+        r->landing = NULL;
+    }
+    complete(r);
+}
+
+/* Copies a KIND_RTS payload of another rank into the receive. */
+static void pull(struct atoll_mpi_request *r, int from, int tag, size_t len, uint32_t grant,
+                 uint32_t sreq)
+{
+    size_t n = len < r->capacity ? len : r->capacity;
+    if (n > 0) {
+        int err = atoll_safecopy_from(mpi_world[from].pid, grant, 0, r->landing, n);
+        if (err != 0)
+            mpi_fatal("copying a message from a rank", err);
+    }
+    struct wire fin;
+    memset(&fin, 0, sizeof fin);
+    fin.u.fin.sreq = sreq;
+    mpi_channel_send(from, KIND_FIN, &fin);
+    received(r, from, tag, len);
+}
+
+/* A send of this rank to itself meets its receive. */
+static void meet_self(struct atoll_mpi_request *r, struct atoll_mpi_request *s, int tag)
+{
+    size_t n = s->self_len < r->capacity ? s->self_len : r->capacity;
+    if (n > 0)
+        memcpy(r->landing, s->self_payload, n);
+    received(r, mpi_world_rank, tag, s->self_len);
+    free(s->packed);
+    s->packed = NULL;
+    complete(s);
+}
+
+static void take_unexpected(struct atoll_mpi_request *r, struct unexpected *u)
+{
+    if (u->kind == KIND_EAGER) {
+        size_t n = (size_t)u->len < r->capacity ? (size_t)u->len : r->capacity;
+        memcpy(r->landing, u->data, n);
+        received(r, u->src_world, u->tag, (size_t)u->len);
+    } else if (u->self_send != NULL) {
+        meet_self(r, u->self_send, u->tag);
+    } else {
+        pull(r, u->src_world, u->tag, (size_t)u->len, u->grant, u->sreq);
+    }
+    free(u);
+}
+
+void mpi_arrived(int from, int32_t kind, const struct wire *w)
+{
+    if (kind == KIND_FIN) {
+        struct atoll_mpi_request *s = (struct atoll_mpi_request *)(uintptr_t)w->u.fin.sreq;
+        if (s == NULL || s->magic != MAGIC_REQ || s->kind != REQ_SEND || s->done)
+            mpi_fatal("a rank answered a send this rank does not have", EIO);
+        if (s->granted)
+            atoll_revoke(s->grant);
+        s->granted = false;
+        free(s->packed);
+        s->packed = NULL;
+        complete(s);
+        return;
+    }
+    if (kind != KIND_EAGER && kind != KIND_RTS)
+        return; /* a late KIND_HELLO, or noise: nothing to match */
+    if (w->len < 0 || (kind == KIND_EAGER && w->len > EAGER_MAX))
+        mpi_fatal("a rank sent a damaged message", EIO);
+    struct atoll_mpi_request *r = mpi_take_posted(w->ctx, from, w->tag);
+    if (r != NULL) {
+        if (kind == KIND_EAGER) {
+            size_t n = (size_t)w->len < r->capacity ? (size_t)w->len : r->capacity;
+            memcpy(r->landing, w->u.data, n);
+            received(r, from, w->tag, (size_t)w->len);
+        } else {
+            pull(r, from, w->tag, (size_t)w->len, w->u.rts.grant, w->u.rts.sreq);
+        }
+        return;
+    }
+    size_t extra = kind == KIND_EAGER ? (size_t)w->len : 0;
+    struct unexpected *u = mpi_alloc(sizeof *u + extra);
+    u->kind = kind;
+    u->src_world = from;
+    u->ctx = w->ctx;
+    u->tag = w->tag;
+    u->len = w->len;
+    u->grant = kind == KIND_RTS ? w->u.rts.grant : 0;
+    u->sreq = kind == KIND_RTS ? w->u.rts.sreq : 0;
+    u->sync = kind == KIND_RTS ? w->u.rts.sync : 0;
+    u->self_send = NULL;
+    memcpy(u->data, w->u.data, extra);
+    mpi_add_unexpected(u);
+}
+
+int mpi_irecv_bytes(void *buf, size_t len, int src_world, int tag, int ctx,
+                    struct atoll_mpi_comm *comm, MPI_Request *req)
+{
+    struct atoll_mpi_request *r = new_request(REQ_RECV, comm);
+    r->ctx = ctx;
+    r->src_world = src_world;
+    r->tag = tag;
+    r->buf = buf;
+    r->landing = buf;
+    r->capacity = len;
+    r->count = (int)len;
+    r->type = MPI_BYTE;
+    *req = r;
+    struct unexpected *u = mpi_find_unexpected(ctx, src_world, tag, false);
+    if (u != NULL)
+        take_unexpected(r, u);
+    else
+        mpi_post(r);
+    return MPI_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- send */
+
+/* Starts sending len bytes at payload (owned: freed when the send ends). */
+static struct atoll_mpi_request *start_send(const void *payload, size_t len, void *owned,
+                                            int dest_world, int tag, int ctx,
+                                            struct atoll_mpi_comm *comm, bool sync)
+{
+    struct atoll_mpi_request *s = new_request(REQ_SEND, comm);
+    s->packed = owned;
+    s->status.MPI_ERROR = MPI_SUCCESS;
+    bool eager = !sync && len <= EAGER_MAX;
+    if (dest_world == mpi_world_rank) {
+        s->self_payload = payload;
+        s->self_len = len;
+        struct atoll_mpi_request *r = mpi_take_posted(ctx, dest_world, tag);
+        if (r != NULL) {
+            meet_self(r, s, tag);
+            return s;
+        }
+        struct unexpected *u = mpi_alloc(sizeof *u + (eager ? len : 0));
+        memset(u, 0, sizeof *u);
+        u->src_world = dest_world;
+        u->ctx = ctx;
+        u->tag = tag;
+        u->len = (int)len;
+        if (eager) {
+            u->kind = KIND_EAGER;
+            memcpy(u->data, payload, len);
+            free(s->packed);
+            s->packed = NULL;
+            complete(s);
+        } else {
+            u->kind = KIND_RTS;
+            u->self_send = s;
+        }
+        mpi_add_unexpected(u);
+        return s;
+    }
+    struct wire w;
+    memset(&w, 0, sizeof w);
+    w.ctx = ctx;
+    w.tag = tag;
+    w.len = (int)len;
+    if (eager) {
+        memcpy(w.u.data, payload, len);
+        mpi_channel_send(dest_world, KIND_EAGER, &w);
+        free(s->packed);
+        s->packed = NULL;
+        complete(s);
+        return s;
+    }
+    if (len > 0) {
+        int err = atoll_grant(mpi_world[dest_world].pid, payload, len, CPF_READ, &s->grant);
+        if (err != 0)
+            mpi_fatal("granting a message's payload", err);
+        s->granted = true;
+    }
+    w.u.rts.grant = s->grant;
+    w.u.rts.sreq = (uint32_t)(uintptr_t)s;
+    w.u.rts.sync = sync;
+    mpi_channel_send(dest_world, KIND_RTS, &w);
+    return s;
+}
+
+int mpi_isend_bytes(const void *buf, size_t len, int dest_world, int tag, int ctx,
+                    struct atoll_mpi_comm *comm, bool sync, MPI_Request *req)
+{
+    *req = start_send(buf, len, NULL, dest_world, tag, ctx, comm, sync);
+    return MPI_SUCCESS;
+}
+
+void mpi_wait_done(MPI_Request r)
+{
+    while (!r->done)
+        mpi_progress(true);
+}
+
+/* ----------------------------------------------------- argument checks */
+
+static int check_args(MPI_Comm comm, int count, MPI_Datatype type, const char *call)
+{
+    int err = mpi_check_comm(comm, call);
+    if (err != MPI_SUCCESS)
+        return err;
+    if (count < 0)
+        return mpi_error(comm, MPI_ERR_COUNT, call, "negative count %d", count);
+    if (mpi_check_type(type) != MPI_SUCCESS)
+        return mpi_error(comm, MPI_ERR_TYPE, call, "invalid or uncommitted datatype");
+    return MPI_SUCCESS;
+}
+
+static int check_peer(MPI_Comm comm, int rank, bool any, const char *call)
+{
+    if (rank == MPI_PROC_NULL || (any && rank == MPI_ANY_SOURCE))
+        return MPI_SUCCESS;
+    if (rank < 0 || rank >= comm->size)
+        return mpi_error(comm, MPI_ERR_RANK, call, "invalid rank %d (communicator of %d)", rank,
+                         comm->size);
+    return MPI_SUCCESS;
+}
+
+static int check_tag(MPI_Comm comm, int tag, bool any, const char *call)
+{
+    if ((any && tag == MPI_ANY_TAG) || (tag >= 0 && tag <= MPI_TAG_UB_VALUE))
+        return MPI_SUCCESS;
+    return mpi_error(comm, MPI_ERR_TAG, call, "invalid tag %d", tag);
+}
+
+/* ------------------------------------------------------- public calls */
+
+static int isend(const void *buf, int count, MPI_Datatype type, int dest, int tag,
+                 MPI_Comm comm, bool sync, MPI_Request *request, const char *call)
+{
+    int err = check_args(comm, count, type, call);
+    if (err == MPI_SUCCESS)
+        err = check_peer(comm, dest, false, call);
+    if (err == MPI_SUCCESS)
+        err = check_tag(comm, tag, false, call);
+    if (err != MPI_SUCCESS)
+        return err;
+    if (request == NULL)
+        return mpi_error(comm, MPI_ERR_REQUEST, call, "request is NULL");
+    if (dest == MPI_PROC_NULL) {
+        *request = null_request(REQ_SEND, comm);
+        return MPI_SUCCESS;
+    }
+    size_t len = mpi_type_bytes(type, count);
+    void *owned = NULL;
+    const void *payload = buf;
+    if (!type->contiguous && len > 0) {
+        owned = mpi_alloc(len);
+        mpi_pack(buf, count, type, owned);
+        payload = owned;
+    }
+    *request = start_send(payload, len, owned, comm->world_of[dest], tag, comm->ctx, comm, sync);
+    return MPI_SUCCESS;
+}
+
+int MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+              MPI_Request *request)
+{
+    return isend(buf, count, type, dest, tag, comm, false, request, "MPI_Isend");
+}
+
+int MPI_Issend(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+               MPI_Request *request)
+{
+    return isend(buf, count, type, dest, tag, comm, true, request, "MPI_Issend");
+}
+
+static int send(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                bool sync, const char *call)
+{
+    MPI_Request r;
+    int err = isend(buf, count, type, dest, tag, comm, sync, &r, call);
+    if (err != MPI_SUCCESS)
+        return err;
+    return MPI_Wait(&r, MPI_STATUS_IGNORE);
+}
+
+int MPI_Send(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm)
+{
+    return send(buf, count, type, dest, tag, comm, false, "MPI_Send");
+}
+
+int MPI_Ssend(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm)
+{
+    return send(buf, count, type, dest, tag, comm, true, "MPI_Ssend");
+}
+
+int MPI_Irecv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+              MPI_Request *request)
+{
+    const char *call = "MPI_Irecv";
+    int err = check_args(comm, count, type, call);
+    if (err == MPI_SUCCESS)
+        err = check_peer(comm, source, true, call);
+    if (err == MPI_SUCCESS)
+        err = check_tag(comm, tag, true, call);
+    if (err != MPI_SUCCESS)
+        return err;
+    if (request == NULL)
+        return mpi_error(comm, MPI_ERR_REQUEST, call, "request is NULL");
+    if (source == MPI_PROC_NULL) {
+        *request = null_request(REQ_RECV, comm);
+        return MPI_SUCCESS;
+    }
+    size_t len = mpi_type_bytes(type, count);
+    int src_world = source == MPI_ANY_SOURCE ? MPI_ANY_SOURCE : comm->world_of[source];
+    if (type->contiguous || len == 0) {
+        mpi_irecv_bytes(buf, len, src_world, tag, comm->ctx, comm, request);
+    } else {
+        void *landing = mpi_alloc(len);
+        mpi_irecv_bytes(landing, len, src_world, tag, comm->ctx, comm, request);
+        struct atoll_mpi_request *r = *request;
+        /* Unpacked into buf when the payload is there (`received`). */
+        r->buf = buf;
+        r->count = count;
+        r->type = type;
+        if (r->done) {
+            mpi_unpack(landing, (size_t)r->status.atoll_bytes, buf, count, type);
+            free(landing);
+            r->landing = NULL;
+        }
+    }
+    (*request)->count = count;
+    (*request)->type = type;
+    return MPI_SUCCESS;
+}
+
+int MPI_Recv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+             MPI_Status *status)
+{
+    MPI_Request r;
+    int err = MPI_Irecv(buf, count, type, source, tag, comm, &r);
+    if (err != MPI_SUCCESS)
+        return err;
+    return MPI_Wait(&r, status);
+}
+
+/* ----------------------------------------------------------- requests */
+
+static int check_request(MPI_Request r, const char *call)
+{
+    if (r != MPI_REQUEST_NULL && r->magic != MAGIC_REQ)
+        return mpi_error(NULL, MPI_ERR_REQUEST, call, "invalid request");
+    return MPI_SUCCESS;
+}
+
+/* Hands a completed request's status to the caller and frees it. */
+static int finish(MPI_Request *request, MPI_Status *status)
+{
+    struct atoll_mpi_request *r = *request;
+    int err = r->status.MPI_ERROR;
+    if (status != MPI_STATUS_IGNORE)
+        *status = r->status;
+    release(r);
+    *request = MPI_REQUEST_NULL;
+    return err;
+}
+
+/* The status of a null or inactive request. */
+static void empty_status(MPI_Status *status)
+{
+    if (status != MPI_STATUS_IGNORE) {
+        status->MPI_SOURCE = MPI_ANY_SOURCE;
+        status->MPI_TAG = MPI_ANY_TAG;
+        status->MPI_ERROR = MPI_SUCCESS;
+        status->atoll_bytes = 0;
+        status->atoll_cancelled = 0;
+    }
+}
+
+int MPI_Wait(MPI_Request *request, MPI_Status *status)
+{
+    if (request == NULL || check_request(*request, "MPI_Wait") != MPI_SUCCESS)
+        return mpi_error(NULL, MPI_ERR_REQUEST, "MPI_Wait", "invalid request");
+    if (*request == MPI_REQUEST_NULL) {
+        empty_status(status);
+        return MPI_SUCCESS;
+    }
+    MPI_Comm comm = (*request)->comm;
+    mpi_wait_done(*request);
+    int err = finish(request, status);
+    if (err != MPI_SUCCESS)
+        return mpi_error(comm, err, "MPI_Wait", "message truncated");
+    return MPI_SUCCESS;
+}
+
+int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
+{
+    if (request == NULL || flag == NULL || check_request(*request, "MPI_Test") != MPI_SUCCESS)
+        return mpi_error(NULL, MPI_ERR_ARG, "MPI_Test", "invalid request or flag");
+    if (*request == MPI_REQUEST_NULL) {
+        *flag = 1;
+        empty_status(status);
+        return MPI_SUCCESS;
+    }
+    if (!(*request)->done)
+        mpi_progress(false);
+    *flag = (*request)->done;
+    if (!*flag)
+        return MPI_SUCCESS;
+    MPI_Comm comm = (*request)->comm;
+    int err = finish(request, status);
+    if (err != MPI_SUCCESS)
+        return mpi_error(comm, err, "MPI_Test", "message truncated");
+    return MPI_SUCCESS;
+}
+
+static int check_requests(int count, MPI_Request requests[], const char *call)
+{
+    if (count < 0 || (count > 0 && requests == NULL))
+        return mpi_error(NULL, MPI_ERR_ARG, call, "invalid request array");
+    for (int i = 0; i < count; i++)
+        if (check_request(requests[i], call) != MPI_SUCCESS)
+            return MPI_ERR_REQUEST;
+    return MPI_SUCCESS;
+}
+
+/* Finishes every request of a completed set; MPI_ERR_IN_STATUS if any failed. */
+static int finish_all(int count, MPI_Request requests[], MPI_Status statuses[],
+                      const char *call)
+{
+    bool failed = false;
+    for (int i = 0; i < count; i++) {
+        MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i];
+        if (requests[i] == MPI_REQUEST_NULL) {
+            empty_status(st);
+            continue;
+        }
+        if (finish(&requests[i], st) != MPI_SUCCESS)
+            failed = true;
+    }
+    if (failed)
+        return mpi_error(NULL, MPI_ERR_IN_STATUS, call, "a request failed (see its status)");
+    return MPI_SUCCESS;
+}
+
+int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[])
+{
+    int err = check_requests(count, requests, "MPI_Waitall");
+    if (err != MPI_SUCCESS)
+        return err;
+    for (int i = 0; i < count; i++)
+        if (requests[i] != MPI_REQUEST_NULL)
+            mpi_wait_done(requests[i]);
+    return finish_all(count, requests, statuses, "MPI_Waitall");
+}
+
+int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[])
+{
+    int err = check_requests(count, requests, "MPI_Testall");
+    if (err != MPI_SUCCESS)
+        return err;
+    mpi_progress(false);
+    for (int i = 0; i < count; i++) {
+        if (requests[i] != MPI_REQUEST_NULL && !requests[i]->done) {
+            *flag = 0;
+            return MPI_SUCCESS;
+        }
+    }
+    *flag = 1;
+    return finish_all(count, requests, statuses, "MPI_Testall");
+}
+
+/* The first completed request of the set, -1 if none, MPI_UNDEFINED if
+ * every request is null. */
+static int first_done(int count, MPI_Request requests[])
+{
+    bool active = false;
+    for (int i = 0; i < count; i++) {
+        if (requests[i] == MPI_REQUEST_NULL)
+            continue;
+        active = true;
+        if (requests[i]->done)
+            return i;
+    }
+    return active ? -1 : MPI_UNDEFINED;
+}
+
+int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status)
+{
+    int err = check_requests(count, requests, "MPI_Waitany");
+    if (err != MPI_SUCCESS)
+        return err;
+    int i;
+    while ((i = first_done(count, requests)) == -1)
+        mpi_progress(true);
+    *index = i;
+    if (i == MPI_UNDEFINED) {
+        empty_status(status);
+        return MPI_SUCCESS;
+    }
+    MPI_Comm comm = requests[i]->comm;
+    if (finish(&requests[i], status) != MPI_SUCCESS)
+        return mpi_error(comm, MPI_ERR_TRUNCATE, "MPI_Waitany", "message truncated");
+    return MPI_SUCCESS;
+}
+
+int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status)
+{
+    int err = check_requests(count, requests, "MPI_Testany");
+    if (err != MPI_SUCCESS)
+        return err;
+    mpi_progress(false);
+    int i = first_done(count, requests);
+    *flag = i != -1;
+    *index = i == -1 ? MPI_UNDEFINED : i;
+    if (i == -1)
+        return MPI_SUCCESS;
+    if (i == MPI_UNDEFINED) {
+        empty_status(status);
+        return MPI_SUCCESS;
+    }
+    MPI_Comm comm = requests[i]->comm;
+    if (finish(&requests[i], status) != MPI_SUCCESS)
+        return mpi_error(comm, MPI_ERR_TRUNCATE, "MPI_Testany", "message truncated");
+    return MPI_SUCCESS;
+}
+
+int MPI_Request_free(MPI_Request *request)
+{
+    if (request == NULL || *request == MPI_REQUEST_NULL ||
+        check_request(*request, "MPI_Request_free") != MPI_SUCCESS)
+        return mpi_error(NULL, MPI_ERR_REQUEST, "MPI_Request_free", "invalid request");
+    struct atoll_mpi_request *r = *request;
+    *request = MPI_REQUEST_NULL;
+    if (r->done)
+        release(r);
+    else
+        r->freed = true;
+    return MPI_SUCCESS;
+}
+
+/* ------------------------------------------------------------- probe */
+
+static int probe(int source, int tag, MPI_Comm comm, bool block, int *flag, MPI_Status *status,
+                 const char *call)
+{
+    int err = mpi_check_comm(comm, call);
+    if (err == MPI_SUCCESS)
+        err = check_peer(comm, source, true, call);
+    if (err == MPI_SUCCESS)
+        err = check_tag(comm, tag, true, call);
+    if (err != MPI_SUCCESS)
+        return err;
+    if (source == MPI_PROC_NULL) {
+        *flag = 1;
+        if (status != MPI_STATUS_IGNORE) {
+            empty_status(status);
+            status->MPI_SOURCE = MPI_PROC_NULL;
+        }
+        return MPI_SUCCESS;
+    }
+    int src_world = source == MPI_ANY_SOURCE ? MPI_ANY_SOURCE : comm->world_of[source];
+    mpi_progress(false);
+    struct unexpected *u;
+    while ((u = mpi_find_unexpected(comm->ctx, src_world, tag, true)) == NULL && block)
+        mpi_progress(true);
+    *flag = u != NULL;
+    if (u != NULL && status != MPI_STATUS_IGNORE) {
+        status->MPI_SOURCE = comm->rank_of[u->src_world];
+        status->MPI_TAG = u->tag;
+        status->MPI_ERROR = MPI_SUCCESS;
+        status->atoll_bytes = u->len;
+        status->atoll_cancelled = 0;
+    }
+    return MPI_SUCCESS;
+}
+
+int MPI_Iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status)
+{
+    return probe(source, tag, comm, false, flag, status, "MPI_Iprobe");
+}
+
+int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *status)
+{
+    int flag;
+    return probe(source, tag, comm, true, &flag, status, "MPI_Probe");
+}
+
+/* ------------------------------------------------------------ sendrecv */
+
+int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
+                 int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source,
+                 int recvtag, MPI_Comm comm, MPI_Status *status)
+{
+    MPI_Request r[2];
+    int err = MPI_Irecv(recvbuf, recvcount, recvtype, source, recvtag, comm, &r[0]);
+    if (err != MPI_SUCCESS)
+        return err;
+    err = MPI_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &r[1]);
+    if (err != MPI_SUCCESS)
+        return err;
+    mpi_wait_done(r[1]);
+    finish(&r[1], MPI_STATUS_IGNORE);
+    return MPI_Wait(&r[0], status);
+}
+
+int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype type, int dest, int sendtag,
+                         int source, int recvtag, MPI_Comm comm, MPI_Status *status)
+{
+    int err = check_args(comm, count, type, "MPI_Sendrecv_replace");
+    if (err != MPI_SUCCESS)
+        return err;
+    size_t len = mpi_type_bytes(type, count);
+    void *copy = mpi_alloc(len > 0 ? len : 1);
+    mpi_pack(buf, count, type, copy);
+    err = MPI_Sendrecv(copy, (int)len, MPI_BYTE, dest, sendtag, buf, count, type, source,
+                       recvtag, comm, status);
+    free(copy);
+    return err;
+}
+
+int MPI_Get_count(const MPI_Status *status, MPI_Datatype type, int *count)
+{
+    if (status == NULL || count == NULL || mpi_check_type(type) != MPI_SUCCESS)
+        return mpi_error(NULL, MPI_ERR_ARG, "MPI_Get_count", "invalid status or datatype");
+    if (type->size == 0)
+        *count = 0;
+    else if (status->atoll_bytes % type->size != 0)
+        *count = MPI_UNDEFINED;
+    else
+        *count = status->atoll_bytes / type->size;
+    return MPI_SUCCESS;
+}
