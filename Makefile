@@ -1,7 +1,8 @@
 # Builds atoll's C side: the guest programs (wasm32-wasi, with sdk/bin/atoll-cc)
 # and the native programs they are compared with.
 #
-#   make guests   examples/, tests/guests/ and bench/guests/ -> build/wasm/NAME.wasm
+#   make guests   examples/, tests/guests/ and bench/guests/ -> build/wasm/NAME.wasm,
+#                 and the MPI programs of tests/mpi/ (with sdk/bin/atoll-mpicc)
 #   make native   build/native/{mergesort,spawn_native,true,ipc_linux,swarm_native,fileio} (gcc -O2)
 #   make all      both (the default)
 #   make clean
@@ -26,8 +27,18 @@ GUEST_SRCS := $(foreach d,$(GUEST_DIRS),$(wildcard $(d)/*.c))
 GUEST_NAMES := $(notdir $(GUEST_SRCS:.c=))
 GUESTS := $(addprefix $(WASM_DIR)/,$(addsuffix .wasm,$(GUEST_NAMES)))
 
+# MPI programs link the guest MPI library, which atoll-mpicc builds into
+# sdk/lib/ from sdk/mpi/ (the tests of its insides include sdk/mpi/impl.h).
+MPI_SRCS := $(wildcard tests/mpi/*.c)
+MPI_NAMES := $(notdir $(MPI_SRCS:.c=))
+MPI_GUESTS := $(addprefix $(WASM_DIR)/,$(addsuffix .wasm,$(MPI_NAMES)))
+MPI_LIB := sdk/lib/libatollmpi.a
+# What atoll-mpicc itself checks before it rebuilds the library.
+MPI_LIB_DEPS := $(wildcard sdk/mpi/*.c sdk/mpi/*.h) sdk/include/mpi.h sdk/include/atoll.h \
+	sdk/bin/atoll-cc sdk/bin/atoll-mpicc
+
 # build/wasm is flat, so two sources with one name would overwrite each other.
-GUEST_DUPLICATES := $(shell printf '%s\n' $(GUEST_NAMES) | sort | uniq -d)
+GUEST_DUPLICATES := $(shell printf '%s\n' $(GUEST_NAMES) $(MPI_NAMES) | sort | uniq -d)
 ifneq ($(GUEST_DUPLICATES),)
 $(error guest names must be unique across $(GUEST_DIRS): $(GUEST_DUPLICATES))
 endif
@@ -39,7 +50,7 @@ NATIVE := $(NATIVE_DIR)/mergesort $(NATIVE_DIR)/spawn_native $(NATIVE_DIR)/true 
 
 .PHONY: all guests native clean
 all: guests native
-guests: $(GUESTS)
+guests: $(GUESTS) $(MPI_GUESTS)
 native: $(NATIVE)
 
 # One rule per source directory; make picks the one whose source exists.
@@ -49,6 +60,15 @@ $(WASM_DIR)/%.wasm: $(1)/%.c $$(ATOLL_SDK_DEPS) Makefile | $(WASM_DIR) $(DEP_DIR
 	$$(call atoll_compile,$$@,$$<,-MMD -MP -MF $(DEP_DIR)/$$*.d -MT $$@)
 endef
 $(foreach d,$(GUEST_DIRS),$(eval $(call guest_rule,$(d))))
+
+$(MPI_LIB): $(MPI_LIB_DEPS)
+	@$(if $(atoll_q),printf '  AR      %s\n' '$@')
+	$(atoll_q)ATOLL_CC='$(ATOLL_CC)' sdk/bin/atoll-mpicc --build-library
+
+$(WASM_DIR)/%.wasm: tests/mpi/%.c $(MPI_LIB) Makefile | $(WASM_DIR) $(DEP_DIR)
+	@$(if $(atoll_q),printf '  MPI     %s\n' '$@')
+	$(atoll_q)ATOLL_CC='$(ATOLL_CC)' sdk/bin/atoll-mpicc $(ATOLL_CFLAGS) -I sdk/mpi \
+		-MMD -MP -MF $(DEP_DIR)/$*.d -MT $@ $< -o $@
 
 -include $(wildcard $(DEP_DIR)/*.d)
 

@@ -171,7 +171,9 @@ static void flush(bool before_block)
     }
 }
 
-/* Reads what world rank `from` has put in its outbox for me. */
+/* Reads what world rank `from` has put in its outbox for me. A rank that
+ * has ended is skipped: it ended after MPI_Finalize, once everything it
+ * sent had been read, so only a stale notification of it can be left. */
 static void drain(int from)
 {
     struct peer *p = &peers[from];
@@ -180,6 +182,8 @@ static void drain(int from)
     uint32_t base = outbox_offset(mpi_world_rank);
     struct outbox_header h;
     int err = atoll_safecopy_from(pid, grant, base, &h, sizeof h);
+    if (err == EDEADSRCDST)
+        return;
     if (err != 0)
         mpi_fatal("reading a rank's outbox", err);
     if (h.head - p->tail > RING)
@@ -202,11 +206,16 @@ static void drain(int from)
     if (p->tail != h.acked) {
         err = atoll_safecopy_to(pid, grant, base + offsetof(struct outbox_header, acked),
                                 &p->tail, sizeof p->tail);
-        if (err != 0)
+        /* No rank ends before its messages are read: one that did anyway
+         * (killed) needs no acknowledgement. */
+        if (err != 0 && err != EDEADSRCDST)
             mpi_fatal("acknowledging a rank's outbox", err);
     }
-    if (h.want)
-        notify(from);
+    if (h.want) {
+        err = ipc_notify(pid);
+        if (err != 0 && err != EDEADSRCDST)
+            mpi_fatal("notifying a rank", err);
+    }
 }
 
 static void dispatch(const message *m, int status)

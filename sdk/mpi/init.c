@@ -76,9 +76,22 @@ void *mpi_alloc(size_t n)
     return p;
 }
 
+/* strerror, knowing atoll's IPC errors too. */
+static const char *error_name(int err)
+{
+    switch (err) {
+    case ELOCKED: return "deadlock (ELOCKED)";
+    case EDEADSRCDST: return "the rank has ended (EDEADSRCDST)";
+    case EBADSRCDST: return "no such process (EBADSRCDST)";
+    case ENOTREADY: return "not ready (ENOTREADY)";
+    case ECALLDENIED: return "in another domain (ECALLDENIED)";
+    default: return strerror(err);
+    }
+}
+
 _Noreturn void mpi_fatal(const char *what, int err)
 {
-    fprintf(stderr, "atoll-mpi: rank %d: %s: %s\n", mpi_world_rank, what, strerror(err));
+    fprintf(stderr, "atoll-mpi: rank %d: %s: %s\n", mpi_world_rank, what, error_name(err));
     fflush(stderr);
     _Exit(1);
 }
@@ -98,8 +111,11 @@ int mpi_error(MPI_Comm comm, int code, const char *call, const char *fmt, ...)
     char class[MPI_MAX_ERROR_STRING];
     int len;
     MPI_Error_string(code, class, &len);
-    fprintf(stderr, "atoll-mpi: rank %d: %s: %s (%s)%s\n", mpi_world_rank, call, what, class,
-            eh->fatal ? ": the job is aborted" : "");
+    /* A program that asked for errors back handles them; a call that is
+     * not supported is always named. */
+    if (eh->fatal || code == MPI_ERR_OTHER)
+        fprintf(stderr, "atoll-mpi: rank %d: %s: %s (%s)%s\n", mpi_world_rank, call, what,
+                class, eh->fatal ? ": the job is aborted" : "");
     if (eh->fatal) {
         fflush(stderr);
         _Exit(code != 0 ? code : 1);

@@ -257,6 +257,8 @@ void mpi_wait_done(MPI_Request r)
         mpi_progress(true);
 }
 
+static int wait_as(MPI_Request *request, MPI_Status *status, const char *call);
+
 /* ----------------------------------------------------- argument checks */
 
 static int check_args(MPI_Comm comm, int count, MPI_Datatype type, const char *call)
@@ -337,7 +339,7 @@ static int send(const void *buf, int count, MPI_Datatype type, int dest, int tag
     int err = isend(buf, count, type, dest, tag, comm, sync, &r, call);
     if (err != MPI_SUCCESS)
         return err;
-    return MPI_Wait(&r, MPI_STATUS_IGNORE);
+    return wait_as(&r, MPI_STATUS_IGNORE, call);
 }
 
 int MPI_Send(const void *buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm)
@@ -397,7 +399,7 @@ int MPI_Recv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_C
     int err = MPI_Irecv(buf, count, type, source, tag, comm, &r);
     if (err != MPI_SUCCESS)
         return err;
-    return MPI_Wait(&r, status);
+    return wait_as(&r, status, "MPI_Recv");
 }
 
 /* ----------------------------------------------------------- requests */
@@ -433,10 +435,11 @@ static void empty_status(MPI_Status *status)
     }
 }
 
-int MPI_Wait(MPI_Request *request, MPI_Status *status)
+/* MPI_Wait, for `call` (MPI_Recv, MPI_Send... wait too). */
+static int wait_as(MPI_Request *request, MPI_Status *status, const char *call)
 {
-    if (request == NULL || check_request(*request, "MPI_Wait") != MPI_SUCCESS)
-        return mpi_error(NULL, MPI_ERR_REQUEST, "MPI_Wait", "invalid request");
+    if (request == NULL || check_request(*request, call) != MPI_SUCCESS)
+        return mpi_error(NULL, MPI_ERR_REQUEST, call, "invalid request");
     if (*request == MPI_REQUEST_NULL) {
         empty_status(status);
         return MPI_SUCCESS;
@@ -445,8 +448,13 @@ int MPI_Wait(MPI_Request *request, MPI_Status *status)
     mpi_wait_done(*request);
     int err = finish(request, status);
     if (err != MPI_SUCCESS)
-        return mpi_error(comm, err, "MPI_Wait", "message truncated");
+        return mpi_error(comm, err, call, "message truncated");
     return MPI_SUCCESS;
+}
+
+int MPI_Wait(MPI_Request *request, MPI_Status *status)
+{
+    return wait_as(request, status, "MPI_Wait");
 }
 
 int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
@@ -657,7 +665,7 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
         return err;
     mpi_wait_done(r[1]);
     finish(&r[1], MPI_STATUS_IGNORE);
-    return MPI_Wait(&r[0], status);
+    return wait_as(&r[0], status, "MPI_Sendrecv");
 }
 
 int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype type, int dest, int sendtag,

@@ -1,0 +1,162 @@
+//! MPI jobs (`atoll run -n`): the C suites of tests/mpi/ on real ranks,
+//! still and moving between kernels (asked by the ranks themselves, and
+//! from outside at arbitrary points), and a failing rank ending its job.
+
+mod common;
+
+use std::collections::HashSet;
+
+use atoll_abi::{KernelId, Pid};
+use atoll_migration::Mode;
+use atoll_node::{JobSpec, MapBy, Node, NodeConfig, Ranks};
+use common::{job, node, run, start, support};
+
+fn mpi(name: &str, args: &[&str], ranks: u32) -> JobSpec {
+    let mut spec = job(name, args);
+    spec.ranks = Some(Ranks {
+        count: ranks,
+        map_by: MapBy::Kernel,
+        tag_output: false,
+    });
+    spec
+}
+
+fn node_in(mode: Mode, kernels: u16) -> Node {
+    let mut config = NodeConfig::new(Some(support::cache_dir()));
+    config.kernels = kernels;
+    config.migration.mode = mode;
+    Node::start(config).expect("node starts")
+}
+
+/// Runs a suite and checks its verdict line; returns stdout.
+fn passes(node: &Node, spec: &JobSpec) -> String {
+    let (status, out) = run(node, spec);
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    out.stdout()
+}
+
+#[test]
+fn matching_queues_keep_mpi_order() {
+    assert_eq!(passes(&node(1), &job("matching", &[])), "ok matching\n");
+}
+
+#[test]
+fn point_to_point_semantics_hold_for_2_3_and_5_ranks() {
+    let node = node(3);
+    for n in [2, 3, 5] {
+        assert_eq!(
+            passes(&node, &mpi("pt2pt", &[], n)),
+            format!("ok pt2pt ({n} ranks, still)\n")
+        );
+    }
+}
+
+#[test]
+fn collectives_match_a_serial_reference_for_1_to_5_ranks() {
+    let node = node(2);
+    for n in 1..=5 {
+        assert_eq!(
+            passes(&node, &mpi("coll", &[], n)),
+            format!("ok coll ({n} ranks, still)\n")
+        );
+    }
+}
+
+#[test]
+fn ranks_that_move_themselves_mid_traffic_lose_nothing_in_either_mode() {
+    for mode in [Mode::Handover, Mode::Copy] {
+        let node = node_in(mode, 3);
+        for (name, n) in [("pt2pt", 4), ("coll", 5)] {
+            let mut spec = mpi(name, &[], n);
+            spec.env.push("ATOLL_MPI_TEST_MOVE=1".into());
+            assert_eq!(
+                passes(&node, &spec),
+                format!("ok {name} ({n} ranks, moving)\n"),
+                "{mode:?}"
+            );
+        }
+    }
+}
+
+/// The processes of a job: those of its program's name.
+fn ranks_of(node: &Node, name: &str) -> Vec<(Pid, KernelId)> {
+    node.ps()
+        .unwrap()
+        .into_iter()
+        .flat_map(|k| k.processes)
+        .filter(|p| p.name == name)
+        .map(|p| (p.pid, p.kernel))
+        .collect()
+}
+
+#[test]
+fn ranks_moved_from_outside_at_any_moment_lose_nothing() {
+    // The moves land wherever the ranks are: in a send, in the progress
+    // engine between reading an outbox and acknowledging it, in a copy.
+    let node = node_in(Mode::Copy, 3);
+    for name in ["pt2pt", "coll"] {
+        let (_, out, done) = start(&node, &mpi(name, &[], 4));
+        let mut moved = HashSet::new();
+        let mut i = 0usize;
+        let status = loop {
+            if let Ok(status) = done.try_recv() {
+                break status;
+            }
+            let ranks = ranks_of(&node, name);
+            if let Some(&(pid, at)) = ranks.get(i % ranks.len().max(1)) {
+                let to = KernelId::new(0, (at.index + 1) % 3);
+                // A rank that ends meanwhile cannot be moved: that is fine.
+                if node.migrate(pid, to, None).is_ok() {
+                    moved.insert(pid);
+                }
+            }
+            i += 1;
+        };
+        assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+        assert_eq!(out.stdout(), format!("ok {name} (4 ranks, still)\n"));
+        assert!(
+            moved.len() >= 2,
+            "{name}: only {} ranks were moved",
+            moved.len()
+        );
+    }
+}
+
+#[test]
+fn a_failing_rank_ends_every_rank_and_gives_the_job_its_status() {
+    let node = node(2);
+    for (how, status, says) in [
+        (
+            "abort",
+            3,
+            "MPI_Abort was called on rank 1 with errorcode 3",
+        ),
+        ("trap", 134, "trapped"),
+        ("exit", 5, "rank 1 ended with status 5"),
+    ] {
+        let (got, out) = run(&node, &mpi("abort", &[how], 4));
+        assert_eq!(got, status, "{how}: {}{}", out.stdout(), out.stderr());
+        assert!(out.stderr().contains(says), "{how}: {}", out.stderr());
+        assert!(!out.stdout().contains("never sent"), "{}", out.stdout());
+    }
+    // Nothing of those jobs is left.
+    assert!(ranks_of(&node, "abort").is_empty());
+}
+
+#[test]
+fn output_is_tagged_with_its_rank_and_bad_shapes_are_refused() {
+    let node = node(2);
+    let mut spec = mpi("coll", &[], 3);
+    spec.ranks.as_mut().unwrap().tag_output = true;
+    assert_eq!(
+        passes(&node, &spec),
+        "[1,0]<stdout>:ok coll (3 ranks, still)\n"
+    );
+    // -n 0 and --on are refused before anything starts.
+    let mut none = mpi("coll", &[], 0);
+    assert!(node.run_job(&none, Box::new(common::NullSink)).is_err());
+    none.ranks.as_mut().unwrap().count = 2;
+    none.kernel = Some(KernelId::new(0, 1));
+    let err = node.run_job(&none, Box::new(common::NullSink)).unwrap_err();
+    assert!(err.to_string().contains("--map-by"), "{err}");
+}

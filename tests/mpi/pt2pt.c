@@ -1,0 +1,357 @@
+/*
+ * pt2pt.c - point-to-point semantics of atoll's MPI, in the style of
+ * MPICH's pt2pt suite: payload sizes on both sides of the eager limit, any
+ * source and any tag with per-sender order, tag matching out of order,
+ * many outstanding requests, synchronous sends, Waitany/Testall/Iprobe,
+ * truncation, MPI_PROC_NULL, messages to oneself, zero-length messages,
+ * derived datatypes, and the errors a bad call returns.
+ *
+ * Run with any number of ranks >= 2: `atoll run -n 4 pt2pt.wasm`.
+ */
+#include "mpitest.h"
+
+#include <stdint.h>
+
+static unsigned char pattern(int from, int size, int i)
+{
+    return (unsigned char)(from * 31 + size * 7 + i);
+}
+
+/* Sizes on both sides of the 40-byte eager limit, up to 1 MiB. */
+static const int sizes[] = {0, 1, 39, 40, 41, 4096, 100000, 1 << 20};
+#define NSIZES (int)(sizeof sizes / sizeof sizes[0])
+
+static void ring(void)
+{
+    int right = (test_rank + 1) % test_size, left = (test_rank - 1 + test_size) % test_size;
+    unsigned char *out = malloc(1 << 20), *in = malloc(1 << 20);
+    for (int s = 0; s < NSIZES; s++) {
+        int n = sizes[s];
+        for (int i = 0; i < n; i++)
+            out[i] = pattern(test_rank, n, i);
+        memset(in, 0xEE, (size_t)n);
+        MPI_Status st;
+        if (s % 2 == 0) {
+            OK(MPI_Sendrecv(out, n, MPI_BYTE, right, s, in, n, MPI_BYTE, left, s,
+                            MPI_COMM_WORLD, &st));
+        } else {
+            MPI_Request r[2];
+            OK(MPI_Irecv(in, n, MPI_BYTE, left, s, MPI_COMM_WORLD, &r[0]));
+            OK(MPI_Isend(out, n, MPI_BYTE, right, s, MPI_COMM_WORLD, &r[1]));
+            move();
+            MPI_Status sts[2];
+            OK(MPI_Waitall(2, r, sts));
+            st = sts[0];
+            CHECK(r[0] == MPI_REQUEST_NULL && r[1] == MPI_REQUEST_NULL);
+        }
+        int count;
+        OK(MPI_Get_count(&st, MPI_BYTE, &count));
+        CHECK(count == n && st.MPI_SOURCE == left && st.MPI_TAG == s);
+        for (int i = 0; i < n; i++)
+            CHECK(in[i] == pattern(left, n, i));
+    }
+    free(out);
+    free(in);
+}
+
+/* Every other rank sends rank 0 a numbered stream, small and large
+ * messages mixed; rank 0 takes them with ANY_SOURCE/ANY_TAG and sees each
+ * sender's messages in the order they were sent. On a communicator of its
+ * own: a sender that is done goes on to the next test, whose messages to
+ * rank 0 must not match. */
+static void any_source(void)
+{
+    enum { K = 60, BIG = 200 };
+    int buf[BIG];
+    MPI_Comm c;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    if (test_rank != 0) {
+        for (int k = 0; k < K; k++) {
+            buf[0] = test_rank;
+            buf[1] = k;
+            int n = k % 3 == 0 ? BIG : 2;
+            for (int i = 2; i < n; i++)
+                buf[i] = test_rank * 1000 + k + i;
+            OK(MPI_Send(buf, n, MPI_INT, 0, k % 7, c));
+            if (k % 20 == 0)
+                move();
+        }
+        OK(MPI_Comm_free(&c));
+        return;
+    }
+    int *next = calloc((size_t)test_size, sizeof *next);
+    for (int m = 0; m < K * (test_size - 1); m++) {
+        MPI_Status st;
+        OK(MPI_Recv(buf, BIG, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, c, &st));
+        int from = buf[0], k = buf[1], count;
+        CHECK(st.MPI_SOURCE == from && st.MPI_TAG == k % 7);
+        CHECK(k == next[from]);
+        next[from]++;
+        OK(MPI_Get_count(&st, MPI_INT, &count));
+        CHECK(count == (k % 3 == 0 ? BIG : 2));
+        for (int i = 2; i < count; i++)
+            CHECK(buf[i] == from * 1000 + k + i);
+        if (m % 50 == 0)
+            move();
+    }
+    free(next);
+    OK(MPI_Comm_free(&c));
+}
+
+/* Messages taken by tag in another order than they came. */
+static void tags(void)
+{
+    if (test_rank == 0) {
+        for (int t = 3; t >= 1; t--) {
+            int v = t * 10;
+            OK(MPI_Send(&v, 1, MPI_INT, 1, t, MPI_COMM_WORLD));
+        }
+        double d[3] = {1.5, 2.5, 3.5};
+        OK(MPI_Send(d, 3, MPI_DOUBLE, 1, 9, MPI_COMM_WORLD));
+    } else if (test_rank == 1) {
+        for (int t = 1; t <= 3; t++) {
+            int v;
+            MPI_Status st;
+            OK(MPI_Recv(&v, 1, MPI_INT, 0, t, MPI_COMM_WORLD, &st));
+            CHECK(v == t * 10 && st.MPI_TAG == t);
+        }
+        MPI_Status st;
+        int flag = 0;
+        while (!flag)
+            OK(MPI_Iprobe(0, 9, MPI_COMM_WORLD, &flag, &st));
+        int count;
+        OK(MPI_Get_count(&st, MPI_DOUBLE, &count));
+        CHECK(count == 3 && st.MPI_SOURCE == 0 && st.MPI_TAG == 9);
+        OK(MPI_Get_count(&st, MPI_INT, &count));
+        CHECK(count == 6);
+        MPI_Datatype three;
+        OK(MPI_Type_contiguous(3, MPI_INT, &three));
+        OK(MPI_Type_commit(&three));
+        OK(MPI_Get_count(&st, three, &count));
+        CHECK(count == 2);
+        OK(MPI_Type_free(&three));
+        OK(MPI_Probe(0, 9, MPI_COMM_WORLD, &st));
+        double d[3];
+        OK(MPI_Recv(d, 3, MPI_DOUBLE, 0, 9, MPI_COMM_WORLD, &st));
+        CHECK(d[0] == 1.5 && d[2] == 3.5);
+    }
+}
+
+/* Hundreds of requests outstanding at once, sends posted in the reverse
+ * order of the receives. */
+static void outstanding(void)
+{
+    enum { N = 300, BIG = 64 };
+    int right = (test_rank + 1) % test_size, left = (test_rank - 1 + test_size) % test_size;
+    static int in[N][BIG], out[N][BIG];
+    MPI_Request r[2 * N];
+    for (int t = 0; t < N; t++)
+        OK(MPI_Irecv(in[t], BIG, MPI_INT, left, t, MPI_COMM_WORLD, &r[t]));
+    move();
+    for (int t = N - 1; t >= 0; t--) {
+        int n = t % 3 == 0 ? BIG : 3;
+        for (int i = 0; i < n; i++)
+            out[t][i] = test_rank * 100000 + t * 100 + i;
+        OK(MPI_Isend(out[t], n, MPI_INT, right, t, MPI_COMM_WORLD, &r[N + t]));
+    }
+    OK(MPI_Waitall(2 * N, r, MPI_STATUSES_IGNORE));
+    for (int t = 0; t < N; t++) {
+        int n = t % 3 == 0 ? BIG : 3;
+        for (int i = 0; i < n; i++)
+            CHECK(in[t][i] == left * 100000 + t * 100 + i);
+    }
+}
+
+/* A synchronous send is not complete before its receive is posted. */
+static void synchronous(void)
+{
+    int v = 5, go = 1;
+    if (test_rank == 0) {
+        MPI_Request r;
+        OK(MPI_Issend(&v, 1, MPI_INT, 1, 1, MPI_COMM_WORLD, &r));
+        int flag = 1;
+        for (int i = 0; i < 20; i++)
+            OK(MPI_Test(&r, &flag, MPI_STATUS_IGNORE));
+        CHECK(!flag);
+        OK(MPI_Send(&go, 1, MPI_INT, 1, 2, MPI_COMM_WORLD));
+        OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+        OK(MPI_Ssend(&v, 1, MPI_INT, 1, 3, MPI_COMM_WORLD));
+    } else if (test_rank == 1) {
+        OK(MPI_Recv(&go, 1, MPI_INT, 0, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        move();
+        OK(MPI_Recv(&v, 1, MPI_INT, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK(v == 5);
+        OK(MPI_Recv(&v, 1, MPI_INT, 0, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    }
+}
+
+/* Waitany hands out each completed request once; Testall and Testany. */
+static void any_and_all(void)
+{
+    if (test_rank == 0) {
+        int n = test_size - 1, *vals = calloc((size_t)n, sizeof *vals), seen = 0;
+        MPI_Request *r = malloc(sizeof *r * (size_t)n);
+        for (int i = 0; i < n; i++)
+            OK(MPI_Irecv(&vals[i], 1, MPI_INT, i + 1, 4, MPI_COMM_WORLD, &r[i]));
+        for (int k = 0; k < n; k++) {
+            int index;
+            MPI_Status st;
+            OK(MPI_Waitany(n, r, &index, &st));
+            CHECK(index >= 0 && index < n && r[index] == MPI_REQUEST_NULL);
+            CHECK(st.MPI_SOURCE == index + 1 && vals[index] == (index + 1) * 3);
+            seen |= 1 << index;
+        }
+        CHECK(seen == (1 << n) - 1);
+        int index, flag;
+        OK(MPI_Waitany(n, r, &index, MPI_STATUS_IGNORE));
+        CHECK(index == MPI_UNDEFINED);
+        OK(MPI_Testany(n, r, &index, &flag, MPI_STATUS_IGNORE));
+        CHECK(flag && index == MPI_UNDEFINED);
+        for (int i = 0; i < n; i++)
+            OK(MPI_Irecv(&vals[i], 1, MPI_INT, i + 1, 5, MPI_COMM_WORLD, &r[i]));
+        flag = 0;
+        while (!flag)
+            OK(MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE));
+        for (int i = 0; i < n; i++)
+            CHECK(r[i] == MPI_REQUEST_NULL && vals[i] == -(i + 1));
+        free(r);
+        free(vals);
+    } else {
+        int v = test_rank * 3;
+        OK(MPI_Send(&v, 1, MPI_INT, 0, 4, MPI_COMM_WORLD));
+        v = -test_rank;
+        OK(MPI_Send(&v, 1, MPI_INT, 0, 5, MPI_COMM_WORLD));
+    }
+}
+
+/* Too small a receive: MPI_ERR_TRUNCATE, and the sender still completes. */
+static void truncation(void)
+{
+    MPI_Comm c;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    OK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+    int out[100], in[100];
+    for (int i = 0; i < 100; i++)
+        out[i] = i;
+    for (int n = 10; n <= 100; n += 90) {
+        if (test_rank == 0) {
+            OK(MPI_Send(out, n, MPI_INT, 1, n, c));
+        } else if (test_rank == 1) {
+            MPI_Status st;
+            memset(in, 0, sizeof in);
+            CHECK(MPI_Recv(in, 5, MPI_INT, 0, n, c, &st) == MPI_ERR_TRUNCATE);
+            CHECK(st.MPI_ERROR == MPI_ERR_TRUNCATE && in[4] == 4 && in[5] == 0);
+        }
+    }
+    /* Errors a bad call returns under MPI_ERRORS_RETURN. */
+    int v = 0;
+    CHECK(MPI_Send(&v, 1, MPI_INT, test_size, 0, c) == MPI_ERR_RANK);
+    CHECK(MPI_Send(&v, 1, MPI_INT, 0, -5, c) == MPI_ERR_TAG);
+    CHECK(MPI_Send(&v, -1, MPI_INT, 0, 0, c) == MPI_ERR_COUNT);
+    CHECK(MPI_Recv(&v, 1, MPI_DATATYPE_NULL, 0, 0, c, MPI_STATUS_IGNORE) == MPI_ERR_TYPE);
+    CHECK(MPI_Bcast(&v, 1, MPI_INT, test_size, c) == MPI_ERR_ROOT);
+    CHECK(MPI_Allreduce(&v, &v, 1, MPI_DOUBLE_INT, MPI_SUM, c) == MPI_ERR_OP);
+    MPI_Request r = MPI_REQUEST_NULL;
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    CHECK(MPI_Cancel(&r) == MPI_ERR_OTHER);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+    OK(MPI_Comm_free(&c));
+    CHECK(c == MPI_COMM_NULL);
+}
+
+/* MPI_PROC_NULL, messages to oneself, zero-length messages. */
+static void odd_peers(void)
+{
+    MPI_Status st;
+    int v = 7;
+    OK(MPI_Send(&v, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD));
+    OK(MPI_Recv(&v, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &st));
+    int count;
+    OK(MPI_Get_count(&st, MPI_INT, &count));
+    CHECK(st.MPI_SOURCE == MPI_PROC_NULL && count == 0 && v == 7);
+
+    static double big[50000], back[50000];
+    for (int i = 0; i < 50000; i++)
+        big[i] = i * 0.5;
+    MPI_Request r[2];
+    OK(MPI_Isend(big, 50000, MPI_DOUBLE, test_rank, 1, MPI_COMM_WORLD, &r[0]));
+    OK(MPI_Isend(&v, 1, MPI_INT, test_rank, 2, MPI_COMM_WORLD, &r[1]));
+    int small = 0;
+    OK(MPI_Recv(&small, 1, MPI_INT, test_rank, 2, MPI_COMM_WORLD, &st));
+    CHECK(small == 7 && st.MPI_SOURCE == test_rank);
+    OK(MPI_Recv(back, 50000, MPI_DOUBLE, MPI_ANY_SOURCE, 1, MPI_COMM_WORLD, &st));
+    OK(MPI_Waitall(2, r, MPI_STATUSES_IGNORE));
+    CHECK(back[49999] == 49999 * 0.5 && st.MPI_SOURCE == test_rank);
+
+    int right = (test_rank + 1) % test_size, left = (test_rank - 1 + test_size) % test_size;
+    OK(MPI_Sendrecv(NULL, 0, MPI_INT, right, 6, NULL, 0, MPI_INT, left, 6, MPI_COMM_WORLD,
+                    &st));
+    OK(MPI_Get_count(&st, MPI_INT, &count));
+    CHECK(count == 0 && st.MPI_SOURCE == left);
+    /* A synchronous zero-length send to oneself completes with its receive. */
+    MPI_Request s;
+    OK(MPI_Issend(NULL, 0, MPI_BYTE, test_rank, 8, MPI_COMM_WORLD, &s));
+    OK(MPI_Test(&s, &small, MPI_STATUS_IGNORE));
+    CHECK(!small);
+    OK(MPI_Recv(NULL, 0, MPI_BYTE, test_rank, 8, MPI_COMM_WORLD, &st));
+    OK(MPI_Wait(&s, MPI_STATUS_IGNORE));
+}
+
+/* A column of a matrix (Type_vector) sent as a row, and back. */
+static void datatypes(void)
+{
+    enum { R = 6, C = 5 };
+    int m[R][C], col[R];
+    MPI_Datatype column;
+    OK(MPI_Type_vector(R, 1, C, MPI_INT, &column));
+    OK(MPI_Type_commit(&column));
+    int size;
+    MPI_Aint lb, extent;
+    OK(MPI_Type_size(column, &size));
+    OK(MPI_Type_get_extent(column, &lb, &extent));
+    CHECK(size == R * (int)sizeof(int) && extent == ((R - 1) * C + 1) * (MPI_Aint)sizeof(int));
+    int right = (test_rank + 1) % test_size, left = (test_rank - 1 + test_size) % test_size;
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++)
+            m[i][j] = test_rank * 1000 + i * 10 + j;
+    OK(MPI_Sendrecv(&m[0][2], 1, column, right, 0, col, R, MPI_INT, left, 0, MPI_COMM_WORLD,
+                    MPI_STATUS_IGNORE));
+    for (int i = 0; i < R; i++)
+        CHECK(col[i] == left * 1000 + i * 10 + 2);
+    OK(MPI_Sendrecv(col, R, MPI_INT, left, 1, &m[0][4], 1, column, right, 1, MPI_COMM_WORLD,
+                    MPI_STATUS_IGNORE));
+    for (int i = 0; i < R; i++)
+        CHECK(m[i][4] == test_rank * 1000 + i * 10 + 2 && m[i][3] == test_rank * 1000 + i * 10 + 3);
+    /* Sendrecv_replace with the vector type in place. */
+    OK(MPI_Sendrecv_replace(&m[0][0], 1, column, right, 2, left, 2, MPI_COMM_WORLD,
+                            MPI_STATUS_IGNORE));
+    for (int i = 0; i < R; i++)
+        CHECK(m[i][0] == left * 1000 + i * 10 && m[i][1] == test_rank * 1000 + i * 10 + 1);
+    OK(MPI_Type_free(&column));
+    CHECK(column == MPI_DATATYPE_NULL);
+}
+
+int main(int argc, char **argv)
+{
+    test_init(&argc, &argv);
+    CHECK(test_size >= 2);
+    int flag;
+    OK(MPI_Initialized(&flag));
+    CHECK(flag);
+    CHECK(MPI_Wtick() > 0 && MPI_Wtime() > 0);
+    ring();
+    move();
+    any_source();
+    move();
+    tags();
+    outstanding();
+    move();
+    synchronous();
+    any_and_all();
+    move();
+    truncation();
+    odd_peers();
+    move();
+    datatypes();
+    return test_end("pt2pt");
+}
