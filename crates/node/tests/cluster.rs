@@ -7,32 +7,15 @@ use std::sync::mpsc;
 
 use atoll_abi::KernelId;
 use atoll_migration::Mode;
-use atoll_noc::net::identity::{self, Identity};
-use atoll_noc::net::LinkConfig;
-use atoll_node::{Node, NodeConfig};
+use atoll_noc::net::identity;
 use common::*;
-
-fn cluster_node(dir: &std::path::Path, name: &str, join: Option<std::net::SocketAddr>) -> Node {
-    identity::issue(dir, name).unwrap();
-    let mut config = NodeConfig::new(Some(support::cache_dir()));
-    config.kernels = 1;
-    config.cluster = Some(LinkConfig {
-        identity: Identity::load(dir, name).unwrap(),
-        node: None,
-        kernels: 1,
-        listen: "127.0.0.1:0".parse().unwrap(),
-        advertise: None,
-        join,
-    });
-    Node::start(config).expect("node starts")
-}
 
 #[test]
 fn two_nodes_share_domains_move_a_process_and_stop() {
     let dir = tempfile::tempdir().unwrap();
     identity::init_ca(dir.path()).unwrap();
-    let a = cluster_node(dir.path(), "n0", None);
-    let b = cluster_node(dir.path(), "n1", Some(a.members()[0].addr));
+    let a = cluster_node(dir.path(), "n0", None, 1);
+    let b = cluster_node(dir.path(), "n1", Some(a.members()[0].addr), 1);
     assert_eq!((a.id(), b.id()), (0, 1));
     a.domain_create("lab").unwrap();
     let t = std::time::Instant::now();

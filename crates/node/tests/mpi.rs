@@ -8,8 +8,9 @@ use std::collections::HashSet;
 
 use atoll_abi::{KernelId, Pid};
 use atoll_migration::Mode;
+use atoll_noc::net::identity;
 use atoll_node::{JobSpec, MapBy, Node, NodeConfig, Ranks};
-use common::{job, node, run, start, support};
+use common::{cluster_node, job, node, run, start, support};
 
 fn mpi(name: &str, args: &[&str], ranks: u32) -> JobSpec {
     let mut spec = job(name, args);
@@ -159,4 +160,29 @@ fn output_is_tagged_with_its_rank_and_bad_shapes_are_refused() {
     none.kernel = Some(KernelId::new(0, 1));
     let err = node.run_job(&none, Box::new(common::NullSink)).unwrap_err();
     assert!(err.to_string().contains("--map-by"), "{err}");
+}
+
+#[test]
+fn ranks_on_two_nodes_talk_and_move_between_them() {
+    let dir = tempfile::tempdir().unwrap();
+    identity::init_ca(dir.path()).unwrap();
+    let a = cluster_node(dir.path(), "n0", None, 2);
+    let b = cluster_node(dir.path(), "n1", Some(a.members()[0].addr), 2);
+    let t = std::time::Instant::now();
+    while a.members().len() < 2 {
+        assert!(t.elapsed() < common::HANG, "node 1 never joined");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    for (name, n) in [("pt2pt", 4), ("coll", 3)] {
+        let mut spec = mpi(name, &[], n);
+        spec.ranks.as_mut().unwrap().map_by = MapBy::Node;
+        spec.env.push("ATOLL_MPI_TEST_MOVE=node".into());
+        spec.env.push("ATOLL_MPI_TEST_NODES=2".into());
+        assert_eq!(
+            passes(&a, &spec),
+            format!("ok {name} ({n} ranks, moving)\n")
+        );
+    }
+    b.shutdown();
+    a.shutdown();
 }

@@ -5,11 +5,15 @@
 #[path = "../../../../tests/support.rs"]
 pub mod support;
 
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use atoll_abi::Pid;
+use atoll_noc::net::identity::{self, Identity};
+use atoll_noc::net::LinkConfig;
 use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
 use atoll_process::Stream;
 
@@ -19,6 +23,23 @@ pub const HANG: Duration = Duration::from_secs(120);
 pub fn node(kernels: u16) -> Node {
     let mut config = NodeConfig::new(Some(support::cache_dir()));
     config.kernels = kernels;
+    Node::start(config).expect("node starts")
+}
+
+/// A node of a cluster on loopback, with an identity issued from the CA
+/// in `dir`; it starts the cluster, or joins it through `join`.
+pub fn cluster_node(dir: &Path, name: &str, join: Option<SocketAddr>, kernels: u16) -> Node {
+    identity::issue(dir, name).unwrap();
+    let mut config = NodeConfig::new(Some(support::cache_dir()));
+    config.kernels = kernels;
+    config.cluster = Some(LinkConfig {
+        identity: Identity::load(dir, name).unwrap(),
+        node: None,
+        kernels,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        advertise: None,
+        join,
+    });
     Node::start(config).expect("node starts")
 }
 
