@@ -3,7 +3,8 @@
 #
 #   make guests   examples/, tests/guests/ and bench/guests/ -> build/wasm/NAME.wasm,
 #                 and the MPI programs of tests/mpi/ (with sdk/bin/atoll-mpicc)
-#   make native   build/native/{mergesort,spawn_native,true,ipc_linux,swarm_native,fileio} (gcc -O2)
+#   make native   build/native/{mergesort,spawn_native,true,ipc_linux,swarm_native,fileio} (gcc -O2),
+#                 and osu_mpi (Open MPI's mpicc) when mpicc is installed
 #   make all      both (the default)
 #   make clean
 #
@@ -29,7 +30,7 @@ GUESTS := $(addprefix $(WASM_DIR)/,$(addsuffix .wasm,$(GUEST_NAMES)))
 
 # MPI programs link the guest MPI library, which atoll-mpicc builds into
 # sdk/lib/ from sdk/mpi/ (the tests of its insides include sdk/mpi/impl.h).
-MPI_SRCS := $(wildcard tests/mpi/*.c)
+MPI_SRCS := $(wildcard tests/mpi/*.c bench/mpi/*.c)
 MPI_NAMES := $(notdir $(MPI_SRCS:.c=))
 MPI_GUESTS := $(addprefix $(WASM_DIR)/,$(addsuffix .wasm,$(MPI_NAMES)))
 MPI_LIB := sdk/lib/libatollmpi.a
@@ -47,6 +48,11 @@ NATIVE_CC ?= gcc
 NATIVE_CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 NATIVE := $(NATIVE_DIR)/mergesort $(NATIVE_DIR)/spawn_native $(NATIVE_DIR)/true \
           $(NATIVE_DIR)/ipc_linux $(NATIVE_DIR)/swarm_native $(NATIVE_DIR)/fileio
+# The MPI benchmarks' native side, with Open MPI (scripts/setup.sh installs it).
+MPICC ?= mpicc
+ifneq ($(shell command -v $(MPICC) 2>/dev/null),)
+NATIVE += $(NATIVE_DIR)/osu_mpi
+endif
 
 .PHONY: all guests native clean
 all: guests native
@@ -65,17 +71,20 @@ $(MPI_LIB): $(MPI_LIB_DEPS)
 	@$(if $(atoll_q),printf '  AR      %s\n' '$@')
 	$(atoll_q)ATOLL_CC='$(ATOLL_CC)' sdk/bin/atoll-mpicc --build-library
 
-$(WASM_DIR)/%.wasm: tests/mpi/%.c $(MPI_LIB) Makefile | $(WASM_DIR) $(DEP_DIR)
-	@$(if $(atoll_q),printf '  MPI     %s\n' '$@')
-	$(atoll_q)ATOLL_CC='$(ATOLL_CC)' sdk/bin/atoll-mpicc $(ATOLL_CFLAGS) -I sdk/mpi \
-		-MMD -MP -MF $(DEP_DIR)/$*.d -MT $@ $< -o $@
+define mpi_rule
+$(WASM_DIR)/%.wasm: $(1)/%.c $(MPI_LIB) Makefile | $(WASM_DIR) $(DEP_DIR)
+	@$$(if $$(atoll_q),printf '  MPI     %s\n' '$$@')
+	$$(atoll_q)ATOLL_CC='$$(ATOLL_CC)' sdk/bin/atoll-mpicc $$(ATOLL_CFLAGS) -I sdk/mpi \
+		-MMD -MP -MF $$(DEP_DIR)/$$*.d -MT $$@ $$< -o $$@
+endef
+$(foreach d,tests/mpi bench/mpi,$(eval $(call mpi_rule,$(d))))
 
 -include $(wildcard $(DEP_DIR)/*.d)
 
-# $(call native_compile,OUT,SRC,LIBS)
+# $(call native_compile,OUT,SRC,LIBS[,COMPILER])
 define native_compile
 	@$(if $(atoll_q),printf '  NATIVE  %s\n' '$(1)')
-	$(atoll_q)$(NATIVE_CC) $(NATIVE_CFLAGS) $(2) -o $(1) $(3)
+	$(atoll_q)$(or $(4),$(NATIVE_CC)) $(NATIVE_CFLAGS) $(2) -o $(1) $(3)
 endef
 
 $(NATIVE_DIR)/mergesort: examples/mergesort.c Makefile | $(NATIVE_DIR)
@@ -95,6 +104,9 @@ $(NATIVE_DIR)/swarm_native: bench/native/swarm_native.c Makefile | $(NATIVE_DIR)
 
 $(NATIVE_DIR)/fileio: bench/guests/fileio.c Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<)
+
+$(NATIVE_DIR)/osu_mpi: bench/mpi/osu.c Makefile | $(NATIVE_DIR)
+	$(call native_compile,$@,$<,,$(MPICC))
 
 $(WASM_DIR) $(NATIVE_DIR) $(DEP_DIR):
 	@mkdir -p $@

@@ -57,6 +57,7 @@ struct peer {
 static struct outbox *outboxes; /* [world size]: mine, one per peer */
 static struct peer *peers;      /* [world size] */
 static struct peer *waiting;    /* peers with queued messages */
+static bool draining;           /* in MPI_Finalize: every ack is wanted */
 
 uint32_t mpi_channel_open(void)
 {
@@ -158,7 +159,8 @@ static void flush(bool before_block)
             moved = true;
         }
         if (p->first == NULL) {
-            outboxes[to].h.want = 0;
+            if (!draining)
+                outboxes[to].h.want = 0;
             p->waiting = false;
             *link = p->next_waiting;
         } else {
@@ -258,6 +260,7 @@ static bool all_read(void)
 
 void mpi_channel_drain(void)
 {
+    draining = true;
     for (;;) {
         for (int r = 0; r < mpi_world_size; r++) {
             struct outbox *ob = &outboxes[r];

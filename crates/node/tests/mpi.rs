@@ -186,3 +186,13 @@ fn ranks_on_two_nodes_talk_and_move_between_them() {
     b.shutdown();
     a.shutdown();
 }
+
+#[test]
+fn windows_of_sends_that_overflow_the_outbox_end_cleanly_on_one_kernel() {
+    // osu bw: 64 sends in flight per window fill a rank's outbox ring, so
+    // messages queue in memory, down to MPI_Finalize's own barrier.
+    let node = node(1);
+    let out = passes(&node, &mpi("osu", &["bw", "4096"], 2));
+    assert_eq!(out.lines().count(), 7, "{out}");
+    assert!(out.lines().all(|l| l.starts_with("bw size=")), "{out}");
+}

@@ -132,15 +132,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
     let fileio_native = artifact(build, "native/fileio")?;
     let runs = if a.quick { 3 } else { a.runs.max(1) };
     let certs = tempfile::tempdir()?;
-    identity::init_ca(certs.path())?;
-    let id = |name: &str| -> anyhow::Result<Identity> {
-        identity::issue(certs.path(), name)?;
-        Ok(Identity::load(certs.path(), name)?)
-    };
-    let (first, second) = (id("n0")?, id("n1")?);
-    let a_node = start(ctx, first.clone(), None)?;
-    let join = a_node.members()[0].addr;
-    let b_node = start(ctx, second, Some(join))?;
+    let (a_node, b_node) = pair(ctx, certs.path())?;
+    let first = Identity::load(certs.path(), "n0")?;
     let there = KernelId::new(b_node.id(), 0);
     for program in [&ipcbench, &dirty, &fileio] {
         a_node.runtime().load_file(program, true)?;
@@ -266,6 +259,20 @@ const FILE_MIB: u32 = 64;
 fn json_line(out: &str) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(out.trim())
         .with_context(|| format!("expected a JSON line, got `{}`", out.trim()))
+}
+
+/// Two nodes of one kernel each, joined over loopback TLS, with a CA and
+/// identities (`n0`, `n1`) made in `certs`.
+pub(super) fn pair(ctx: &Context, certs: &Path) -> anyhow::Result<(Node, Node)> {
+    identity::init_ca(certs)?;
+    let id = |name: &str| -> anyhow::Result<Identity> {
+        identity::issue(certs, name)?;
+        Ok(Identity::load(certs, name)?)
+    };
+    let a = start(ctx, id("n0")?, None)?;
+    let join = a.members()[0].addr;
+    let b = start(ctx, id("n1")?, Some(join))?;
+    Ok((a, b))
 }
 
 /// A node of one kernel, listening on loopback; the second joins the first.

@@ -9,6 +9,7 @@ mod cluster;
 mod ipc;
 mod mergesort;
 mod migrate;
+mod mpi;
 mod plot;
 mod scale;
 mod spawn;
@@ -57,6 +58,8 @@ enum Which {
     Cluster(cluster::Args),
     /// 100,000 processes blocked in receive on one node vs Linux processes blocked in read
     Scale(scale::Args),
+    /// MPI latency, bandwidth and Allreduce (OSU-style) vs Open MPI over shared memory and TCP
+    Mpi(mpi::Args),
 }
 
 pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
@@ -68,6 +71,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
         Which::Migrate(m) => emit(&migrate::run(ctx, &a.build, m)?, json, record),
         Which::Cluster(c) => emit(&cluster::run(ctx, &a.build, c)?, json, record),
         Which::Scale(s) => emit(&scale::run(ctx, &a.build, s)?, json, record),
+        Which::Mpi(m) => emit(&mpi::run(ctx, &a.build, m)?, json, record),
     }
 }
 
