@@ -81,10 +81,46 @@ impl Test {
     }
 }
 
-/// How one configuration runs `osu WHAT MAX` with `ranks` ranks.
-enum Runner<'a> {
-    Atoll(&'a Node),
+/// How one configuration runs `osu WHAT MAX` with N ranks. Each atoll
+/// configuration starts its node(s) for its run alone, so that no other
+/// node's kernels share the cores meanwhile.
+enum Runner {
+    Atoll { kernels: u16 },
+    AtollTwoNodes,
     OpenMpi { btl: &'static str },
+}
+
+impl Runner {
+    fn run(
+        &self,
+        ctx: &Context,
+        wasm: &Path,
+        native: &Path,
+        job: &JobSpec,
+    ) -> anyhow::Result<String> {
+        match self {
+            Runner::Atoll { kernels } => {
+                let node = Node::start(ctx.node_config(Some(*kernels), 10))?;
+                node.runtime().load_file(wasm, true)?;
+                let out = atoll_job(&node, job);
+                node.shutdown();
+                Ok(out?.0)
+            }
+            Runner::AtollTwoNodes => {
+                let certs = tempfile::tempdir()?;
+                let (first, second) = super::cluster::pair(ctx, certs.path())?;
+                first.runtime().load_file(wasm, true)?;
+                let out = atoll_job(&first, job);
+                second.shutdown();
+                first.shutdown();
+                Ok(out?.0)
+            }
+            Runner::OpenMpi { btl } => {
+                let ranks = job.ranks.as_ref().map_or(1, |r| r.count);
+                open_mpi(native, btl, &job.args[1..], ranks)
+            }
+        }
+    }
 }
 
 pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
@@ -97,18 +133,11 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
             native.display()
         );
     }
-    let one = Node::start(ctx.node_config(Some(1), 10))?;
-    let two = Node::start(ctx.node_config(Some(2), 10))?;
-    let certs = tempfile::tempdir()?;
-    let (first, second) = super::cluster::pair(ctx, certs.path())?;
-    for node in [&one, &two, &first] {
-        node.runtime().load_file(&wasm, true)?;
-    }
     let runners = [
-        Runner::Atoll(&two),
+        Runner::Atoll { kernels: 2 },
         Runner::OpenMpi { btl: "self,vader" },
-        Runner::Atoll(&one),
-        Runner::Atoll(&first),
+        Runner::Atoll { kernels: 1 },
+        Runner::AtollTwoNodes,
         Runner::OpenMpi { btl: "self,tcp" },
     ];
     let max_reduce = (a.max / 4).max(8);
@@ -126,13 +155,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
         // configuration alike.
         for _ in 0..a.runs.max(1) {
             for (c, runner) in runners.iter().enumerate() {
-                let text = match runner {
-                    Runner::Atoll(node) => {
-                        let job = osu_job(&wasm, what, max, ranks);
-                        atoll_job(node, &job)?.0
-                    }
-                    Runner::OpenMpi { btl } => open_mpi(&native, btl, what, max, ranks)?,
-                };
+                let job = osu_job(&wasm, what, max, ranks);
+                let text = runner.run(ctx, &wasm, &native, &job)?;
                 let (s, values) = parse(&text, what)?;
                 sizes = s;
                 samples[c].push(values);
@@ -159,9 +183,6 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
             medians,
             samples,
         });
-    }
-    for node in [one, two, first, second] {
-        node.shutdown();
     }
     let small = &out[0];
     let small_ratio = median(
@@ -205,7 +226,7 @@ fn osu_job(wasm: &Path, what: &str, max: u64, ranks: u32) -> JobSpec {
     job
 }
 
-fn open_mpi(native: &Path, btl: &str, what: &str, max: u64, ranks: u32) -> anyhow::Result<String> {
+fn open_mpi(native: &Path, btl: &str, args: &[String], ranks: u32) -> anyhow::Result<String> {
     let out = Command::new("mpirun")
         .args([
             "--allow-run-as-root",
@@ -215,7 +236,7 @@ fn open_mpi(native: &Path, btl: &str, what: &str, max: u64, ranks: u32) -> anyho
         ])
         .args(["--mca", "pml", "ob1", "--mca", "btl", btl])
         .arg(native)
-        .args([what, &max.to_string()])
+        .args(args)
         .output()
         .context("running mpirun")?;
     if !out.status.success() {
