@@ -4,7 +4,7 @@
 #   make guests   examples/, tests/guests/ and bench/guests/ -> build/wasm/NAME.wasm,
 #                 and the MPI programs of tests/mpi/ (with sdk/bin/atoll-mpicc)
 #   make native   build/native/{mergesort,spawn_native,true,ipc_linux,swarm_native,fileio} (gcc -O2),
-#                 and osu_mpi (Open MPI's mpicc) when mpicc is installed
+#                 and bench/mpi/NAME.c -> NAME_mpi (Open MPI's mpicc) when mpicc is installed
 #   make all      both (the default)
 #   make clean
 #
@@ -51,7 +51,7 @@ NATIVE := $(NATIVE_DIR)/mergesort $(NATIVE_DIR)/spawn_native $(NATIVE_DIR)/true 
 # The MPI benchmarks' native side, with Open MPI (scripts/setup.sh installs it).
 MPICC ?= mpicc
 ifneq ($(shell command -v $(MPICC) 2>/dev/null),)
-NATIVE += $(NATIVE_DIR)/osu_mpi
+NATIVE += $(patsubst bench/mpi/%.c,$(NATIVE_DIR)/%_mpi,$(wildcard bench/mpi/*.c))
 endif
 
 .PHONY: all guests native clean
@@ -105,8 +105,8 @@ $(NATIVE_DIR)/swarm_native: bench/native/swarm_native.c Makefile | $(NATIVE_DIR)
 $(NATIVE_DIR)/fileio: bench/guests/fileio.c Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<)
 
-$(NATIVE_DIR)/osu_mpi: bench/mpi/osu.c Makefile | $(NATIVE_DIR)
-	$(call native_compile,$@,$<,,$(MPICC))
+$(NATIVE_DIR)/%_mpi: bench/mpi/%.c Makefile | $(NATIVE_DIR)
+	$(call native_compile,$@,$<,-lm,$(MPICC))
 
 $(WASM_DIR) $(NATIVE_DIR) $(DEP_DIR):
 	@mkdir -p $@

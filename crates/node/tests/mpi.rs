@@ -90,37 +90,56 @@ fn ranks_of(node: &Node, name: &str) -> Vec<(Pid, KernelId)> {
         .collect()
 }
 
+/// Runs `spec` (program `name`) while moving its ranks, one after the
+/// other, to the next kernel of `node` until the job ends; returns its
+/// status, output and how many ranks were moved at least once.
+fn run_while_moving(node: &Node, spec: &JobSpec, name: &str) -> (i32, common::Output, usize) {
+    let kernels = node.kernel_count();
+    let (_, out, done) = start(node, spec);
+    let mut moved = HashSet::new();
+    let mut i = 0usize;
+    let status = loop {
+        if let Ok(status) = done.try_recv() {
+            break status;
+        }
+        let ranks = ranks_of(node, name);
+        if let Some(&(pid, at)) = ranks.get(i % ranks.len().max(1)) {
+            let to = KernelId::new(0, (at.index + 1) % kernels);
+            // A rank that ends meanwhile cannot be moved: that is fine.
+            if node.migrate(pid, to, None).is_ok() {
+                moved.insert(pid);
+            }
+        }
+        i += 1;
+    };
+    (status, out, moved.len())
+}
+
 #[test]
 fn ranks_moved_from_outside_at_any_moment_lose_nothing() {
     // The moves land wherever the ranks are: in a send, in the progress
     // engine between reading an outbox and acknowledging it, in a copy.
     let node = node_in(Mode::Copy, 3);
     for name in ["pt2pt", "coll"] {
-        let (_, out, done) = start(&node, &mpi(name, &[], 4));
-        let mut moved = HashSet::new();
-        let mut i = 0usize;
-        let status = loop {
-            if let Ok(status) = done.try_recv() {
-                break status;
-            }
-            let ranks = ranks_of(&node, name);
-            if let Some(&(pid, at)) = ranks.get(i % ranks.len().max(1)) {
-                let to = KernelId::new(0, (at.index + 1) % 3);
-                // A rank that ends meanwhile cannot be moved: that is fine.
-                if node.migrate(pid, to, None).is_ok() {
-                    moved.insert(pid);
-                }
-            }
-            i += 1;
-        };
+        let (status, out, moved) = run_while_moving(&node, &mpi(name, &[], 4), name);
         assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
         assert_eq!(out.stdout(), format!("ok {name} (4 ranks, still)\n"));
-        assert!(
-            moved.len() >= 2,
-            "{name}: only {} ranks were moved",
-            moved.len()
-        );
+        assert!(moved >= 2, "{name}: only {moved} ranks were moved");
     }
+}
+
+#[test]
+fn npb_kernels_verify_still_and_with_their_ranks_moving() {
+    let node = node_in(Mode::Copy, 3);
+    for (name, class, n) in [("npb_ep", "S", 2), ("npb_is", "S", 3), ("npb_is", "W", 4)] {
+        let out = passes(&node, &mpi(name, &[class], n));
+        assert!(out.contains("verified=1"), "{out}");
+    }
+    // IS moves all its keys between ranks ten times: moved meanwhile.
+    let (status, out, moved) = run_while_moving(&node, &mpi("npb_is", &["W"], 3), "npb_is");
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert!(out.stdout().contains("verified=1"), "{}", out.stdout());
+    assert!(moved >= 1, "no rank was moved");
 }
 
 #[test]

@@ -9,8 +9,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use atoll_abi::KernelId;
+use atoll_migration::Mode;
 use atoll_node::{JobSpec, MapBy, Node, Ranks};
 use serde::Serialize;
 
@@ -31,7 +35,22 @@ pub struct Args {
     /// Runs of each configuration; medians are reported
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Problem class of the NPB kernels (EP, IS): S or W
+    #[arg(long, default_value = "W", value_parser = ["S", "W"])]
+    class: String,
+    /// Problem class of NPB EP in seed 002's experiment (A runs about 10 s
+    /// here); `none` leaves the experiment out
+    #[arg(long, default_value = "A", value_parser = ["S", "W", "A", "none"])]
+    migrate_class: String,
 }
+
+const MIGRATION_HEAD: [&str; 5] = [
+    "scenario",
+    "seconds",
+    "migrations per run",
+    "median downtime (us)",
+    "vs unmigrated",
+];
 
 /// The configurations, in the report's column order. The ratio column
 /// compares the first two.
@@ -52,7 +71,38 @@ pub struct MpiReport {
     machine: Machine,
     configs: Vec<String>,
     tests: Vec<Test>,
+    /// The NPB kernels: seconds per configuration.
+    npb: Vec<Npb>,
+    /// Seed 002's experiment: a run with ranks migrated against the same
+    /// run unmigrated and native.
+    migration: Vec<MigratedRun>,
     notes: Vec<String>,
+}
+
+/// One scenario of seed 002's experiment: NPB EP on 4 ranks over two
+/// kernels, some ranks migrated while it runs.
+#[derive(Serialize)]
+struct MigratedRun {
+    scenario: String,
+    /// Median and every run's wall time of the job, seconds.
+    median: f64,
+    samples: Vec<f64>,
+    migrations: usize,
+    /// Median downtime of its migrations, microseconds.
+    downtime_us: Option<f64>,
+    /// Against the unmigrated atoll run, percent.
+    slowdown_pct: Option<f64>,
+}
+
+/// One NPB kernel run in every configuration (each verified).
+#[derive(Serialize)]
+struct Npb {
+    name: String,
+    class: String,
+    ranks: u32,
+    /// Per configuration: the median and every run's seconds.
+    medians: Vec<f64>,
+    samples: Vec<Vec<f64>>,
 }
 
 /// One OSU test: a value per size and configuration.
@@ -184,6 +234,41 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
             samples,
         });
     }
+    let mut npb = Vec::new();
+    for kernel in ["ep", "is"] {
+        let program = std::path::absolute(artifact(build, &format!("wasm/npb_{kernel}.wasm"))?)?;
+        let native = std::path::absolute(artifact(build, &format!("native/npb_{kernel}_mpi"))?)?;
+        eprintln!(
+            "NPB {} class {}, {} ranks:",
+            kernel.to_uppercase(),
+            a.class,
+            a.ranks
+        );
+        let mut samples = vec![Vec::new(); CONFIGS.len()];
+        for _ in 0..a.runs.max(1) {
+            for (c, runner) in runners.iter().enumerate() {
+                let mut job = osu_job(&program, "", 0, a.ranks);
+                job.args = vec![format!("npb_{kernel}"), a.class.clone()];
+                let text = runner.run(ctx, &program, &native, &job)?;
+                if super::field(&text, "verified")? != 1.0 {
+                    bail!("NPB {kernel} did not verify in {}: {text}", CONFIGS[c]);
+                }
+                samples[c].push(super::field(&text, "seconds")?);
+            }
+        }
+        npb.push(Npb {
+            name: kernel.to_uppercase(),
+            class: a.class.clone(),
+            ranks: a.ranks,
+            medians: samples.iter().map(|s| median(s)).collect(),
+            samples,
+        });
+    }
+    let migration = if a.migrate_class == "none" {
+        Vec::new()
+    } else {
+        seed002(ctx, build, &a.migrate_class, a.runs.max(1))?
+    };
     let small = &out[0];
     let small_ratio = median(
         &(0..small.sizes.len())
@@ -197,6 +282,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
         machine: Machine::probe(),
         configs: CONFIGS.iter().map(|s| s.to_string()).collect(),
         tests: out,
+        npb,
+        migration,
         notes: vec![
             format!(
                 "small messages (0 to 64 B): atoll on two kernels takes {small_ratio:.1}x the \
@@ -210,6 +297,167 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
                 .into(),
         ],
     })
+}
+
+/// How seed 002's experiment moves ranks while NPB EP runs.
+#[derive(Clone, Copy)]
+enum Moves {
+    None,
+    OnceHalfway(Mode),
+    EverySecond(Mode),
+}
+
+/// Seed 002's experiment (Xen VMs running MPI, one migrated: HPL +28 %,
+/// NPB SP +10 %): NPB EP on 4 ranks over 2 kernels, unmigrated, with one
+/// rank moved to the other kernel and back halfway (copy, hand-over), and
+/// with a rank moved there and back every second (copy); beside the same
+/// run under Open MPI.
+fn seed002(
+    ctx: &Context,
+    build: &Path,
+    class: &str,
+    runs: usize,
+) -> anyhow::Result<Vec<MigratedRun>> {
+    let program = std::path::absolute(artifact(build, "wasm/npb_ep.wasm")?)?;
+    let native = std::path::absolute(artifact(build, "native/npb_ep_mpi")?)?;
+    let mut job = osu_job(&program, "", 0, 4);
+    job.args = vec!["npb_ep".into(), class.into()];
+    eprintln!("seed 002: NPB EP class {class}, 4 ranks on 2 kernels, migrated while it runs:");
+    // The unmigrated time sets when "halfway" is.
+    let node = Node::start(ctx.node_config(Some(2), 10))?;
+    node.runtime().load_file(&program, true)?;
+    let mut rows = Vec::new();
+    let mut base = None;
+    for (scenario, moves) in [
+        ("atoll, unmigrated", Moves::None),
+        (
+            "atoll, one rank moved and back halfway (copy)",
+            Moves::OnceHalfway(Mode::Copy),
+        ),
+        (
+            "atoll, one rank moved and back halfway (hand-over)",
+            Moves::OnceHalfway(Mode::Handover),
+        ),
+        (
+            "atoll, a rank moved and back every second (copy)",
+            Moves::EverySecond(Mode::Copy),
+        ),
+    ] {
+        let mut samples = Vec::new();
+        let mut downtimes = Vec::new();
+        let mut migrations = 0;
+        for _ in 0..runs {
+            let half = base.map_or(Duration::ZERO, |b: f64| Duration::from_secs_f64(b / 2.0));
+            let (seconds, reports) = migrated_run(&node, &job, moves, half)?;
+            samples.push(seconds);
+            migrations += reports.len();
+            downtimes.extend(reports.iter().map(|r| r.downtime_us as f64));
+        }
+        let m = median(&samples);
+        if base.is_none() {
+            base = Some(m);
+        }
+        rows.push(MigratedRun {
+            scenario: scenario.into(),
+            median: m,
+            samples,
+            migrations: migrations / runs,
+            downtime_us: (!downtimes.is_empty()).then(|| median(&downtimes)),
+            slowdown_pct: base.map(|b| (m / b - 1.0) * 100.0),
+        });
+    }
+    node.shutdown();
+    let mut samples = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let out = open_mpi(&native, "self,vader", &job.args[1..], 4)?;
+        if super::field(&out, "verified")? != 1.0 {
+            bail!("NPB EP did not verify under Open MPI: {out}");
+        }
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    rows.push(MigratedRun {
+        scenario: "Open MPI, shared memory (native)".into(),
+        median: median(&samples),
+        samples,
+        migrations: 0,
+        downtime_us: None,
+        slowdown_pct: None,
+    });
+    Ok(rows)
+}
+
+/// Runs `job` on `node`, moving ranks as `moves` says; returns the job's
+/// wall time (checked verified) and the migrations' reports.
+fn migrated_run(
+    node: &Node,
+    job: &JobSpec,
+    moves: Moves,
+    half: Duration,
+) -> anyhow::Result<(f64, Vec<atoll_migration::MigrationReport>)> {
+    let done = AtomicBool::new(false);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let mover = s.spawn(|| {
+            let mut reports = Vec::new();
+            let (first, every) = match moves {
+                Moves::None => return reports,
+                Moves::OnceHalfway(_) => (half, None),
+                Moves::EverySecond(_) => (Duration::from_secs(1), Some(Duration::from_secs(1))),
+            };
+            let mode = match moves {
+                Moves::OnceHalfway(m) | Moves::EverySecond(m) => m,
+                Moves::None => unreachable!(),
+            };
+            let mut next = first;
+            let mut turn = 0usize;
+            while !done.load(Ordering::Relaxed) {
+                if t.elapsed() < next {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                // There and back: every kernel already runs two ranks, so
+                // staying there would measure the imbalance, not the move.
+                let ranks = ranks_of(node, "npb_ep");
+                if let Some(&(pid, at)) = ranks.get(turn % ranks.len().max(1)) {
+                    let away = KernelId::new(at.node, (at.index + 1) % node.kernel_count());
+                    for to in [away, at] {
+                        if let Ok(r) = node.migrate(pid, to, Some(mode)) {
+                            reports.push(r);
+                        }
+                    }
+                }
+                turn += 1;
+                match every {
+                    Some(e) => next += e,
+                    None => break,
+                }
+            }
+            reports
+        });
+        let out = atoll_job(node, job);
+        done.store(true, Ordering::Relaxed);
+        let reports = mover.join().expect("the mover thread");
+        let seconds = t.elapsed().as_secs_f64();
+        let (text, _) = out?;
+        if super::field(&text, "verified")? != 1.0 {
+            bail!("NPB EP did not verify while migrated: {text}");
+        }
+        Ok((seconds, reports))
+    })
+}
+
+/// The pids and kernels of the processes named `name`, on every kernel.
+fn ranks_of(node: &Node, name: &str) -> Vec<(atoll_abi::Pid, KernelId)> {
+    node.ps()
+        .map(|ks| {
+            ks.into_iter()
+                .flat_map(|k| k.processes)
+                .filter(|p| p.name == name)
+                .map(|p| (p.pid, p.kernel))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn osu_job(wasm: &Path, what: &str, max: u64, ranks: u32) -> JobSpec {
@@ -297,15 +545,51 @@ impl MpiReport {
             .collect()
     }
 
-    const HEAD: [&'static str; 7] = [
-        "size",
-        CONFIGS[0],
-        CONFIGS[1],
-        CONFIGS[2],
-        CONFIGS[3],
-        CONFIGS[4],
-        "atoll 2 kernels vs Open MPI shm",
-    ];
+    fn migration_rows(&self) -> Vec<[String; 5]> {
+        self.migration
+            .iter()
+            .map(|m| {
+                [
+                    m.scenario.clone(),
+                    format!("{:.3}", m.median),
+                    m.migrations.to_string(),
+                    m.downtime_us.map_or("—".into(), |d| format!("{:.0}", d)),
+                    m.slowdown_pct.map_or("—".into(), |p| format!("{p:+.2} %")),
+                ]
+            })
+            .collect()
+    }
+
+    fn npb_rows(&self) -> Vec<[String; 7]> {
+        self.npb
+            .iter()
+            .map(|k| {
+                let v = |c: usize| format!("{:.3}", k.medians[c]);
+                [
+                    format!("{} {} ({} ranks)", k.name, k.class, k.ranks),
+                    v(0),
+                    v(1),
+                    v(2),
+                    v(3),
+                    v(4),
+                    format!("{:.2}x", k.medians[1] / k.medians[0]),
+                ]
+            })
+            .collect()
+    }
+
+    /// The columns: `first`, each configuration, the ratio.
+    fn head(first: &'static str) -> [&'static str; 7] {
+        [
+            first,
+            CONFIGS[0],
+            CONFIGS[1],
+            CONFIGS[2],
+            CONFIGS[3],
+            CONFIGS[4],
+            "atoll 2 kernels vs Open MPI shm",
+        ]
+    }
 }
 
 impl Recorded for MpiReport {
@@ -317,7 +601,13 @@ impl Recorded for MpiReport {
         let mut s = String::new();
         for t in &self.tests {
             s += &format!("{} ({}; median of {} runs)\n", t.name, t.unit, runs(t));
-            s += &text_table(Self::HEAD, &self.rows(t));
+            s += &text_table(Self::head("size"), &self.rows(t));
+        }
+        s += "NPB kernels (seconds, verified)\n";
+        s += &text_table(Self::head("kernel"), &self.npb_rows());
+        if !self.migration.is_empty() {
+            s += "seed 002: NPB EP, 4 ranks on 2 kernels, migrated while it runs\n";
+            s += &text_table(MIGRATION_HEAD, &self.migration_rows());
         }
         for n in &self.notes {
             s += &format!("  {n}\n");
@@ -336,7 +626,14 @@ impl Recorded for MpiReport {
                 t.name,
                 t.name
             );
-            s += &md_table(Self::HEAD, &self.rows(t));
+            s += &md_table(Self::head("size"), &self.rows(t));
+        }
+        s += "## NPB kernels (seconds, every run verified)\n\n";
+        s += &md_table(Self::head("kernel"), &self.npb_rows());
+        if !self.migration.is_empty() {
+            s += "## Seed 002's experiment: NPB EP on 4 ranks over 2 kernels, migrated while it runs\n\n";
+            s += "Seed 002 (Xen, a VM running an MPI rank migrated once): HPL +28 %, NPB SP +10 %.\n\n";
+            s += &md_table(MIGRATION_HEAD, &self.migration_rows());
         }
         for n in &self.notes {
             s += &format!("- {n}\n");
