@@ -105,7 +105,7 @@ $(NATIVE_DIR)/swarm_native: bench/native/swarm_native.c Makefile | $(NATIVE_DIR)
 $(NATIVE_DIR)/fileio: bench/guests/fileio.c Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<)
 
-$(NATIVE_DIR)/%_mpi: bench/mpi/%.c Makefile | $(NATIVE_DIR)
+$(NATIVE_DIR)/%_mpi: bench/mpi/%.c $(wildcard bench/mpi/*.h) Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<,-lm,$(MPICC))
 
 $(WASM_DIR) $(NATIVE_DIR) $(DEP_DIR):

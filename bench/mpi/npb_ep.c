@@ -19,30 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "npb_random.h"
+
 #define MK 16           /* a batch is 2^MK pairs */
 #define NK (1 << MK)
 #define NQ 10           /* annuli */
 #define A 1220703125.0  /* 5^13 */
 #define SEED 271828183.0
-
-/* NPB's randlc: x = a * x mod 2^46, returned as x / 2^46, in doubles that
- * hold 46-bit integers exactly (the specification's arithmetic). */
-static double randlc(double *x, double a)
-{
-    const double r23 = 1.0 / 8388608.0, r46 = r23 * r23;
-    const double t23 = 8388608.0, t46 = t23 * t23;
-    double t1 = r23 * a;
-    double a1 = (double)(long long)t1, a2 = a - t23 * a1;
-    t1 = r23 * *x;
-    double x1 = (double)(long long)t1, x2 = *x - t23 * x1;
-    t1 = a1 * x2 + a2 * x1;
-    double t2 = (double)(long long)(r23 * t1);
-    double z = t1 - t23 * t2;
-    double t3 = t23 * z + a2 * x2;
-    double t4 = (double)(long long)(r46 * t3);
-    *x = t3 - t46 * t4;
-    return r46 * *x;
-}
 
 int main(int argc, char **argv)
 {
@@ -67,21 +50,12 @@ int main(int argc, char **argv)
     static double x[2 * NK];
     double q[NQ] = {0}, sx = 0, sy = 0;
 
-    /* an = A^(2 NK): skips one batch of the sequence. */
-    double an = A;
-    for (int i = 0; i < MK + 1; i++)
-        randlc(&an, an);
 
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
-    /* Batch k starts at SEED * an^k: found by binary exponentiation. */
+    /* Batch k starts 2 NK k steps into the sequence. */
     for (int k = rank; k < batches; k += size) {
-        double t1 = SEED, t2 = an;
-        for (int kk = k; kk != 0; kk /= 2) {
-            if (kk % 2)
-                randlc(&t1, t2);
-            randlc(&t2, t2);
-        }
+        double t1 = npb_skip(SEED, A, 2L * NK * k);
         for (int i = 0; i < 2 * NK; i++)
             x[i] = randlc(&t1, A);
         for (int i = 0; i < NK; i++) {

@@ -20,36 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "npb_random.h"
+
 #define ITERATIONS 10
 #define TESTS 5
-
-static double randlc(double *x, double a)
-{
-    const double r23 = 1.0 / 8388608.0, r46 = r23 * r23;
-    const double t23 = 8388608.0, t46 = t23 * t23;
-    double t1 = r23 * a;
-    double a1 = (double)(long long)t1, a2 = a - t23 * a1;
-    t1 = r23 * *x;
-    double x1 = (double)(long long)t1, x2 = *x - t23 * x1;
-    t1 = a1 * x2 + a2 * x1;
-    double t2 = (double)(long long)(r23 * t1);
-    double z = t1 - t23 * t2;
-    double t3 = t23 * z + a2 * x2;
-    double t4 = (double)(long long)(r46 * t3);
-    *x = t3 - t46 * t4;
-    return r46 * *x;
-}
-
-/* The seed after n steps of x = a x: binary exponentiation of a. */
-static double skip(double seed, double a, long n)
-{
-    for (double t = a; n > 0; n /= 2) {
-        if (n % 2)
-            randlc(&seed, t);
-        randlc(&t, t);
-    }
-    return seed;
-}
 
 struct class {
     char name;
@@ -93,7 +67,7 @@ int main(int argc, char **argv)
 
     /* My slice of the global sequence of keys. */
     int *keys = malloc(sizeof(int) * (size_t)mine);
-    double seed = skip(314159265.0, 1220703125.0, 4 * first);
+    double seed = npb_skip(314159265.0, 1220703125.0, 4 * first);
     for (long i = 0; i < mine; i++) {
         double x = randlc(&seed, 1220703125.0);
         x += randlc(&seed, 1220703125.0);

@@ -81,10 +81,13 @@ static int check_root(MPI_Comm comm, int root, const char *call)
     return MPI_SUCCESS;
 }
 
+/* The communicator, the data and that the operation applies to it. */
 static int check_reduction(MPI_Comm comm, int count, MPI_Datatype t, MPI_Op op,
                            const char *call)
 {
-    int err = check_data(comm, count, t, call);
+    int err = check(comm, call);
+    if (err == MPI_SUCCESS)
+        err = check_data(comm, count, t, call);
     if (err != MPI_SUCCESS)
         return err;
     if (mpi_check_op(op, t) != MPI_SUCCESS)
@@ -195,9 +198,7 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type,
                int root, MPI_Comm comm)
 {
     const char *call = "MPI_Reduce";
-    int err = check(comm, call);
-    if (err == MPI_SUCCESS)
-        err = check_reduction(comm, count, type, op, call);
+    int err = check_reduction(comm, count, type, op, call);
     if (err == MPI_SUCCESS)
         err = check_root(comm, root, call);
     if (err != MPI_SUCCESS)
@@ -215,10 +216,7 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type,
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
                   MPI_Comm comm)
 {
-    const char *call = "MPI_Allreduce";
-    int err = check(comm, call);
-    if (err == MPI_SUCCESS)
-        err = check_reduction(comm, count, type, op, call);
+    int err = check_reduction(comm, count, type, op, "MPI_Allreduce");
     if (err != MPI_SUCCESS)
         return err;
     size_t len = mpi_type_bytes(type, count);
@@ -244,10 +242,7 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype ty
 int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
              MPI_Comm comm)
 {
-    const char *call = "MPI_Scan";
-    int err = check(comm, call);
-    if (err == MPI_SUCCESS)
-        err = check_reduction(comm, count, type, op, call);
+    int err = check_reduction(comm, count, type, op, "MPI_Scan");
     if (err != MPI_SUCCESS)
         return err;
     size_t len = mpi_type_bytes(type, count);

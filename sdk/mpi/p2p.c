@@ -290,20 +290,29 @@ static int check_tag(MPI_Comm comm, int tag, bool any, const char *call)
     return mpi_error(comm, MPI_ERR_TAG, call, "invalid tag %d", tag);
 }
 
+/* What starting a send (`any` false) or a receive (`any`: the wildcards
+ * are allowed) checks. */
+static int check_start(MPI_Comm comm, int count, MPI_Datatype type, int peer, int tag, bool any,
+                       MPI_Request *request, const char *call)
+{
+    int err = check_args(comm, count, type, call);
+    if (err == MPI_SUCCESS)
+        err = check_peer(comm, peer, any, call);
+    if (err == MPI_SUCCESS)
+        err = check_tag(comm, tag, any, call);
+    if (err == MPI_SUCCESS && request == NULL)
+        err = mpi_error(comm, MPI_ERR_REQUEST, call, "request is NULL");
+    return err;
+}
+
 /* ------------------------------------------------------- public calls */
 
 static int isend(const void *buf, int count, MPI_Datatype type, int dest, int tag,
                  MPI_Comm comm, bool sync, MPI_Request *request, const char *call)
 {
-    int err = check_args(comm, count, type, call);
-    if (err == MPI_SUCCESS)
-        err = check_peer(comm, dest, false, call);
-    if (err == MPI_SUCCESS)
-        err = check_tag(comm, tag, false, call);
+    int err = check_start(comm, count, type, dest, tag, false, request, call);
     if (err != MPI_SUCCESS)
         return err;
-    if (request == NULL)
-        return mpi_error(comm, MPI_ERR_REQUEST, call, "request is NULL");
     if (dest == MPI_PROC_NULL) {
         *request = null_request(REQ_SEND, comm);
         return MPI_SUCCESS;
@@ -356,15 +365,9 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_
               MPI_Request *request)
 {
     const char *call = "MPI_Irecv";
-    int err = check_args(comm, count, type, call);
-    if (err == MPI_SUCCESS)
-        err = check_peer(comm, source, true, call);
-    if (err == MPI_SUCCESS)
-        err = check_tag(comm, tag, true, call);
+    int err = check_start(comm, count, type, source, tag, true, request, call);
     if (err != MPI_SUCCESS)
         return err;
-    if (request == NULL)
-        return mpi_error(comm, MPI_ERR_REQUEST, call, "request is NULL");
     if (source == MPI_PROC_NULL) {
         *request = null_request(REQ_RECV, comm);
         return MPI_SUCCESS;

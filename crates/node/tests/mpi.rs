@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use atoll_abi::{KernelId, Pid};
 use atoll_migration::Mode;
 use atoll_noc::net::identity;
-use atoll_node::{JobSpec, MapBy, Node, NodeConfig, Ranks};
-use common::{cluster_node, job, node, run, start, support};
+use atoll_node::{JobSpec, MapBy, Node, Ranks};
+use common::{cluster_node, job, node, node_in, run, start};
 
 fn mpi(name: &str, args: &[&str], ranks: u32) -> JobSpec {
     let mut spec = job(name, args);
@@ -20,13 +20,6 @@ fn mpi(name: &str, args: &[&str], ranks: u32) -> JobSpec {
         tag_output: false,
     });
     spec
-}
-
-fn node_in(mode: Mode, kernels: u16) -> Node {
-    let mut config = NodeConfig::new(Some(support::cache_dir()));
-    config.kernels = kernels;
-    config.migration.mode = mode;
-    Node::start(config).expect("node starts")
 }
 
 /// Runs a suite and checks its verdict line; returns stdout.

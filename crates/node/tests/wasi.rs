@@ -11,7 +11,7 @@ use std::path::Path;
 use atoll_abi::KernelId;
 
 use atoll_migration::Mode;
-use atoll_node::{JobSpec, Node, NodeConfig};
+use atoll_node::JobSpec;
 use atoll_process::Preopen;
 use common::*;
 
@@ -24,13 +24,6 @@ fn with_dir(mut spec: JobSpec, dir: &Path) -> JobSpec {
         guest: "/data".into(),
     }];
     spec
-}
-
-fn node_in(mode: Mode, kernels: u16) -> Node {
-    let mut config = NodeConfig::new(Some(support::cache_dir()));
-    config.kernels = kernels;
-    config.migration.mode = mode;
-    Node::start(config).expect("node starts")
 }
 
 /// The names and contents of the files beneath `dir`, sorted.

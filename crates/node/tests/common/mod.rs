@@ -26,6 +26,15 @@ pub fn node(kernels: u16) -> Node {
     Node::start(config).expect("node starts")
 }
 
+/// A node whose kernels move processes that ask to move (`kmigrate_to`,
+/// `--wander`) in `mode`.
+pub fn node_in(mode: atoll_migration::Mode, kernels: u16) -> Node {
+    let mut config = NodeConfig::new(Some(support::cache_dir()));
+    config.kernels = kernels;
+    config.migration.mode = mode;
+    Node::start(config).expect("node starts")
+}
+
 /// A node of a cluster on loopback, with an identity issued from the CA
 /// in `dir`; it starts the cluster, or joins it through `join`.
 pub fn cluster_node(dir: &Path, name: &str, join: Option<SocketAddr>, kernels: u16) -> Node {
