@@ -2,8 +2,9 @@
 # atoll's main job, end to end: installs what is missing, builds atoll and the
 # example programs, then runs real workloads on several kernels of a node,
 # including processes migrated live between kernels (hand-over and copy
-# mode, with their downtime), a checkpoint restored from a file, and Minix
-# IPC between processes on one kernel and across kernels.
+# mode, with their downtime), a checkpoint restored from a file, Minix IPC
+# between processes on one kernel and across kernels, and an MPI job with a
+# rank moved while it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -87,6 +88,17 @@ $atoll domain list
 $atoll run --domain demo build/wasm/ipc.wasm stress same 16 2000
 $atoll ipc
 $atoll domain end demo
+
+step "MPI (libatollmpi, atoll run -n): NPB EP class W on 4 ranks over the 4 kernels, one rank moved while it runs"
+$atoll run -n 4 build/wasm/npb_ep.wasm W > target/demo-ep.txt &
+job=$!
+rank=$(pid_of npb_ep | head -n 1)
+sleep 0.3
+$atoll migrate "$rank" --to 3 --mode copy
+wait $job
+cat target/demo-ep.txt
+echo "and the MPI point-to-point suite with every rank moving itself between kernels as it runs:"
+$atoll run -n 4 --tag-output --env ATOLL_MPI_TEST_MOVE=1 build/wasm/pt2pt.wasm 2>/dev/null
 
 step "sendrec round trips with one kernel per core: both ends on one kernel, then on two"
 # With more kernels than cores (the daemon above) idle kernels sleep rather
