@@ -163,7 +163,10 @@ impl Group {
         }
     }
 
-    fn exited(&mut self, rank: usize, status: i32) {
+    /// Rank `rank` (process `pid`) ended. Its end may come before the
+    /// node's start of it returned (`started`): its pid is taken here too.
+    fn exited(&mut self, rank: usize, pid: Pid, status: i32) {
+        self.pids[rank] = Some(pid);
         if self.tag_output {
             for (s, stream) in [(0, Stream::Stdout), (1, Stream::Stderr)] {
                 let rest = std::mem::take(&mut self.partial[rank][s]);
@@ -217,8 +220,11 @@ impl JobSink for RankSink {
             .output(self.rank, stream, bytes);
     }
 
-    fn exited(&mut self, _pid: Pid, status: i32) {
-        self.group.lock().expect("group").exited(self.rank, status);
+    fn exited(&mut self, pid: Pid, status: i32) {
+        self.group
+            .lock()
+            .expect("group")
+            .exited(self.rank, pid, status);
     }
 }
 
