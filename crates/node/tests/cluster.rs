@@ -7,15 +7,12 @@ use std::sync::mpsc;
 
 use atoll_abi::KernelId;
 use atoll_migration::Mode;
-use atoll_noc::net::identity;
 use common::*;
 
 #[test]
 fn two_nodes_share_domains_move_a_process_and_stop() {
     let dir = tempfile::tempdir().unwrap();
-    identity::init_ca(dir.path()).unwrap();
-    let a = cluster_node(dir.path(), "n0", None, 1);
-    let b = cluster_node(dir.path(), "n1", Some(a.members()[0].addr), 1);
+    let (a, b) = cluster_pair(dir.path(), 1);
     assert_eq!((a.id(), b.id()), (0, 1));
     a.domain_create("lab").unwrap();
     let t = std::time::Instant::now();

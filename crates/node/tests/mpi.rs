@@ -8,9 +8,8 @@ use std::collections::HashSet;
 
 use atoll_abi::{KernelId, Pid};
 use atoll_migration::Mode;
-use atoll_noc::net::identity;
 use atoll_node::{JobSpec, MapBy, Node, Ranks};
-use common::{cluster_node, job, node, node_in, run, start};
+use common::{cluster_pair, job, node, node_in, run, start};
 
 fn mpi(name: &str, args: &[&str], ranks: u32) -> JobSpec {
     let mut spec = job(name, args);
@@ -177,14 +176,7 @@ fn output_is_tagged_with_its_rank_and_bad_shapes_are_refused() {
 #[test]
 fn ranks_on_two_nodes_talk_and_move_between_them() {
     let dir = tempfile::tempdir().unwrap();
-    identity::init_ca(dir.path()).unwrap();
-    let a = cluster_node(dir.path(), "n0", None, 2);
-    let b = cluster_node(dir.path(), "n1", Some(a.members()[0].addr), 2);
-    let t = std::time::Instant::now();
-    while a.members().len() < 2 {
-        assert!(t.elapsed() < common::HANG, "node 1 never joined");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let (a, b) = cluster_pair(dir.path(), 2);
     for (name, n) in [("pt2pt", 4), ("coll", 3)] {
         let mut spec = mpi(name, &[], n);
         spec.ranks.as_mut().unwrap().map_by = MapBy::Node;

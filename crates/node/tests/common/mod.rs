@@ -52,6 +52,20 @@ pub fn cluster_node(dir: &Path, name: &str, join: Option<SocketAddr>, kernels: u
     Node::start(config).expect("node starts")
 }
 
+/// Two nodes of `kernels` kernels each, `n0` and `n1`, joined on loopback
+/// with a CA made in `dir`; returns once each lists the other.
+pub fn cluster_pair(dir: &Path, kernels: u16) -> (Node, Node) {
+    identity::init_ca(dir).unwrap();
+    let a = cluster_node(dir, "n0", None, kernels);
+    let b = cluster_node(dir, "n1", Some(a.members()[0].addr), kernels);
+    let t = Instant::now();
+    while a.members().len() < 2 || b.members().len() < 2 {
+        assert!(t.elapsed() < HANG, "the nodes never joined");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (a, b)
+}
+
 pub fn job(name: &str, args: &[&str]) -> JobSpec {
     let mut argv = vec![name.to_string()];
     argv.extend(args.iter().map(|s| s.to_string()));
