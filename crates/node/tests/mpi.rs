@@ -123,15 +123,23 @@ fn ranks_moved_from_outside_at_any_moment_lose_nothing() {
 #[test]
 fn npb_kernels_verify_still_and_with_their_ranks_moving() {
     let node = node_in(Mode::Copy, 3);
-    for (name, class, n) in [("npb_ep", "S", 2), ("npb_is", "S", 3), ("npb_is", "W", 4)] {
+    for (name, class, n) in [
+        ("npb_ep", "S", 2),
+        ("npb_is", "S", 3),
+        ("npb_is", "W", 4),
+        ("npb_cg", "S", 3),
+    ] {
         let out = passes(&node, &mpi(name, &[class], n));
         assert!(out.contains("verified=1"), "{out}");
     }
-    // IS moves all its keys between ranks ten times: moved meanwhile.
-    let (status, out, moved) = run_while_moving(&node, &mpi("npb_is", &["W"], 3), "npb_is");
-    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
-    assert!(out.stdout().contains("verified=1"), "{}", out.stdout());
-    assert!(moved >= 1, "no rank was moved");
+    // IS moves all its keys between ranks ten times, CG gathers its
+    // direction vector at every step: both moved meanwhile.
+    for (name, class) in [("npb_is", "W"), ("npb_cg", "W")] {
+        let (status, out, moved) = run_while_moving(&node, &mpi(name, &[class], 3), name);
+        assert_eq!(status, 0, "{name}: {}{}", out.stdout(), out.stderr());
+        assert!(out.stdout().contains("verified=1"), "{}", out.stdout());
+        assert!(moved >= 1, "{name}: no rank was moved");
+    }
 }
 
 #[test]
