@@ -7,34 +7,33 @@
 //! that joins asks every member for its table and takes in each, and so
 //! do both ends of a mended link.
 
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use atoll_abi::KernelId;
 use atoll_ipc::{DomainError, DomainId, DomainInfo, DomainOp, DomainTable};
 use atoll_kernel::{Control, NocMsg, Packet};
 use atoll_noc::net::Links;
-use atoll_noc::{Doorbell, Uplink};
+use atoll_noc::Uplink;
+
+use crate::node::KernelDoors;
 
 pub(crate) struct Domains {
     table: Mutex<DomainTable>,
     /// This node's id, once known (a joining node learns it from the
     /// cluster).
     node: OnceLock<u16>,
-    kernels: Vec<Sender<Control>>,
-    doorbells: Arc<[Doorbell]>,
+    kernels: KernelDoors,
     /// Weak: the links hold this (to apply what other nodes say), and the
     /// node's shutdown drops the links.
     links: OnceLock<Weak<Links<Packet>>>,
 }
 
 impl Domains {
-    pub(crate) fn new(kernels: Vec<Sender<Control>>, doorbells: Arc<[Doorbell]>) -> Self {
+    pub(crate) fn new(kernels: KernelDoors) -> Self {
         Domains {
             table: Mutex::new(DomainTable::default()),
             node: OnceLock::new(),
             kernels,
-            doorbells,
             links: OnceLock::new(),
         }
     }
@@ -108,10 +107,7 @@ impl Domains {
     /// order, so a request sent after this one sees the new table.
     fn publish(&self, table: &DomainTable) {
         let table = Arc::new(table.clone());
-        for (c, d) in self.kernels.iter().zip(self.doorbells.iter()) {
-            let _ = c.send(Control::Domains(table.clone()));
-            d.ring();
-        }
+        self.kernels.tell_all(|| Control::Domains(table.clone()));
     }
 
     fn tell_all(&self, op: DomainOp) {

@@ -16,12 +16,12 @@ use atoll_kernel::{
 use atoll_migration::{MigrationReport, Mode};
 use atoll_noc::net::{LinkConfig, Links, Member};
 use atoll_noc::{Doorbell, Incoming, Noc, Remote};
+use atoll_prepare::ContentHash;
 use atoll_process::{ConsoleId, Preopen, ProcessImage, Runtime, RuntimeConfig};
 
 use crate::console::{self, ChannelConsole, JobSink, Sinks};
 use crate::domains::Domains;
 use crate::ranks::{Killer, Ranks};
-use atoll_prepare::ContentHash;
 
 /// How long `ps` waits for a kernel of another node.
 const REMOTE_ANSWER: Duration = Duration::from_secs(5);
@@ -207,21 +207,39 @@ pub(crate) struct JobStart {
     pub domain: DomainId,
 }
 
-/// Hands `control` to kernel `i` of this node and wakes it (and the
-/// process it runs); false when the kernel has stopped.
-pub(crate) fn hand(
-    controls: &[Sender<Control>],
-    doorbells: &[Doorbell],
-    runtime: &Runtime,
-    i: usize,
-    control: Control,
-) -> bool {
-    if controls[i].send(control).is_err() {
-        return false;
+/// The node's way into its own kernels: each one's control channel and
+/// doorbell. Cloned by what reaches them outside a request: the domains'
+/// table, and the console service ending a failed MPI job's ranks.
+#[derive(Clone)]
+pub(crate) struct KernelDoors {
+    controls: Vec<Sender<Control>>,
+    doorbells: Arc<[Doorbell]>,
+    runtime: Arc<Runtime>,
+}
+
+impl KernelDoors {
+    pub(crate) fn len(&self) -> usize {
+        self.controls.len()
     }
-    doorbells[i].ring();
-    runtime.interrupt(i as u16);
-    true
+
+    /// Hands `control` to kernel `i` and wakes it, preempting the process
+    /// it runs (a request is waited for); false when the kernel has stopped.
+    pub(crate) fn hand(&self, i: usize, control: Control) -> bool {
+        if self.controls[i].send(control).is_err() {
+            return false;
+        }
+        self.doorbells[i].ring();
+        self.runtime.interrupt(i as u16);
+        true
+    }
+
+    /// Tells every kernel (those asleep wake; no process is preempted).
+    pub(crate) fn tell_all(&self, make: impl Fn() -> Control) {
+        for (c, d) in self.controls.iter().zip(self.doorbells.iter()) {
+            let _ = c.send(make());
+            d.ring();
+        }
+    }
 }
 
 fn cores() -> usize {
@@ -232,8 +250,7 @@ fn cores() -> usize {
 pub struct Node {
     id: u16,
     runtime: Arc<Runtime>,
-    controls: Vec<Sender<Control>>,
-    doorbells: Arc<[Doorbell]>,
+    doors: KernelDoors,
     kernels: Vec<JoinHandle<()>>,
     console: Option<JoinHandle<()>>,
     sinks: Sinks,
@@ -265,7 +282,12 @@ impl Node {
         let (events_tx, events_rx) = mpsc::channel();
         let (controls, control_rxs): (Vec<_>, Vec<_>) =
             (0..config.kernels).map(|_| mpsc::channel()).unzip();
-        let domains = Arc::new(Domains::new(controls.clone(), doorbells.clone()));
+        let doors = KernelDoors {
+            controls,
+            doorbells: doorbells.clone(),
+            runtime: runtime.clone(),
+        };
+        let domains = Arc::new(Domains::new(doors.clone()));
         let node = NodeServices {
             doorbells: doorbells.clone(),
             runtime: runtime.clone(),
@@ -318,8 +340,7 @@ impl Node {
         Ok(Node {
             id,
             runtime,
-            controls,
-            doorbells,
+            doors,
             kernels,
             console: Some(console),
             sinks,
@@ -376,16 +397,16 @@ impl Node {
     }
 
     pub fn kernel_count(&self) -> u16 {
-        self.controls.len() as u16
+        self.doors.len() as u16
     }
 
     fn kernel(&self, k: KernelId) -> anyhow::Result<usize> {
-        if k.node != self.id || k.index as usize >= self.controls.len() {
+        if k.node != self.id || k.index as usize >= self.doors.len() {
             bail!(
                 "kernel {k} does not exist (this node has kernels {}.0 to {}.{})",
                 self.id,
                 self.id,
-                self.controls.len() - 1
+                self.doors.len() - 1
             );
         }
         Ok(k.index as usize)
@@ -425,7 +446,7 @@ impl Node {
     ) -> anyhow::Result<Receiver<T>> {
         let i = self.kernel(k)?;
         let (tx, rx) = mpsc::channel();
-        if !hand(&self.controls, &self.doorbells, &self.runtime, i, make(tx)) {
+        if !self.doors.hand(i, make(tx)) {
             bail!("kernel {k} has stopped");
         }
         Ok(rx)
@@ -455,8 +476,7 @@ impl Node {
         let kernel = match job.kernel {
             Some(k) => k,
             None => {
-                let n =
-                    self.next_kernel.fetch_add(1, Ordering::Relaxed) % self.controls.len() as u64;
+                let n = self.next_kernel.fetch_add(1, Ordering::Relaxed) % self.doors.len() as u64;
                 KernelId::new(self.id, n as u16)
             }
         };
@@ -705,13 +725,7 @@ impl Node {
     /// before they commit, as if the destination broke (failure tests).
     pub fn fail_arrivals(&self, k: KernelId, count: u32) -> anyhow::Result<()> {
         let i = self.kernel(k)?;
-        if !hand(
-            &self.controls,
-            &self.doorbells,
-            &self.runtime,
-            i,
-            Control::FailArrivals { count },
-        ) {
+        if !self.doors.hand(i, Control::FailArrivals { count }) {
             bail!("kernel {k} has stopped");
         }
         Ok(())
@@ -736,9 +750,7 @@ impl Node {
     pub(crate) fn killer(&self) -> Killer {
         Killer {
             node: self.id,
-            controls: self.controls.clone(),
-            doorbells: self.doorbells.clone(),
-            runtime: self.runtime.clone(),
+            doors: self.doors.clone(),
         }
     }
 
@@ -748,14 +760,13 @@ impl Node {
     }
 
     fn stop(&mut self) {
-        for (c, d) in self.controls.iter().zip(self.doorbells.iter()) {
-            let _ = c.send(Control::Shutdown);
-            d.ring();
+        if self.kernels.is_empty() {
+            return;
         }
+        self.doors.tell_all(|| Control::Shutdown);
         for k in self.kernels.drain(..) {
             let _ = k.join();
         }
-        self.controls.clear();
         // The kernels and the links held the last senders of the console
         // channel.
         self.links = None;

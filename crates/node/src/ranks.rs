@@ -8,18 +8,16 @@
 //! its end is seen. As with mpirun, the first rank to fail (a status other
 //! than 0) ends the others, and its status is the job's.
 
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
 use anyhow::bail;
 use atoll_abi::{KernelId, Pid};
 use atoll_kernel::Control;
-use atoll_noc::Doorbell;
-use atoll_process::{Runtime, Stream};
+use atoll_process::Stream;
 use serde::{Deserialize, Serialize};
 
 use crate::console::JobSink;
-use crate::node::{hand, JobSpec, JobStart, Node};
+use crate::node::{JobSpec, JobStart, KernelDoors, Node};
 
 /// The shape of an MPI job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,9 +83,7 @@ impl Ranks {
 /// service ending a failed job's other ranks.
 pub(crate) struct Killer {
     pub node: u16,
-    pub controls: Vec<Sender<Control>>,
-    pub doorbells: Arc<[Doorbell]>,
-    pub runtime: Arc<Runtime>,
+    pub doors: KernelDoors,
 }
 
 impl Killer {
@@ -100,11 +96,8 @@ impl Killer {
         };
         // Nobody waits for the answer: the job's end shows the result.
         let (reply, _) = std::sync::mpsc::channel();
-        if i < self.controls.len() {
-            hand(
-                &self.controls,
-                &self.doorbells,
-                &self.runtime,
+        if i < self.doors.len() {
+            self.doors.hand(
                 i,
                 Control::Kill {
                     pid,
