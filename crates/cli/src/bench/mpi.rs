@@ -7,7 +7,7 @@
 //! transport (vader) and with TCP over loopback, both with the ob1
 //! point-to-point layer.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -176,10 +176,10 @@ impl Runner {
 pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
     let wasm = std::path::absolute(artifact(build, "wasm/osu.wasm")?)?;
     let native = std::path::absolute(build.join("native/osu_mpi"))?;
-    if !native.exists() || which("mpirun").is_none() {
+    if !native.exists() {
         bail!(
-            "Open MPI is missing ({} and mpirun): `bash scripts/setup.sh` installs \
-             openmpi-bin and libopenmpi-dev, then `make all` builds it",
+            "{} is missing: `bash scripts/setup.sh` installs Open MPI (openmpi-bin, \
+             libopenmpi-dev), then `make all` builds it",
             native.display()
         );
     }
@@ -205,7 +205,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
         // configuration alike.
         for _ in 0..a.runs.max(1) {
             for (c, runner) in runners.iter().enumerate() {
-                let job = osu_job(&wasm, what, max, ranks);
+                let job = mpi_job(&wasm, &["osu", what, &max.to_string()], ranks);
                 let text = runner.run(ctx, &wasm, &native, &job)?;
                 let (s, values) = parse(&text, what)?;
                 sizes = s;
@@ -247,8 +247,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
         let mut samples = vec![Vec::new(); CONFIGS.len()];
         for _ in 0..a.runs.max(1) {
             for (c, runner) in runners.iter().enumerate() {
-                let mut job = osu_job(&program, "", 0, a.ranks);
-                job.args = vec![format!("npb_{kernel}"), a.class.clone()];
+                let job = mpi_job(&program, &[&format!("npb_{kernel}"), &a.class], a.ranks);
                 let text = runner.run(ctx, &program, &native, &job)?;
                 if super::field(&text, "verified")? != 1.0 {
                     bail!("NPB {kernel} did not verify in {}: {text}", CONFIGS[c]);
@@ -299,12 +298,13 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
     })
 }
 
-/// How seed 002's experiment moves ranks while NPB EP runs.
+/// How seed 002's experiment moves a rank while NPB EP runs: first at
+/// `first` into the run, then every `every` if given.
 #[derive(Clone, Copy)]
-enum Moves {
-    None,
-    OnceHalfway(Mode),
-    EverySecond(Mode),
+struct Moves {
+    mode: Mode,
+    first: Duration,
+    every: Option<Duration>,
 }
 
 /// Seed 002's experiment (Xen VMs running MPI, one migrated: HPL +28 %,
@@ -320,35 +320,43 @@ fn seed002(
 ) -> anyhow::Result<Vec<MigratedRun>> {
     let program = std::path::absolute(artifact(build, "wasm/npb_ep.wasm")?)?;
     let native = std::path::absolute(artifact(build, "native/npb_ep_mpi")?)?;
-    let mut job = osu_job(&program, "", 0, 4);
-    job.args = vec!["npb_ep".into(), class.into()];
+    let job = mpi_job(&program, &["npb_ep", class], 4);
     eprintln!("seed 002: NPB EP class {class}, 4 ranks on 2 kernels, migrated while it runs:");
-    // The unmigrated time sets when "halfway" is.
     let node = Node::start(ctx.node_config(Some(2), 10))?;
     node.runtime().load_file(&program, true)?;
     let mut rows = Vec::new();
     let mut base = None;
-    for (scenario, moves) in [
-        ("atoll, unmigrated", Moves::None),
+    let second = Duration::from_secs(1);
+    for (scenario, mode, every) in [
+        ("atoll, unmigrated", None, None),
         (
             "atoll, one rank moved and back halfway (copy)",
-            Moves::OnceHalfway(Mode::Copy),
+            Some(Mode::Copy),
+            None,
         ),
         (
             "atoll, one rank moved and back halfway (hand-over)",
-            Moves::OnceHalfway(Mode::Handover),
+            Some(Mode::Handover),
+            None,
         ),
         (
             "atoll, a rank moved and back every second (copy)",
-            Moves::EverySecond(Mode::Copy),
+            Some(Mode::Copy),
+            Some(second),
         ),
     ] {
         let mut samples = Vec::new();
         let mut downtimes = Vec::new();
         let mut migrations = 0;
         for _ in 0..runs {
+            // The unmigrated run comes first and sets when halfway is.
             let half = base.map_or(Duration::ZERO, |b: f64| Duration::from_secs_f64(b / 2.0));
-            let (seconds, reports) = migrated_run(&node, &job, moves, half)?;
+            let moves = mode.map(|mode| Moves {
+                mode,
+                first: every.unwrap_or(half),
+                every,
+            });
+            let (seconds, reports) = migrated_run(&node, &job, moves)?;
             samples.push(seconds);
             migrations += reports.len();
             downtimes.extend(reports.iter().map(|r| r.downtime_us as f64));
@@ -392,22 +400,15 @@ fn seed002(
 fn migrated_run(
     node: &Node,
     job: &JobSpec,
-    moves: Moves,
-    half: Duration,
+    moves: Option<Moves>,
 ) -> anyhow::Result<(f64, Vec<atoll_migration::MigrationReport>)> {
     let done = AtomicBool::new(false);
     let t = Instant::now();
     std::thread::scope(|s| {
         let mover = s.spawn(|| {
             let mut reports = Vec::new();
-            let (first, every) = match moves {
-                Moves::None => return reports,
-                Moves::OnceHalfway(_) => (half, None),
-                Moves::EverySecond(_) => (Duration::from_secs(1), Some(Duration::from_secs(1))),
-            };
-            let mode = match moves {
-                Moves::OnceHalfway(m) | Moves::EverySecond(m) => m,
-                Moves::None => unreachable!(),
+            let Some(Moves { mode, first, every }) = moves else {
+                return reports;
             };
             let mut next = first;
             let mut turn = 0usize;
@@ -460,10 +461,12 @@ fn ranks_of(node: &Node, name: &str) -> Vec<(atoll_abi::Pid, KernelId)> {
         .unwrap_or_default()
 }
 
-fn osu_job(wasm: &Path, what: &str, max: u64, ranks: u32) -> JobSpec {
+/// An MPI job of `ranks` ranks over the node's kernels: `program` with argv
+/// `args`.
+fn mpi_job(program: &Path, args: &[&str], ranks: u32) -> JobSpec {
     let mut job = super::job_on_kernel0(
-        wasm.to_path_buf(),
-        vec!["osu".into(), what.into(), max.to_string()],
+        program.to_path_buf(),
+        args.iter().map(|a| a.to_string()).collect(),
     );
     job.kernel = None;
     job.ranks = Some(Ranks {
@@ -486,7 +489,7 @@ fn open_mpi(native: &Path, btl: &str, args: &[String], ranks: u32) -> anyhow::Re
         .arg(native)
         .args(args)
         .output()
-        .context("running mpirun")?;
+        .context("running mpirun (Open MPI: `bash scripts/setup.sh` installs it)")?;
     if !out.status.success() {
         bail!(
             "mpirun ({btl}) failed: {}",
@@ -509,14 +512,6 @@ fn parse(text: &str, what: &str) -> anyhow::Result<(Vec<u64>, Vec<f64>)> {
         bail!("osu {what} printed nothing: `{}`", text.trim());
     }
     Ok((sizes, values))
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(program))
-        .find(|p| p.is_file())
 }
 
 fn size_label(bytes: u64) -> String {
