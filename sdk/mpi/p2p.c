@@ -159,24 +159,34 @@ void mpi_arrived(int from, int32_t kind, const struct wire *w)
     mpi_add_unexpected(u);
 }
 
-int mpi_irecv_bytes(void *buf, size_t len, int src_world, int tag, int ctx,
-                    struct atoll_mpi_comm *comm, MPI_Request *req)
+/* Starts receiving count elements of type into buf: matched with an
+ * unexpected message now, or posted. Non-contiguous data lands in a packed
+ * buffer first (`received` unpacks it). */
+static struct atoll_mpi_request *start_recv(void *buf, int count, MPI_Datatype type,
+                                            int src_world, int tag, int ctx,
+                                            struct atoll_mpi_comm *comm)
 {
     struct atoll_mpi_request *r = new_request(REQ_RECV, comm);
     r->ctx = ctx;
     r->src_world = src_world;
     r->tag = tag;
     r->buf = buf;
-    r->landing = buf;
-    r->capacity = len;
-    r->count = (int)len;
-    r->type = MPI_BYTE;
-    *req = r;
+    r->count = count;
+    r->type = type;
+    r->capacity = mpi_type_bytes(type, count);
+    r->landing = type->contiguous || r->capacity == 0 ? buf : mpi_alloc(r->capacity);
     struct unexpected *u = mpi_find_unexpected(ctx, src_world, tag, false);
     if (u != NULL)
         take_unexpected(r, u);
     else
         mpi_post(r);
+    return r;
+}
+
+int mpi_irecv_bytes(void *buf, size_t len, int src_world, int tag, int ctx,
+                    struct atoll_mpi_comm *comm, MPI_Request *req)
+{
+    *req = start_recv(buf, (int)len, MPI_BYTE, src_world, tag, ctx, comm);
     return MPI_SUCCESS;
 }
 
@@ -372,26 +382,8 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_
         *request = null_request(REQ_RECV, comm);
         return MPI_SUCCESS;
     }
-    size_t len = mpi_type_bytes(type, count);
     int src_world = source == MPI_ANY_SOURCE ? MPI_ANY_SOURCE : comm->world_of[source];
-    if (type->contiguous || len == 0) {
-        mpi_irecv_bytes(buf, len, src_world, tag, comm->ctx, comm, request);
-    } else {
-        void *landing = mpi_alloc(len);
-        mpi_irecv_bytes(landing, len, src_world, tag, comm->ctx, comm, request);
-        struct atoll_mpi_request *r = *request;
-        /* Unpacked into buf when the payload is there (`received`). */
-        r->buf = buf;
-        r->count = count;
-        r->type = type;
-        if (r->done) {
-            mpi_unpack(landing, (size_t)r->status.atoll_bytes, buf, count, type);
-            free(landing);
-            r->landing = NULL;
-        }
-    }
-    (*request)->count = count;
-    (*request)->type = type;
+    *request = start_recv(buf, count, type, src_world, tag, comm->ctx, comm);
     return MPI_SUCCESS;
 }
 
