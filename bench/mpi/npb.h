@@ -1,10 +1,15 @@
 /*
- * npb_random.h - the NAS Parallel Benchmarks' random number generator, as
- * the specification defines it: x = a * x mod 2^46, computed in doubles
- * that hold 46-bit integers exactly (each factor split into 23-bit halves).
+ * npb.h - what the NPB kernels share: the NAS Parallel Benchmarks' random
+ * number generator, as the specification defines it (x = a * x mod 2^46,
+ * computed in doubles that hold 46-bit integers exactly, each factor split
+ * into 23-bit halves), and choosing the problem class.
  */
-#ifndef NPB_RANDOM_H
-#define NPB_RANDOM_H
+#ifndef NPB_H
+#define NPB_H
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
 
 /* Advances *x by one step of multiplier a; returns the new x / 2^46. */
 static inline double randlc(double *x, double a)
@@ -34,6 +39,25 @@ static inline double npb_skip(double seed, double a, long n)
         randlc(&t, t);
     }
     return seed;
+}
+
+/* The position in `classes` (e.g. "SW") of the class argv[1] names; the
+ * job ends with a usage line for any other. */
+static inline int npb_class(int argc, char **argv, const char *program, const char *classes)
+{
+    const char *c = argc > 1 && argv[1][0] != '\0' && argv[1][1] == '\0'
+                        ? strchr(classes, argv[1][0])
+                        : NULL;
+    if (c == NULL) {
+        int rank;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (rank == 0)
+            fprintf(stderr, "usage: %s CLASS (one of %s)\n", program, classes);
+        /* Said before any rank ends the job. */
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return (int)(c - classes);
 }
 
 #endif

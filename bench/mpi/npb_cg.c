@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "npb_random.h"
+#include "npb.h"
 
 struct class {
     char name;
@@ -248,16 +248,7 @@ int main(int argc, char **argv)
     int me, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const struct class *c = NULL;
-    for (unsigned i = 0; i < sizeof classes / sizeof classes[0]; i++)
-        if (argc > 1 && argv[1][0] == classes[i].name)
-            c = &classes[i];
-    if (c == NULL) {
-        if (me == 0)
-            fprintf(stderr, "usage: npb_cg S|W\n");
-        MPI_Abort(MPI_COMM_WORLD, 2);
-        return 2;
-    }
+    const struct class *c = &classes[npb_class(argc, argv, "npb_cg", "SW")];
     n = c->na;
     size_t nz = (size_t)n * (size_t)(c->nonzer + 1) * (size_t)(c->nonzer + 1);
     a = malloc(sizeof(double) * nz);

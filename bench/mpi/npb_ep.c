@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "npb_random.h"
+#include "npb.h"
 
 #define MK 16           /* a batch is 2^MK pairs */
 #define NK (1 << MK)
@@ -33,19 +33,19 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    char class = argc > 1 ? argv[1][0] : 'S';
-    int m;
-    double sx_ref, sy_ref;
-    switch (class) {
-    case 'S': m = 24; sx_ref = -3.247834652034740e3; sy_ref = -6.958407078382297e3; break;
-    case 'W': m = 25; sx_ref = -2.863319731645753e3; sy_ref = -6.320053679109499e3; break;
-    case 'A': m = 28; sx_ref = -4.295875165629892e3; sy_ref = -1.580732573678431e4; break;
-    default:
-        if (rank == 0)
-            fprintf(stderr, "usage: npb_ep S|W|A\n");
-        MPI_Abort(MPI_COMM_WORLD, 2);
-        return 2;
-    }
+    /* Per class: 2^m pairs, and the specification's sums. */
+    static const struct {
+        int m;
+        double sx, sy;
+    } classes[] = {
+        {24, -3.247834652034740e3, -6.958407078382297e3},
+        {25, -2.863319731645753e3, -6.320053679109499e3},
+        {28, -4.295875165629892e3, -1.580732573678431e4},
+    };
+    int which = npb_class(argc, argv, "npb_ep", "SWA");
+    char class = "SWA"[which];
+    int m = classes[which].m;
+    double sx_ref = classes[which].sx, sy_ref = classes[which].sy;
     int batches = 1 << (m - MK);
     static double x[2 * NK];
     double q[NQ] = {0}, sx = 0, sy = 0;

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "npb_random.h"
+#include "npb.h"
 
 #define ITERATIONS 10
 #define TESTS 5
@@ -52,16 +52,7 @@ int main(int argc, char **argv)
     int me, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const struct class *c = NULL;
-    for (unsigned i = 0; i < sizeof classes / sizeof classes[0]; i++)
-        if (argc > 1 && argv[1][0] == classes[i].name)
-            c = &classes[i];
-    if (c == NULL) {
-        if (me == 0)
-            fprintf(stderr, "usage: npb_is S|W\n");
-        MPI_Abort(MPI_COMM_WORLD, 2);
-        return 2;
-    }
+    const struct class *c = &classes[npb_class(argc, argv, "npb_is", "SW")];
     long n = 1L << c->keys_log2, max_key = 1L << c->max_key_log2;
     long first = n * me / size, last = n * (me + 1) / size, mine = last - first;
 
