@@ -285,6 +285,18 @@ int MPI_Type_free(MPI_Datatype *type);
 int MPI_Type_size(MPI_Datatype type, int *size);
 int MPI_Type_get_extent(MPI_Datatype type, MPI_Aint *lb, MPI_Aint *extent);
 int MPI_Get_address(const void *location, MPI_Aint *address);
+int MPI_Type_create_hvector(int count, int blocklength, MPI_Aint stride, MPI_Datatype oldtype,
+                            MPI_Datatype *newtype);
+int MPI_Type_indexed(int count, const int blocklengths[], const int displacements[],
+                     MPI_Datatype oldtype, MPI_Datatype *newtype);
+int MPI_Type_create_struct(int count, const int blocklengths[], const MPI_Aint displacements[],
+                           const MPI_Datatype types[], MPI_Datatype *newtype);
+int MPI_Type_create_resized(MPI_Datatype oldtype, MPI_Aint lb, MPI_Aint extent,
+                            MPI_Datatype *newtype);
+/* MPI-1's names, removed in MPI-3 but still called by HPL and older codes. */
+int MPI_Type_struct(int count, int blocklengths[], MPI_Aint displacements[],
+                    MPI_Datatype types[], MPI_Datatype *newtype);
+int MPI_Address(void *location, MPI_Aint *address);
 int MPI_Op_create(MPI_User_function *function, int commute, MPI_Op *op);
 int MPI_Op_free(MPI_Op *op);
 
@@ -308,14 +320,6 @@ int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices
                  MPI_Status statuses[]);
 int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
                MPI_Comm comm);
-int MPI_Type_indexed(int count, const int blocklengths[], const int displacements[],
-                     MPI_Datatype oldtype, MPI_Datatype *newtype);
-int MPI_Type_create_struct(int count, const int blocklengths[], const MPI_Aint displacements[],
-                           const MPI_Datatype types[], MPI_Datatype *newtype);
-int MPI_Type_create_hvector(int count, int blocklength, MPI_Aint stride, MPI_Datatype oldtype,
-                            MPI_Datatype *newtype);
-int MPI_Type_create_resized(MPI_Datatype oldtype, MPI_Aint lb, MPI_Aint extent,
-                            MPI_Datatype *newtype);
 int MPI_Pack(const void *inbuf, int incount, MPI_Datatype type, void *outbuf, int outsize,
              int *position, MPI_Comm comm);
 int MPI_Unpack(const void *inbuf, int insize, int *position, void *outbuf, int outcount,

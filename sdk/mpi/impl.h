@@ -113,7 +113,9 @@ struct atoll_mpi_type {
     uint32_t magic;
     const char *name;
     int size;          /* bytes of data in one element */
+    MPI_Aint lb;       /* where an element's span starts, from its address */
     MPI_Aint extent;   /* distance between consecutive elements */
+    MPI_Aint align;    /* the strictest alignment of what it holds */
     enum basic basic;  /* the one element kind it is made of, or B_NONE */
     int basic_size;    /* bytes of one `basic` element */
     bool contiguous;   /* data fills [0, size) */

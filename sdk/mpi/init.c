@@ -361,14 +361,6 @@ UNSUPPORTED(MPI_Waitsome, (int n, MPI_Request r[], int *o, int i[], MPI_Status s
 UNSUPPORTED(MPI_Testsome, (int n, MPI_Request r[], int *o, int i[], MPI_Status s[]), NULL)
 UNSUPPORTED(MPI_Exscan, (const void *s, void *r, int c, MPI_Datatype t, MPI_Op o,
                          MPI_Comm comm), comm)
-UNSUPPORTED(MPI_Type_indexed, (int c, const int b[], const int d[], MPI_Datatype o,
-                               MPI_Datatype *n), NULL)
-UNSUPPORTED(MPI_Type_create_struct, (int c, const int b[], const MPI_Aint d[],
-                                     const MPI_Datatype t[], MPI_Datatype *n), NULL)
-UNSUPPORTED(MPI_Type_create_hvector, (int c, int b, MPI_Aint s, MPI_Datatype o,
-                                      MPI_Datatype *n), NULL)
-UNSUPPORTED(MPI_Type_create_resized, (MPI_Datatype o, MPI_Aint l, MPI_Aint e,
-                                      MPI_Datatype *n), NULL)
 UNSUPPORTED(MPI_Pack, (const void *i, int c, MPI_Datatype t, void *o, int s, int *p,
                        MPI_Comm comm), comm)
 UNSUPPORTED(MPI_Unpack, (const void *i, int s, int *p, void *o, int c, MPI_Datatype t,

@@ -1,6 +1,6 @@
 /*
- * type.c - datatypes (predefined, contiguous, vector), packing, and the
- * reduction operations.
+ * type.c - datatypes (predefined; contiguous, vector, hvector, indexed,
+ * struct and resized), packing, and the reduction operations.
  *
  * A derived datatype is kept flat: the byte blocks of one element in
  * order, merged where they touch. Non-contiguous data is packed into
@@ -23,8 +23,9 @@ struct ldouble_int { long double v; int i; };
 #define PREDEFINED(id, mpi_name, ctype, kind)                                              \
     struct atoll_mpi_type atoll_mpi_type_##id = {                                          \
         .magic = MAGIC_TYPE, .name = mpi_name, .size = sizeof(ctype),                      \
-        .extent = sizeof(ctype), .basic = kind, .basic_size = sizeof(ctype),               \
-        .contiguous = true, .committed = true, .predefined = true,                         \
+        .extent = sizeof(ctype), .align = _Alignof(ctype), .basic = kind,                  \
+        .basic_size = sizeof(ctype), .contiguous = true, .committed = true,                \
+        .predefined = true,                                                                \
     };
 
 PREDEFINED(char, "MPI_CHAR", char, B_CHAR)
@@ -124,44 +125,69 @@ void mpi_unpack(const void *in, size_t bytes, void *buf, int count, MPI_Datatype
 
 /* ------------------------------------------------------ derived types */
 
-/* A new type of `reps` copies of old's blocks, copy k at offset at[k]. */
-static int derive(MPI_Datatype old, int reps, const MPI_Aint *at, MPI_Aint extent,
-                  MPI_Datatype *newtype, const char *call)
+/* One copy of an old type inside a new one, at byte offset `at`. */
+struct part {
+    MPI_Datatype type;
+    MPI_Aint at;
+};
+
+/*
+ * The type made of `n` parts in typemap order: their blocks (merged where
+ * they touch), their total size, the one basic kind they share (or
+ * B_NONE), and lb/extent from the lowest and highest byte they span, as
+ * MPI defines them for every constructor but struct's padding.
+ */
+static int derive(int n, const struct part *parts, MPI_Datatype *newtype, const char *call)
 {
-    struct block one;
-    int nb;
-    const struct block *ob = blocks_of(old, &nb, &one);
-    struct block *blocks = malloc(sizeof *blocks * ((size_t)reps * (size_t)nb + 1));
+    size_t total = 0;
+    for (int p = 0; p < n; p++)
+        total += parts[p].type->contiguous ? 1 : (size_t)parts[p].type->nblocks;
+    struct block *blocks = malloc(sizeof *blocks * (total + 1));
     struct atoll_mpi_type *t = malloc(sizeof *t);
     if (blocks == NULL || t == NULL) {
         free(blocks);
         free(t);
         return mpi_error(NULL, MPI_ERR_NO_MEM, call, "out of memory");
     }
-    int n = 0;
-    for (int k = 0; k < reps; k++) {
-        for (int b = 0; b < nb; b++) {
-            MPI_Aint off = at[k] + ob[b].off;
-            if (n > 0 && blocks[n - 1].off + blocks[n - 1].len == off) {
-                blocks[n - 1].len += ob[b].len;
-            } else {
-                blocks[n].off = off;
-                blocks[n].len = ob[b].len;
-                n++;
-            }
-        }
-    }
     *t = (struct atoll_mpi_type){
         .magic = MAGIC_TYPE,
         .name = "derived",
-        .size = old->size * reps,
-        .extent = extent,
-        .basic = old->basic,
-        .basic_size = old->basic_size,
-        .nblocks = n,
+        .align = 1,
+        .basic = n > 0 ? parts[0].type->basic : B_NONE,
+        .basic_size = n > 0 ? parts[0].type->basic_size : 0,
         .blocks = blocks,
     };
-    t->contiguous = n == 0 || (n == 1 && blocks[0].off == 0 && blocks[0].len == extent);
+    MPI_Aint lb = 0, ub = 0;
+    int nb = 0;
+    for (int p = 0; p < n; p++) {
+        MPI_Datatype old = parts[p].type;
+        struct block one;
+        int count;
+        const struct block *ob = blocks_of(old, &count, &one);
+        for (int b = 0; b < count; b++) {
+            MPI_Aint off = parts[p].at + ob[b].off;
+            if (nb > 0 && blocks[nb - 1].off + blocks[nb - 1].len == off) {
+                blocks[nb - 1].len += ob[b].len;
+            } else {
+                blocks[nb].off = off;
+                blocks[nb].len = ob[b].len;
+                nb++;
+            }
+        }
+        MPI_Aint lo = parts[p].at + old->lb, hi = lo + old->extent;
+        lb = p == 0 || lo < lb ? lo : lb;
+        ub = p == 0 || hi > ub ? hi : ub;
+        t->size += old->size;
+        if (old->align > t->align)
+            t->align = old->align;
+        if (old->basic != t->basic)
+            t->basic = B_NONE;
+    }
+    t->nblocks = nb;
+    t->lb = lb;
+    t->extent = ub - lb;
+    t->contiguous = nb == 0 || (nb == 1 && blocks[0].off == 0 && lb == 0 &&
+                                blocks[0].len == t->extent);
     *newtype = t;
     return MPI_SUCCESS;
 }
@@ -175,22 +201,37 @@ static int check_old(MPI_Datatype old, MPI_Datatype *newtype, const char *call)
     return MPI_SUCCESS;
 }
 
-int MPI_Type_contiguous(int count, MPI_Datatype oldtype, MPI_Datatype *newtype)
+static struct part *alloc_parts(size_t n, const char *call, int *err)
 {
-    const char *call = "MPI_Type_contiguous";
-    int err = check_old(oldtype, newtype, call);
+    struct part *parts = malloc(sizeof *parts * (n + 1));
+    *err = parts == NULL ? mpi_error(NULL, MPI_ERR_NO_MEM, call, "out of memory") : MPI_SUCCESS;
+    return parts;
+}
+
+/* `count` blocks of `blocklength` olds, block i starting `stride` bytes after block i-1. */
+static int strided(int count, int blocklength, MPI_Aint stride, MPI_Datatype old,
+                   MPI_Datatype *newtype, const char *call)
+{
+    int err = check_old(old, newtype, call);
     if (err != MPI_SUCCESS)
         return err;
-    if (count < 0)
-        return mpi_error(NULL, MPI_ERR_COUNT, call, "negative count %d", count);
-    MPI_Aint *at = malloc(sizeof *at * ((size_t)count + 1));
-    if (at == NULL)
-        return mpi_error(NULL, MPI_ERR_NO_MEM, call, "out of memory");
-    for (int k = 0; k < count; k++)
-        at[k] = (MPI_Aint)k * oldtype->extent;
-    err = derive(oldtype, count, at, (MPI_Aint)count * oldtype->extent, newtype, call);
-    free(at);
+    if (count < 0 || blocklength < 0)
+        return mpi_error(NULL, MPI_ERR_COUNT, call, "negative count or blocklength");
+    struct part *parts = alloc_parts((size_t)count * (size_t)blocklength, call, &err);
+    if (parts == NULL)
+        return err;
+    int n = 0;
+    for (int i = 0; i < count; i++)
+        for (int j = 0; j < blocklength; j++)
+            parts[n++] = (struct part){old, (MPI_Aint)i * stride + (MPI_Aint)j * old->extent};
+    err = derive(n, parts, newtype, call);
+    free(parts);
     return err;
+}
+
+int MPI_Type_contiguous(int count, MPI_Datatype oldtype, MPI_Datatype *newtype)
+{
+    return strided(1, count, 0, oldtype, newtype, "MPI_Type_contiguous");
 }
 
 int MPI_Type_vector(int count, int blocklength, int stride, MPI_Datatype oldtype,
@@ -200,24 +241,110 @@ int MPI_Type_vector(int count, int blocklength, int stride, MPI_Datatype oldtype
     int err = check_old(oldtype, newtype, call);
     if (err != MPI_SUCCESS)
         return err;
-    if (count < 0 || blocklength < 0)
-        return mpi_error(NULL, MPI_ERR_COUNT, call, "negative count or blocklength");
-    if (stride < 0)
-        return mpi_error(NULL, MPI_ERR_ARG, call,
-                         "negative stride %d is not supported by atoll's MPI", stride);
-    size_t reps = (size_t)count * (size_t)blocklength;
-    MPI_Aint *at = malloc(sizeof *at * (reps + 1));
-    if (at == NULL)
-        return mpi_error(NULL, MPI_ERR_NO_MEM, call, "out of memory");
-    size_t k = 0;
+    return strided(count, blocklength, (MPI_Aint)stride * oldtype->extent, oldtype, newtype,
+                   call);
+}
+
+int MPI_Type_create_hvector(int count, int blocklength, MPI_Aint stride, MPI_Datatype oldtype,
+                            MPI_Datatype *newtype)
+{
+    return strided(count, blocklength, stride, oldtype, newtype, "MPI_Type_create_hvector");
+}
+
+int MPI_Type_indexed(int count, const int blocklengths[], const int displacements[],
+                     MPI_Datatype oldtype, MPI_Datatype *newtype)
+{
+    const char *call = "MPI_Type_indexed";
+    int err = check_old(oldtype, newtype, call);
+    if (err != MPI_SUCCESS)
+        return err;
+    if (count < 0 || (count > 0 && (blocklengths == NULL || displacements == NULL)))
+        return mpi_error(NULL, MPI_ERR_ARG, call, "invalid count or arrays");
+    size_t total = 0;
+    for (int i = 0; i < count; i++) {
+        if (blocklengths[i] < 0)
+            return mpi_error(NULL, MPI_ERR_COUNT, call, "negative blocklength %d",
+                             blocklengths[i]);
+        total += (size_t)blocklengths[i];
+    }
+    struct part *parts = alloc_parts(total, call, &err);
+    if (parts == NULL)
+        return err;
+    int n = 0;
     for (int i = 0; i < count; i++)
-        for (int j = 0; j < blocklength; j++)
-            at[k++] = ((MPI_Aint)i * stride + j) * oldtype->extent;
-    MPI_Aint extent =
-        count == 0 ? 0 : ((MPI_Aint)(count - 1) * stride + blocklength) * oldtype->extent;
-    err = derive(oldtype, (int)reps, at, extent, newtype, call);
-    free(at);
+        for (int j = 0; j < blocklengths[i]; j++)
+            parts[n++] = (struct part){
+                oldtype, ((MPI_Aint)displacements[i] + j) * oldtype->extent};
+    err = derive(n, parts, newtype, call);
+    free(parts);
     return err;
+}
+
+int MPI_Type_create_struct(int count, const int blocklengths[], const MPI_Aint displacements[],
+                           const MPI_Datatype types[], MPI_Datatype *newtype)
+{
+    const char *call = "MPI_Type_create_struct";
+    if (newtype == NULL)
+        return mpi_error(NULL, MPI_ERR_ARG, call, "newtype is NULL");
+    if (count < 0 ||
+        (count > 0 && (blocklengths == NULL || displacements == NULL || types == NULL)))
+        return mpi_error(NULL, MPI_ERR_ARG, call, "invalid count or arrays");
+    size_t total = 0;
+    for (int i = 0; i < count; i++) {
+        int err = check_old(types[i], newtype, call);
+        if (err != MPI_SUCCESS)
+            return err;
+        if (blocklengths[i] < 0)
+            return mpi_error(NULL, MPI_ERR_COUNT, call, "negative blocklength %d",
+                             blocklengths[i]);
+        total += (size_t)blocklengths[i];
+    }
+    int err;
+    struct part *parts = alloc_parts(total, call, &err);
+    if (parts == NULL)
+        return err;
+    int n = 0;
+    for (int i = 0; i < count; i++)
+        for (int j = 0; j < blocklengths[i]; j++)
+            parts[n++] = (struct part){types[i],
+                                       displacements[i] + (MPI_Aint)j * types[i]->extent};
+    err = derive(n, parts, newtype, call);
+    free(parts);
+    if (err != MPI_SUCCESS)
+        return err;
+    /* As a C struct is padded, the extent rounds up to the strictest alignment inside. */
+    struct atoll_mpi_type *t = *newtype;
+    MPI_Aint pad = (t->align - t->extent % t->align) % t->align;
+    if (pad != 0) {
+        t->extent += pad;
+        t->contiguous = false;
+    }
+    return MPI_SUCCESS;
+}
+
+int MPI_Type_struct(int count, int blocklengths[], MPI_Aint displacements[],
+                    MPI_Datatype types[], MPI_Datatype *newtype)
+{
+    return MPI_Type_create_struct(count, blocklengths, displacements, types, newtype);
+}
+
+int MPI_Type_create_resized(MPI_Datatype oldtype, MPI_Aint lb, MPI_Aint extent,
+                            MPI_Datatype *newtype)
+{
+    const char *call = "MPI_Type_create_resized";
+    int err = check_old(oldtype, newtype, call);
+    if (err != MPI_SUCCESS)
+        return err;
+    if (extent < 0)
+        return mpi_error(NULL, MPI_ERR_ARG, call, "negative extent %ld", (long)extent);
+    err = derive(1, &(struct part){oldtype, 0}, newtype, call);
+    if (err != MPI_SUCCESS)
+        return err;
+    struct atoll_mpi_type *t = *newtype;
+    t->lb = lb;
+    t->extent = extent;
+    t->contiguous = oldtype->contiguous && lb == 0 && extent == oldtype->size;
+    return MPI_SUCCESS;
 }
 
 int MPI_Type_commit(MPI_Datatype *type)
@@ -254,15 +381,22 @@ int MPI_Type_get_extent(MPI_Datatype type, MPI_Aint *lb, MPI_Aint *extent)
 {
     if (type == NULL || type->magic != MAGIC_TYPE || lb == NULL || extent == NULL)
         return mpi_error(NULL, MPI_ERR_TYPE, "MPI_Type_get_extent", "invalid datatype");
-    *lb = 0;
+    *lb = type->lb;
     *extent = type->extent;
     return MPI_SUCCESS;
 }
 
 int MPI_Get_address(const void *location, MPI_Aint *address)
 {
+    if (address == NULL)
+        return mpi_error(NULL, MPI_ERR_ARG, "MPI_Get_address", "address is NULL");
     *address = (MPI_Aint)(uintptr_t)location;
     return MPI_SUCCESS;
+}
+
+int MPI_Address(void *location, MPI_Aint *address)
+{
+    return MPI_Get_address(location, address);
 }
 
 /* ------------------------------------------------------------ operations */

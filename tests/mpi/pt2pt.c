@@ -8,6 +8,8 @@
  *
  * Run with any number of ranks >= 2: `atoll run -n 4 pt2pt.wasm`.
  */
+#include <stddef.h>
+
 #include "mpitest.h"
 
 #include <stdint.h>
@@ -331,6 +333,109 @@ static void datatypes(void)
     CHECK(column == MPI_DATATYPE_NULL);
 }
 
+/*
+ * Struct, indexed, hvector and resized types: a C struct array sent as a
+ * struct type, HPL's habit of one struct type over scattered buffers at
+ * absolute addresses (MPI_BOTTOM), and the lower triangle of a matrix.
+ */
+static void derived(void)
+{
+    struct item { char tag; double value; int count; };
+    int right = (test_rank + 1) % test_size, left = (test_rank - 1 + test_size) % test_size;
+
+    MPI_Datatype item;
+    int lens[3] = {1, 1, 1};
+    MPI_Aint at[3] = {offsetof(struct item, tag), offsetof(struct item, value),
+                      offsetof(struct item, count)};
+    MPI_Datatype kinds[3] = {MPI_CHAR, MPI_DOUBLE, MPI_INT};
+    OK(MPI_Type_create_struct(3, lens, at, kinds, &item));
+    OK(MPI_Type_commit(&item));
+    int size;
+    MPI_Aint lb, extent;
+    OK(MPI_Type_size(item, &size));
+    OK(MPI_Type_get_extent(item, &lb, &extent));
+    CHECK(size == 1 + 8 + 4 && lb == 0 && extent == (MPI_Aint)sizeof(struct item));
+    struct item out[3], in[3];
+    memset(in, 0, sizeof in);
+    for (int i = 0; i < 3; i++)
+        out[i] = (struct item){'a' + test_rank, test_rank + i / 4.0, 10 * test_rank + i};
+    OK(MPI_Sendrecv(out, 3, item, right, 0, in, 3, item, left, 0, MPI_COMM_WORLD,
+                    MPI_STATUS_IGNORE));
+    for (int i = 0; i < 3; i++)
+        CHECK(in[i].tag == 'a' + left && in[i].value == left + i / 4.0 &&
+              in[i].count == 10 * left + i);
+    OK(MPI_Type_free(&item));
+
+    /* Two separate buffers as one message: absolute addresses from MPI_BOTTOM. */
+    double a[4], b[2], ra[4], rb[2];
+    for (int i = 0; i < 4; i++)
+        a[i] = test_rank * 100 + i;
+    b[0] = -test_rank;
+    b[1] = 0.5;
+    MPI_Aint where[2];
+    OK(MPI_Address(a, &where[0]));
+    OK(MPI_Get_address(b, &where[1]));
+    int n2[2] = {4, 2};
+    MPI_Datatype doubles[2] = {MPI_DOUBLE, MPI_DOUBLE}, scattered, landing;
+    OK(MPI_Type_struct(2, n2, where, doubles, &scattered));
+    OK(MPI_Type_commit(&scattered));
+    OK(MPI_Get_address(ra, &where[0]));
+    OK(MPI_Get_address(rb, &where[1]));
+    OK(MPI_Type_create_struct(2, n2, where, doubles, &landing));
+    OK(MPI_Type_commit(&landing));
+    OK(MPI_Sendrecv(MPI_BOTTOM, 1, scattered, right, 1, MPI_BOTTOM, 1, landing, left, 1,
+                    MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    for (int i = 0; i < 4; i++)
+        CHECK(ra[i] == left * 100 + i);
+    CHECK(rb[0] == -left && rb[1] == 0.5);
+    /* Made of doubles only, it reduces like a double array (here in place). */
+    OK(MPI_Allreduce(MPI_IN_PLACE, MPI_BOTTOM, 1, scattered, MPI_SUM, MPI_COMM_WORLD));
+    double ranks = test_size * (test_size - 1) / 2.0;
+    CHECK(a[3] == 100 * ranks + 3 * test_size && b[0] == -ranks && b[1] == 0.5 * test_size);
+    OK(MPI_Type_free(&scattered));
+    OK(MPI_Type_free(&landing));
+
+    /* The lower triangle of a 4x4 matrix (indexed), into a packed array. */
+    enum { N = 4 };
+    int m[N][N], tri[N * (N + 1) / 2];
+    int rows[N], starts[N];
+    for (int i = 0; i < N; i++) {
+        rows[i] = i + 1;
+        starts[i] = i * N;
+        for (int j = 0; j < N; j++)
+            m[i][j] = test_rank * 100 + i * 10 + j;
+    }
+    MPI_Datatype lower;
+    OK(MPI_Type_indexed(N, rows, starts, MPI_INT, &lower));
+    OK(MPI_Type_commit(&lower));
+    OK(MPI_Type_size(lower, &size));
+    CHECK(size == (int)sizeof tri);
+    OK(MPI_Sendrecv(m, 1, lower, right, 2, tri, N * (N + 1) / 2, MPI_INT, left, 2,
+                    MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    for (int i = 0, k = 0; i < N; i++)
+        for (int j = 0; j <= i; j++)
+            CHECK(tri[k++] == left * 100 + i * 10 + j);
+    OK(MPI_Type_free(&lower));
+
+    /* Every other pair of ints (hvector), resized so that copies interleave. */
+    int ints[8], got[8] = {0};
+    for (int i = 0; i < 8; i++)
+        ints[i] = test_rank * 10 + i;
+    MPI_Datatype pairs, narrow;
+    OK(MPI_Type_create_hvector(2, 1, 4 * (MPI_Aint)sizeof(int), MPI_INT, &pairs));
+    OK(MPI_Type_create_resized(pairs, 0, sizeof(int), &narrow));
+    OK(MPI_Type_commit(&narrow));
+    OK(MPI_Type_get_extent(narrow, &lb, &extent));
+    CHECK(lb == 0 && extent == sizeof(int));
+    /* Four copies one int apart: 0,4 1,5 2,6 3,7. */
+    OK(MPI_Sendrecv(ints, 4, narrow, right, 3, got, 8, MPI_INT, left, 3, MPI_COMM_WORLD,
+                    MPI_STATUS_IGNORE));
+    for (int k = 0; k < 4; k++)
+        CHECK(got[2 * k] == left * 10 + k && got[2 * k + 1] == left * 10 + k + 4);
+    OK(MPI_Type_free(&pairs));
+    OK(MPI_Type_free(&narrow));
+}
+
 int main(int argc, char **argv)
 {
     test_init(&argc, &argv);
@@ -353,5 +458,6 @@ int main(int argc, char **argv)
     odd_peers();
     move();
     datatypes();
+    derived();
     return test_end("pt2pt");
 }
