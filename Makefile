@@ -2,9 +2,11 @@
 # and the native programs they are compared with.
 #
 #   make guests   examples/, tests/guests/ and bench/guests/ -> build/wasm/NAME.wasm,
-#                 and the MPI programs of tests/mpi/ (with sdk/bin/atoll-mpicc)
+#                 the MPI programs of tests/mpi/ and bench/mpi/ (with sdk/bin/atoll-mpicc),
+#                 and HPL -> build/wasm/hpl.wasm (from Debian's hpcc source, fetched once)
 #   make native   build/native/{mergesort,spawn_native,true,ipc_linux,swarm_native,fileio} (gcc -O2),
-#                 and bench/mpi/NAME.c -> NAME_mpi (Open MPI's mpicc) when mpicc is installed
+#                 and bench/mpi/NAME.c -> NAME_mpi and HPL -> hpl_mpi (Open MPI's mpicc,
+#                 Debian's reference BLAS) when mpicc is installed
 #   make all      both (the default)
 #   make clean
 #
@@ -51,12 +53,27 @@ NATIVE := $(NATIVE_DIR)/mergesort $(NATIVE_DIR)/spawn_native $(NATIVE_DIR)/true 
 # The MPI benchmarks' native side, with Open MPI (scripts/setup.sh installs it).
 MPICC ?= mpicc
 ifneq ($(shell command -v $(MPICC) 2>/dev/null),)
-NATIVE += $(patsubst bench/mpi/%.c,$(NATIVE_DIR)/%_mpi,$(wildcard bench/mpi/*.c))
+NATIVE += $(patsubst bench/mpi/%.c,$(NATIVE_DIR)/%_mpi,$(wildcard bench/mpi/*.c)) \
+          $(NATIVE_DIR)/hpl_mpi
 endif
+
+# HPL, as HPCC 1.5.0 carries it: the orig tarball of Debian's hpcc source
+# package, checked against its hash, with bench/hpl/hpl.c as the program
+# (MPI_Init, HPCC's HPL_main, MPI_Finalize). The guest gets bench/hpl/cblas.c
+# (the reference BLAS loops, in C) and wasm SIMD, as gcc -O2 gets SSE2 on
+# x86-64; the native build links Debian's reference BLAS (libblas-dev).
+HPCC_TARBALL := hpcc_1.5.0.orig.tar.gz
+HPCC_URL := http://deb.debian.org/debian/pool/main/h/hpcc/$(HPCC_TARBALL)
+HPCC_SHA256 := 0a6fef7ab9f3347e549fed65ebb98234feea9ee18aea0c8f59baefbe3cf7ffb8
+HPCC_DIR := $(BUILD)/hpcc-1.5.0
+HPCC_UNPACKED := $(HPCC_DIR)/.unpacked
+# Globs the recipes expand, once the sources are there.
+HPL_SOURCES := $(HPCC_DIR)/hpl/src/*/*.c $(HPCC_DIR)/hpl/testing/*/*.c bench/hpl/hpl.c
+HPL_CFLAGS := -w -DHPL_CALL_CBLAS -I $(HPCC_DIR)/hpl/include -I $(HPCC_DIR)/include
 
 .PHONY: all guests native clean
 all: guests native
-guests: $(GUESTS) $(MPI_GUESTS)
+guests: $(GUESTS) $(MPI_GUESTS) $(WASM_DIR)/hpl.wasm
 native: $(NATIVE)
 
 # One rule per source directory; make picks the one whose source exists.
@@ -80,6 +97,20 @@ endef
 $(foreach d,tests/mpi bench/mpi,$(eval $(call mpi_rule,$(d))))
 
 -include $(wildcard $(DEP_DIR)/*.d)
+
+$(HPCC_UNPACKED):
+	@$(if $(atoll_q),printf '  FETCH   %s\n' '$(HPCC_URL)')
+	$(atoll_q)curl -fsSL --retry 3 -o $(BUILD)/$(HPCC_TARBALL).part '$(HPCC_URL)'
+	$(atoll_q)echo '$(HPCC_SHA256)  $(BUILD)/$(HPCC_TARBALL).part' | sha256sum -c --quiet
+	$(atoll_q)rm -rf $(HPCC_DIR) && tar -xzf $(BUILD)/$(HPCC_TARBALL).part -C $(BUILD)
+	$(atoll_q)rm $(BUILD)/$(HPCC_TARBALL).part && touch $@
+
+$(WASM_DIR)/hpl.wasm: $(HPCC_UNPACKED) bench/hpl/hpl.c bench/hpl/cblas.c $(MPI_LIB) Makefile \
+		| $(WASM_DIR)
+	@$(if $(atoll_q),printf '  MPI     %s\n' '$@')
+	$(atoll_q)ATOLL_CC='$(ATOLL_CC)' sdk/bin/atoll-mpicc $(HPL_CFLAGS) -msimd128 -DHPL_USE_CLOCK \
+		-D_WASI_EMULATED_PROCESS_CLOCKS $(HPL_SOURCES) bench/hpl/cblas.c \
+		-lwasi-emulated-process-clocks -lm -o $@
 
 # $(call native_compile,OUT,SRC,LIBS[,COMPILER])
 define native_compile
@@ -107,6 +138,12 @@ $(NATIVE_DIR)/fileio: bench/guests/fileio.c Makefile | $(NATIVE_DIR)
 
 $(NATIVE_DIR)/%_mpi: bench/mpi/%.c $(wildcard bench/mpi/*.h) Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<,-lm,$(MPICC))
+
+# Open MPI 4 hides MPI-1's Type_struct and Address, which HPL calls, unless asked.
+$(NATIVE_DIR)/hpl_mpi: $(HPCC_UNPACKED) bench/hpl/hpl.c Makefile | $(NATIVE_DIR)
+	@$(if $(atoll_q),printf '  NATIVE  %s\n' '$@')
+	$(atoll_q)$(MPICC) -O2 $(HPL_CFLAGS) -DOMPI_OMIT_MPI1_COMPAT_DECLS=0 $(HPL_SOURCES) -o $@ \
+		-lblas -lm
 
 $(WASM_DIR) $(NATIVE_DIR) $(DEP_DIR):
 	@mkdir -p $@

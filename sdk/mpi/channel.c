@@ -20,6 +20,7 @@
  * peer that reads a header with `want` set notifies back after acking, so
  * a wait never misses its wake-up.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +236,14 @@ void mpi_progress(bool block)
     message m;
     int status = 0;
     int err = block ? ipc_receive(ANY, &m, &status) : ipc_receivenb(ANY, &m, &status);
+    /*
+     * A poll that found nothing (Test, Iprobe in a loop) gives the kernel to
+     * the other processes on it: the message it waits for may come from a
+     * rank on the same kernel, which cannot run until this one stops (as
+     * Open MPI's mpi_yield_when_idle, when ranks outnumber cores).
+     */
+    if (err == ENOTREADY)
+        sched_yield();
     while (err == 0) {
         dispatch(&m, status);
         err = ipc_receivenb(ANY, &m, &status);

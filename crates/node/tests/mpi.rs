@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use atoll_abi::{KernelId, Pid};
 use atoll_migration::Mode;
 use atoll_node::{JobSpec, MapBy, Node, Ranks};
+use atoll_process::Preopen;
 use common::{cluster_pair, job, node, node_in, run, start};
 
 fn mpi(name: &str, args: &[&str], ranks: u32) -> JobSpec {
@@ -140,6 +141,49 @@ fn npb_kernels_verify_still_and_with_their_ranks_moving() {
         assert!(out.stdout().contains("verified=1"), "{}", out.stdout());
         assert!(moved >= 1, "{name}: no rank was moved");
     }
+}
+
+/// HPL (from Debian's HPCC source) on `n` ranks in a P x Q grid, in a
+/// directory of its own for hpccinf.txt and hpccoutf.txt.
+fn hpl(dir: &tempfile::TempDir, args: &[&str], n: u32) -> JobSpec {
+    let mut spec = mpi("hpl", args, n);
+    spec.preopens = vec![Preopen {
+        host: dir.path().to_path_buf(),
+        guest: ".".into(),
+    }];
+    spec
+}
+
+#[test]
+fn hpl_passes_its_residual_check_still_and_with_its_ranks_moving() {
+    let node = node_in(Mode::Copy, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = hpl(&dir, &["500", "32", "2", "2"], 4);
+    let out = passes(&node, &spec);
+    assert!(
+        out.contains("hpl: N=500 NB=32 P=2 Q=2") && out.ends_with("PASSED\n"),
+        "{out}"
+    );
+    assert!(out.contains("1 tests completed and passed residual checks"), "{out}");
+    // Panel broadcasts, row swaps and the update, with ranks moved meanwhile.
+    let (status, out, moved) = run_while_moving(&node, &spec, "hpl");
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert!(out.stdout().ends_with("PASSED\n"), "{}", out.stdout());
+    assert!(moved >= 1, "no HPL rank was moved");
+}
+
+#[test]
+fn hpl_refuses_an_illegal_input_with_its_reason() {
+    let node = node(2);
+    let dir = tempfile::tempdir().unwrap();
+    // A block size of 0 is illegal; HPCC would silently run its defaults.
+    let (status, out) = run(&node, &hpl(&dir, &["500", "0", "1", "2"], 2));
+    assert_ne!(status, 0);
+    assert!(out.stderr().contains("hpccinf.txt holds an illegal value"), "{}", out.stderr());
+    // Bad arguments: a usage line, and every rank ends.
+    let (status, out) = run(&node, &hpl(&dir, &["500"], 2));
+    assert_eq!(status, 2, "{}", out.stderr());
+    assert!(out.stderr().contains("usage: hpl [N NB P Q]"), "{}", out.stderr());
 }
 
 #[test]
