@@ -164,7 +164,10 @@ fn hpl_passes_its_residual_check_still_and_with_its_ranks_moving() {
         out.contains("hpl: N=500 NB=32 P=2 Q=2") && out.ends_with("PASSED\n"),
         "{out}"
     );
-    assert!(out.contains("1 tests completed and passed residual checks"), "{out}");
+    assert!(
+        out.contains("1 tests completed and passed residual checks"),
+        "{out}"
+    );
     // Panel broadcasts, row swaps and the update, with ranks moved meanwhile.
     let (status, out, moved) = run_while_moving(&node, &spec, "hpl");
     assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
@@ -179,11 +182,19 @@ fn hpl_refuses_an_illegal_input_with_its_reason() {
     // A block size of 0 is illegal; HPCC would silently run its defaults.
     let (status, out) = run(&node, &hpl(&dir, &["500", "0", "1", "2"], 2));
     assert_ne!(status, 0);
-    assert!(out.stderr().contains("hpccinf.txt holds an illegal value"), "{}", out.stderr());
+    assert!(
+        out.stderr().contains("hpccinf.txt holds an illegal value"),
+        "{}",
+        out.stderr()
+    );
     // Bad arguments: a usage line, and every rank ends.
     let (status, out) = run(&node, &hpl(&dir, &["500"], 2));
     assert_eq!(status, 2, "{}", out.stderr());
-    assert!(out.stderr().contains("usage: hpl [N NB P Q]"), "{}", out.stderr());
+    assert!(
+        out.stderr().contains("usage: hpl [N NB P Q]"),
+        "{}",
+        out.stderr()
+    );
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! MPI, OSU-style: point-to-point latency and bandwidth and Allreduce
 //! latency of atoll's MPI (the guest library, `sdk/mpi`) beside Open MPI
-//! running the same C source natively (`bench/mpi/osu.c`).
+//! running the same C source natively (`bench/mpi/osu.c`); the NPB kernels
+//! EP, IS and CG (`bench/mpi/npb_*.c`) and HPL (`bench/hpl/`) the same way;
+//! and seed 002's experiment, EP and HPL with ranks migrated while they run.
 //!
 //! atoll runs on one kernel (both ranks share it), on two kernels, and on
 //! two nodes joined over loopback TLS; Open MPI with its shared-memory
@@ -16,6 +18,7 @@ use anyhow::{bail, Context as _};
 use atoll_abi::KernelId;
 use atoll_migration::Mode;
 use atoll_node::{JobSpec, MapBy, Node, Ranks};
+use atoll_process::Preopen;
 use serde::Serialize;
 
 use super::plot::{LineChart, Series};
@@ -35,16 +38,24 @@ pub struct Args {
     /// Runs of each configuration; medians are reported
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Problem class of the NPB kernels (EP, IS): S or W
+    /// Problem class of the NPB kernels (EP, IS, CG): S or W
     #[arg(long, default_value = "W", value_parser = ["S", "W"])]
     class: String,
+    /// Order of the matrix HPL solves beside the NPB kernels
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..))]
+    hpl_n: u32,
     /// Problem class of NPB EP in seed 002's experiment (A runs about 10 s
-    /// here); `none` leaves the experiment out
+    /// here); `none` leaves EP out of it
     #[arg(long, default_value = "A", value_parser = ["S", "W", "A", "none"])]
     migrate_class: String,
+    /// Order of HPL's matrix in seed 002's experiment (3600 runs about 10 s
+    /// here); 0 leaves HPL out of it
+    #[arg(long, default_value_t = 3600)]
+    migrate_hpl_n: u32,
 }
 
-const MIGRATION_HEAD: [&str; 5] = [
+const MIGRATION_HEAD: [&str; 6] = [
+    "application",
     "scenario",
     "seconds",
     "migrations per run",
@@ -71,18 +82,20 @@ pub struct MpiReport {
     machine: Machine,
     configs: Vec<String>,
     tests: Vec<Test>,
-    /// The NPB kernels: seconds per configuration.
-    npb: Vec<Npb>,
+    /// The NPB kernels and HPL: seconds per configuration.
+    apps: Vec<AppTimes>,
     /// Seed 002's experiment: a run with ranks migrated against the same
     /// run unmigrated and native.
     migration: Vec<MigratedRun>,
     notes: Vec<String>,
 }
 
-/// One scenario of seed 002's experiment: NPB EP on 4 ranks over two
-/// kernels, some ranks migrated while it runs.
+/// One scenario of seed 002's experiment: an application on 4 ranks over
+/// two kernels, some ranks migrated while it runs.
 #[derive(Serialize)]
 struct MigratedRun {
+    /// The application, as `App::label` names it.
+    app: String,
     scenario: String,
     /// Median and every run's wall time of the job, seconds.
     median: f64,
@@ -94,15 +107,115 @@ struct MigratedRun {
     slowdown_pct: Option<f64>,
 }
 
-/// One NPB kernel run in every configuration (each verified).
+/// One application run in every configuration (each answer checked).
 #[derive(Serialize)]
-struct Npb {
+struct AppTimes {
     name: String,
-    class: String,
     ranks: u32,
-    /// Per configuration: the median and every run's seconds.
+    /// Per configuration: the median and every run's seconds, as the
+    /// program times its own computation.
     medians: Vec<f64>,
     samples: Vec<Vec<f64>>,
+}
+
+/// An application the benchmark runs: an NPB kernel of a class, or HPL on
+/// a matrix of order `n` (block size 80, the squarest grid of the ranks).
+enum App {
+    Npb { kernel: &'static str, class: String },
+    Hpl { n: u32 },
+}
+
+impl App {
+    /// The module's name: build/wasm/NAME.wasm, build/native/NAME_mpi.
+    fn program(&self) -> String {
+        match self {
+            App::Npb { kernel, .. } => format!("npb_{kernel}"),
+            App::Hpl { .. } => "hpl".into(),
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            App::Npb { kernel, class } => format!("{} {class}", kernel.to_uppercase()),
+            App::Hpl { n } => format!("HPL N={n}"),
+        }
+    }
+
+    /// argv, the program's name first.
+    fn args(&self, ranks: u32) -> Vec<String> {
+        let mut args = vec![self.program()];
+        match self {
+            App::Npb { class, .. } => args.push(class.clone()),
+            App::Hpl { n } => {
+                // P <= Q, as close to square as the ranks allow.
+                let p = (1..=ranks)
+                    .filter(|&p| ranks.is_multiple_of(p) && p * p <= ranks)
+                    .max()
+                    .unwrap_or(1);
+                args.extend([
+                    n.to_string(),
+                    "80".into(),
+                    p.to_string(),
+                    (ranks / p).to_string(),
+                ]);
+            }
+        }
+        args
+    }
+
+    /// The seconds the program reports for its computation, once its answer
+    /// checked out (NPB's verification, HPL's residual check).
+    fn seconds(&self, text: &str) -> anyhow::Result<f64> {
+        let (ok, key) = match self {
+            App::Npb { .. } => (super::field(text, "verified")? == 1.0, "seconds"),
+            App::Hpl { .. } => (text.trim_end().ends_with("PASSED"), "time"),
+        };
+        if !ok {
+            bail!("{} gave a wrong answer: {text}", self.label());
+        }
+        super::field(text, key)
+    }
+}
+
+/// Where one run of an application runs: the atoll job (its working
+/// directory preopened as `.`), the native program, and that directory
+/// (HPL reads hpccinf.txt and writes hpccoutf.txt there).
+struct AppRun {
+    job: JobSpec,
+    native: std::path::PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl AppRun {
+    fn new(build: &Path, app: &App, ranks: u32) -> anyhow::Result<AppRun> {
+        let name = app.program();
+        let program = std::path::absolute(artifact(build, &format!("wasm/{name}.wasm"))?)?;
+        let native = std::path::absolute(artifact(build, &format!("native/{name}_mpi"))?)?;
+        let args = app.args(ranks);
+        let mut job = mpi_job(
+            &program,
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            ranks,
+        );
+        let dir = tempfile::tempdir()?;
+        job.preopens = vec![Preopen {
+            host: dir.path().to_path_buf(),
+            guest: ".".into(),
+        }];
+        Ok(AppRun { job, native, dir })
+    }
+
+    /// The same run natively under Open MPI.
+    fn open_mpi(&self, btl: &str) -> anyhow::Result<String> {
+        let ranks = self.job.ranks.as_ref().map_or(1, |r| r.count);
+        open_mpi(
+            &self.native,
+            btl,
+            &self.job.args[1..],
+            ranks,
+            Some(self.dir.path()),
+        )
+    }
 }
 
 /// One OSU test: a value per size and configuration.
@@ -148,6 +261,7 @@ impl Runner {
         native: &Path,
         job: &JobSpec,
     ) -> anyhow::Result<String> {
+        let dir = job.preopens.first().map(|p| p.host.as_path());
         match self {
             Runner::Atoll { kernels } => {
                 let node = Node::start(ctx.node_config(Some(*kernels), 10))?;
@@ -167,7 +281,7 @@ impl Runner {
             }
             Runner::OpenMpi { btl } => {
                 let ranks = job.ranks.as_ref().map_or(1, |r| r.count);
-                open_mpi(native, btl, &job.args[1..], ranks)
+                open_mpi(native, btl, &job.args[1..], ranks, dir)
             }
         }
     }
@@ -234,40 +348,48 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
             samples,
         });
     }
-    let mut npb = Vec::new();
-    for kernel in ["ep", "is"] {
-        let program = std::path::absolute(artifact(build, &format!("wasm/npb_{kernel}.wasm"))?)?;
-        let native = std::path::absolute(artifact(build, &format!("native/npb_{kernel}_mpi"))?)?;
-        eprintln!(
-            "NPB {} class {}, {} ranks:",
-            kernel.to_uppercase(),
-            a.class,
-            a.ranks
-        );
+    let mut apps = Vec::new();
+    for app in ["ep", "is", "cg"]
+        .map(|kernel| App::Npb {
+            kernel,
+            class: a.class.clone(),
+        })
+        .into_iter()
+        .chain([App::Hpl { n: a.hpl_n }])
+    {
+        eprintln!("{}, {} ranks:", app.label(), a.ranks);
         let mut samples = vec![Vec::new(); CONFIGS.len()];
         for _ in 0..a.runs.max(1) {
             for (c, runner) in runners.iter().enumerate() {
-                let job = mpi_job(&program, &[&format!("npb_{kernel}"), &a.class], a.ranks);
-                let text = runner.run(ctx, &program, &native, &job)?;
-                if super::field(&text, "verified")? != 1.0 {
-                    bail!("NPB {kernel} did not verify in {}: {text}", CONFIGS[c]);
-                }
-                samples[c].push(super::field(&text, "seconds")?);
+                let run = AppRun::new(build, &app, a.ranks)?;
+                let text = runner.run(ctx, &run.job.program, &run.native, &run.job)?;
+                samples[c].push(
+                    app.seconds(&text)
+                        .with_context(|| format!("in {}", CONFIGS[c]))?,
+                );
             }
         }
-        npb.push(Npb {
-            name: kernel.to_uppercase(),
-            class: a.class.clone(),
+        apps.push(AppTimes {
+            name: app.label(),
             ranks: a.ranks,
             medians: samples.iter().map(|s| median(s)).collect(),
             samples,
         });
     }
-    let migration = if a.migrate_class == "none" {
-        Vec::new()
-    } else {
-        seed002(ctx, build, &a.migrate_class, a.runs.max(1))?
-    };
+    let mut seed = Vec::new();
+    if a.migrate_class != "none" {
+        seed.push(App::Npb {
+            kernel: "ep",
+            class: a.migrate_class.clone(),
+        });
+    }
+    if a.migrate_hpl_n > 0 {
+        seed.push(App::Hpl { n: a.migrate_hpl_n });
+    }
+    let mut migration = Vec::new();
+    for app in &seed {
+        migration.extend(seed002(ctx, build, app, a.runs.max(1))?);
+    }
     let small = &out[0];
     let small_ratio = median(
         &(0..small.sizes.len())
@@ -281,7 +403,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
         machine: Machine::probe(),
         configs: CONFIGS.iter().map(|s| s.to_string()).collect(),
         tests: out,
-        npb,
+        apps,
         migration,
         notes: vec![
             format!(
@@ -298,8 +420,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
     })
 }
 
-/// How seed 002's experiment moves a rank while NPB EP runs: first at
-/// `first` into the run, then every `every` if given.
+/// How seed 002's experiment moves a rank while an application runs: first
+/// at `first` into the run, then every `every` if given.
 #[derive(Clone, Copy)]
 struct Moves {
     mode: Mode,
@@ -308,22 +430,24 @@ struct Moves {
 }
 
 /// Seed 002's experiment (Xen VMs running MPI, one migrated: HPL +28 %,
-/// NPB SP +10 %): NPB EP on 4 ranks over 2 kernels, unmigrated, with one
+/// NPB SP +10 %): `app` on 4 ranks over 2 kernels, unmigrated, with one
 /// rank moved to the other kernel and back halfway (copy, hand-over), and
 /// with a rank moved there and back every second (copy); beside the same
-/// run under Open MPI.
+/// run under Open MPI. Times are the job's wall time, start to end.
 fn seed002(
     ctx: &Context,
     build: &Path,
-    class: &str,
+    app: &App,
     runs: usize,
 ) -> anyhow::Result<Vec<MigratedRun>> {
-    let program = std::path::absolute(artifact(build, "wasm/npb_ep.wasm")?)?;
-    let native = std::path::absolute(artifact(build, "native/npb_ep_mpi")?)?;
-    let job = mpi_job(&program, &["npb_ep", class], 4);
-    eprintln!("seed 002: NPB EP class {class}, 4 ranks on 2 kernels, migrated while it runs:");
+    eprintln!(
+        "seed 002: {}, 4 ranks on 2 kernels, migrated while it runs:",
+        app.label()
+    );
     let node = Node::start(ctx.node_config(Some(2), 10))?;
-    node.runtime().load_file(&program, true)?;
+    // Prepared before the first run, so that no run pays for it.
+    node.runtime()
+        .load_file(&AppRun::new(build, app, 4)?.job.program, true)?;
     let mut rows = Vec::new();
     let mut base = None;
     let second = Duration::from_secs(1);
@@ -349,6 +473,7 @@ fn seed002(
         let mut downtimes = Vec::new();
         let mut migrations = 0;
         for _ in 0..runs {
+            let run = AppRun::new(build, app, 4)?;
             // The unmigrated run comes first and sets when halfway is.
             let half = base.map_or(Duration::ZERO, |b: f64| Duration::from_secs_f64(b / 2.0));
             let moves = mode.map(|mode| Moves {
@@ -356,7 +481,7 @@ fn seed002(
                 first: every.unwrap_or(half),
                 every,
             });
-            let (seconds, reports) = migrated_run(&node, &job, moves)?;
+            let (seconds, reports) = migrated_run(&node, app, &run.job, moves)?;
             samples.push(seconds);
             migrations += reports.len();
             downtimes.extend(reports.iter().map(|r| r.downtime_us as f64));
@@ -366,6 +491,7 @@ fn seed002(
             base = Some(m);
         }
         rows.push(MigratedRun {
+            app: app.label(),
             scenario: scenario.into(),
             median: m,
             samples,
@@ -377,14 +503,14 @@ fn seed002(
     node.shutdown();
     let mut samples = Vec::new();
     for _ in 0..runs {
+        let run = AppRun::new(build, app, 4)?;
         let t = Instant::now();
-        let out = open_mpi(&native, "self,vader", &job.args[1..], 4)?;
-        if super::field(&out, "verified")? != 1.0 {
-            bail!("NPB EP did not verify under Open MPI: {out}");
-        }
+        let out = run.open_mpi("self,vader")?;
         samples.push(t.elapsed().as_secs_f64());
+        app.seconds(&out).context("under Open MPI")?;
     }
     rows.push(MigratedRun {
+        app: app.label(),
         scenario: "Open MPI, shared memory (native)".into(),
         median: median(&samples),
         samples,
@@ -395,14 +521,16 @@ fn seed002(
     Ok(rows)
 }
 
-/// Runs `job` on `node`, moving ranks as `moves` says; returns the job's
-/// wall time (checked verified) and the migrations' reports.
+/// Runs `job` (of `app`) on `node`, moving ranks as `moves` says; returns
+/// the job's wall time (its answer checked) and the migrations' reports.
 fn migrated_run(
     node: &Node,
+    app: &App,
     job: &JobSpec,
     moves: Option<Moves>,
 ) -> anyhow::Result<(f64, Vec<atoll_migration::MigrationReport>)> {
     let done = AtomicBool::new(false);
+    let name = app.program();
     let t = Instant::now();
     std::thread::scope(|s| {
         let mover = s.spawn(|| {
@@ -419,7 +547,7 @@ fn migrated_run(
                 }
                 // There and back: every kernel already runs two ranks, so
                 // staying there would measure the imbalance, not the move.
-                let ranks = ranks_of(node, "npb_ep");
+                let ranks = ranks_of(node, &name);
                 if let Some(&(pid, at)) = ranks.get(turn % ranks.len().max(1)) {
                     let away = KernelId::new(at.node, (at.index + 1) % node.kernel_count());
                     for to in [away, at] {
@@ -440,10 +568,7 @@ fn migrated_run(
         done.store(true, Ordering::Relaxed);
         let reports = mover.join().expect("the mover thread");
         let seconds = t.elapsed().as_secs_f64();
-        let (text, _) = out?;
-        if super::field(&text, "verified")? != 1.0 {
-            bail!("NPB EP did not verify while migrated: {text}");
-        }
+        app.seconds(&out?.0).context("while migrated")?;
         Ok((seconds, reports))
     })
 }
@@ -477,8 +602,19 @@ fn mpi_job(program: &Path, args: &[&str], ranks: u32) -> JobSpec {
     job
 }
 
-fn open_mpi(native: &Path, btl: &str, args: &[String], ranks: u32) -> anyhow::Result<String> {
-    let out = Command::new("mpirun")
+/// Runs `native` under mpirun with `ranks` ranks, in `dir` if given.
+fn open_mpi(
+    native: &Path,
+    btl: &str,
+    args: &[String],
+    ranks: u32,
+    dir: Option<&Path>,
+) -> anyhow::Result<String> {
+    let mut mpirun = Command::new("mpirun");
+    if let Some(dir) = dir {
+        mpirun.current_dir(dir);
+    }
+    let out = mpirun
         .args([
             "--allow-run-as-root",
             "--oversubscribe",
@@ -540,11 +676,12 @@ impl MpiReport {
             .collect()
     }
 
-    fn migration_rows(&self) -> Vec<[String; 5]> {
+    fn migration_rows(&self) -> Vec<[String; 6]> {
         self.migration
             .iter()
             .map(|m| {
                 [
+                    m.app.clone(),
                     m.scenario.clone(),
                     format!("{:.3}", m.median),
                     m.migrations.to_string(),
@@ -555,13 +692,13 @@ impl MpiReport {
             .collect()
     }
 
-    fn npb_rows(&self) -> Vec<[String; 7]> {
-        self.npb
+    fn app_rows(&self) -> Vec<[String; 7]> {
+        self.apps
             .iter()
             .map(|k| {
                 let v = |c: usize| format!("{:.3}", k.medians[c]);
                 [
-                    format!("{} {} ({} ranks)", k.name, k.class, k.ranks),
+                    format!("{} ({} ranks)", k.name, k.ranks),
                     v(0),
                     v(1),
                     v(2),
@@ -598,10 +735,10 @@ impl Recorded for MpiReport {
             s += &format!("{} ({}; median of {} runs)\n", t.name, t.unit, runs(t));
             s += &text_table(Self::head("size"), &self.rows(t));
         }
-        s += "NPB kernels (seconds, verified)\n";
-        s += &text_table(Self::head("kernel"), &self.npb_rows());
+        s += "NPB kernels and HPL (seconds, answers checked)\n";
+        s += &text_table(Self::head("application"), &self.app_rows());
         if !self.migration.is_empty() {
-            s += "seed 002: NPB EP, 4 ranks on 2 kernels, migrated while it runs\n";
+            s += "seed 002: 4 ranks on 2 kernels, migrated while they run\n";
             s += &text_table(MIGRATION_HEAD, &self.migration_rows());
         }
         for n in &self.notes {
@@ -623,10 +760,10 @@ impl Recorded for MpiReport {
             );
             s += &md_table(Self::head("size"), &self.rows(t));
         }
-        s += "## NPB kernels (seconds, every run verified)\n\n";
-        s += &md_table(Self::head("kernel"), &self.npb_rows());
+        s += "## NPB kernels and HPL (seconds of their timed part, every answer checked)\n\n";
+        s += &md_table(Self::head("application"), &self.app_rows());
         if !self.migration.is_empty() {
-            s += "## Seed 002's experiment: NPB EP on 4 ranks over 2 kernels, migrated while it runs\n\n";
+            s += "## Seed 002's experiment: 4 ranks over 2 kernels, migrated while they run\n\n";
             s += "Seed 002 (Xen, a VM running an MPI rank migrated once): HPL +28 %, NPB SP +10 %.\n\n";
             s += &md_table(MIGRATION_HEAD, &self.migration_rows());
         }
