@@ -153,16 +153,36 @@ int MPI_Bcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm)
 
 /* -------------------------------------------------------------- reduce */
 
-/* acc = acc op other when `acc_first` (acc holds lower ranks), else
- * acc = other op acc; `other` is clobbered. */
-static void combine(void *acc, void *other, size_t len, int count, MPI_Datatype t, MPI_Op op,
+/*
+ * *acc = *acc op *other when `acc_first` (acc holds lower ranks), else
+ * *acc = *other op *acc; *other is clobbered. The operands keep rank order
+ * (MPI's rule for non-commutative operations, and the same rounding on
+ * every rank); the result lands in whichever buffer `mpi_reduce_local`
+ * writes, and the two pointers swap rather than the bytes being copied.
+ */
+static void combine(void **acc, void **other, int count, MPI_Datatype t, MPI_Op op,
                     bool acc_first)
 {
     if (acc_first) {
-        mpi_reduce_local(acc, other, count, t, op);
-        memcpy(acc, other, len);
+        mpi_reduce_local(*acc, *other, count, t, op);
+        void *result = *other;
+        *other = *acc;
+        *acc = result;
     } else {
-        mpi_reduce_local(other, acc, count, t, op);
+        mpi_reduce_local(*other, *acc, count, t, op);
+    }
+}
+
+/* After combines over `home` and one scratch buffer: the result `cur` ends
+ * in `home`, and the scratch buffer (whichever of the two is not home) is
+ * freed. */
+static void finish_in(void *home, void *cur, void *other, size_t len)
+{
+    if (cur != home) {
+        memcpy(home, cur, len);
+        free(cur);
+    } else {
+        free(other);
     }
 }
 
@@ -180,18 +200,18 @@ static void reduce_bytes(void *acc, size_t len, int count, MPI_Datatype t, MPI_O
         return;
     }
     int vr = (c->rank - root + size) % size;
-    void *other = mpi_alloc(len);
+    void *cur = acc, *other = mpi_alloc(len);
     for (int mask = 1; mask < size; mask <<= 1) {
         if (vr & mask) {
-            csend(acc, len, (vr - mask + root) % size, TAG_REDUCE, c);
+            csend(cur, len, (vr - mask + root) % size, TAG_REDUCE, c);
             break;
         }
         if ((vr | mask) < size) {
             crecv(other, len, ((vr | mask) + root) % size, TAG_REDUCE, c);
-            combine(acc, other, len, count, t, op, true);
+            combine(&cur, &other, count, t, op, true);
         }
     }
-    free(other);
+    finish_in(acc, cur, other, len);
 }
 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
@@ -220,22 +240,31 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype ty
     if (err != MPI_SUCCESS)
         return err;
     size_t len = mpi_type_bytes(type, count);
-    void *acc = packed_copy(sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, count, type);
+    /* A contiguous result is reduced where it is wanted, in recvbuf. */
+    void *home;
+    if (!type->contiguous)
+        home = packed_copy(sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, count, type);
+    else if (sendbuf != MPI_IN_PLACE)
+        home = memcpy(recvbuf, sendbuf, len);
+    else
+        home = recvbuf;
     int size = comm->size;
     if ((size & (size - 1)) == 0) {
-        void *other = mpi_alloc(len);
+        void *cur = home, *other = mpi_alloc(len);
         for (int mask = 1; mask < size; mask <<= 1) {
             int partner = comm->rank ^ mask;
-            csendrecv(acc, len, partner, other, len, partner, TAG_ALLREDUCE, comm);
-            combine(acc, other, len, count, type, op, comm->rank < partner);
+            csendrecv(cur, len, partner, other, len, partner, TAG_ALLREDUCE, comm);
+            combine(&cur, &other, count, type, op, comm->rank < partner);
         }
-        free(other);
+        finish_in(home, cur, other, len);
     } else {
-        reduce_bytes(acc, len, count, type, op, 0, comm);
-        bcast_bytes(acc, len, 0, comm);
+        reduce_bytes(home, len, count, type, op, 0, comm);
+        bcast_bytes(home, len, 0, comm);
     }
-    mpi_unpack(acc, len, recvbuf, count, type);
-    free(acc);
+    if (home != recvbuf) {
+        mpi_unpack(home, len, recvbuf, count, type);
+        free(home);
+    }
     return MPI_SUCCESS;
 }
 
@@ -250,7 +279,7 @@ int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, M
     if (comm->rank > 0) {
         void *before = mpi_alloc(len);
         crecv(before, len, comm->rank - 1, TAG_SCAN, comm);
-        combine(acc, before, len, count, type, op, false);
+        combine(&acc, &before, count, type, op, false);
         free(before);
     }
     if (comm->rank + 1 < comm->size)
