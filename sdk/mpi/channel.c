@@ -254,7 +254,7 @@ void mpi_progress(bool block)
 
 static bool all_read(void)
 {
-    if (waiting != NULL)
+    if (waiting != NULL || mpi_sends_held())
         return false;
     for (int r = 0; r < mpi_world_size; r++)
         if (__atomic_load_n(&outboxes[r].h.acked, __ATOMIC_ACQUIRE) != outboxes[r].h.head)

@@ -199,6 +199,8 @@ void mpi_channel_send(int to, int32_t kind, const struct wire *w);
 void mpi_progress(bool block);
 /* Waits until every message this rank sent has been taken. */
 void mpi_channel_drain(void);
+/* Whether messages wait in p2p.c for a grant (or behind one that does). */
+bool mpi_sends_held(void);
 
 /* ------------------------------------------------------------- p2p.c */
 

@@ -9,11 +9,95 @@
  *               receiver, once a receive matches, copies it with one
  *               safecopy and answers KIND_FIN, which completes the send.
  * A rank's messages to itself take the same paths without IPC.
+ *
+ * Grants: each rendezvous send holds one until its FIN, and atoll gives a
+ * process 1024. Sends keep to GRANT_BUDGET of them, leaving the rest to the
+ * outboxes and the rank table; a send that finds the budget spent is held
+ * in its destination's queue, and so is every later message to that
+ * destination (MPI's order between a pair), until FINs give grants back.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "impl.h"
+
+#define GRANT_BUDGET 960
+
+static int grants_held;
+
+/* A message waiting for a grant, or behind one that is. */
+struct held {
+    struct held *next;
+    int32_t kind;                   /* KIND_EAGER (payload copied) or KIND_RTS */
+    struct wire w;
+    struct atoll_mpi_request *send; /* KIND_RTS: its send, and the payload */
+    const void *payload;
+    size_t len;
+};
+
+/* Per destination world rank: its held messages, oldest first. */
+static struct held **held_head, **held_tail;
+static int held_count;
+
+bool mpi_sends_held(void)
+{
+    return held_count > 0;
+}
+
+/* Grants the payload and sends the RTS; false when no grant is left. */
+static bool issue_rts(struct atoll_mpi_request *s, int dest_world, struct wire *w,
+                      const void *payload, size_t len)
+{
+    if (len > 0) {
+        if (grants_held >= GRANT_BUDGET)
+            return false;
+        int err = atoll_grant(mpi_world[dest_world].pid, payload, len, CPF_READ, &s->grant);
+        if (err != 0)
+            mpi_fatal("granting a message's payload", err);
+        s->granted = true;
+        grants_held++;
+    }
+    w->u.rts.grant = s->grant;
+    mpi_channel_send(dest_world, KIND_RTS, w);
+    return true;
+}
+
+static void hold(int dest_world, int32_t kind, const struct wire *w, struct atoll_mpi_request *s,
+                 const void *payload, size_t len)
+{
+    if (held_head == NULL) {
+        held_head = mpi_alloc(sizeof *held_head * (size_t)mpi_world_size);
+        held_tail = mpi_alloc(sizeof *held_tail * (size_t)mpi_world_size);
+        memset(held_head, 0, sizeof *held_head * (size_t)mpi_world_size);
+    }
+    struct held *h = mpi_alloc(sizeof *h);
+    *h = (struct held){NULL, kind, *w, s, payload, len};
+    if (held_head[dest_world] == NULL)
+        held_head[dest_world] = h;
+    else
+        held_tail[dest_world]->next = h;
+    held_tail[dest_world] = h;
+    held_count++;
+}
+
+/* Sends held messages, in order per destination, while grants last. */
+static void release_held(void)
+{
+    for (int d = 0; d < mpi_world_size && held_count > 0; d++) {
+        struct held *h;
+        while ((h = held_head[d]) != NULL) {
+            if (h->kind == KIND_RTS) {
+                if (!issue_rts(h->send, d, &h->w, h->payload, h->len))
+                    return;
+            } else {
+                mpi_channel_send(d, h->kind, &h->w);
+            }
+            held_head[d] = h->next;
+            held_count--;
+            free(h);
+        }
+    }
+}
 
 static struct atoll_mpi_request *new_request(enum req_kind kind, struct atoll_mpi_comm *comm)
 {
@@ -121,12 +205,16 @@ void mpi_arrived(int from, int32_t kind, const struct wire *w)
         struct atoll_mpi_request *s = (struct atoll_mpi_request *)(uintptr_t)w->u.fin.sreq;
         if (s == NULL || s->magic != MAGIC_REQ || s->kind != REQ_SEND || s->done)
             mpi_fatal("a rank answered a send this rank does not have", EIO);
-        if (s->granted)
+        if (s->granted) {
             atoll_revoke(s->grant);
+            grants_held--;
+        }
         s->granted = false;
         free(s->packed);
         s->packed = NULL;
         complete(s);
+        if (held_count > 0)
+            release_held();
         return;
     }
     if (kind != KIND_EAGER && kind != KIND_RTS)
@@ -233,24 +321,22 @@ static struct atoll_mpi_request *start_send(const void *payload, size_t len, voi
     w.ctx = ctx;
     w.tag = tag;
     w.len = (int)len;
+    bool behind = held_head != NULL && held_head[dest_world] != NULL;
     if (eager) {
         memcpy(w.u.data, payload, len);
-        mpi_channel_send(dest_world, KIND_EAGER, &w);
+        if (behind)
+            hold(dest_world, KIND_EAGER, &w, NULL, NULL, 0);
+        else
+            mpi_channel_send(dest_world, KIND_EAGER, &w);
         free(s->packed);
         s->packed = NULL;
         complete(s);
         return s;
     }
-    if (len > 0) {
-        int err = atoll_grant(mpi_world[dest_world].pid, payload, len, CPF_READ, &s->grant);
-        if (err != 0)
-            mpi_fatal("granting a message's payload", err);
-        s->granted = true;
-    }
-    w.u.rts.grant = s->grant;
     w.u.rts.sreq = (uint32_t)(uintptr_t)s;
     w.u.rts.sync = sync;
-    mpi_channel_send(dest_world, KIND_RTS, &w);
+    if (behind || !issue_rts(s, dest_world, &w, payload, len))
+        hold(dest_world, KIND_RTS, &w, s, payload, len);
     return s;
 }
 

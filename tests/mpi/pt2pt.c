@@ -226,6 +226,39 @@ static void any_and_all(void)
     }
 }
 
+/*
+ * More large sends outstanding than a rank has grants (1024): the sends
+ * past the library's budget wait for grants to come back, and eager
+ * messages sent after them to the same rank wait behind them, so the
+ * receiver still sees every message in the order it was sent.
+ */
+static void more_sends_than_grants(void)
+{
+    enum { N = 2500, BIG = 16 };
+    int right = (test_rank + 1) % test_size, left = (test_rank - 1 + test_size) % test_size;
+    static int out[N][BIG];
+    static MPI_Request r[N];
+    for (int t = 0; t < N; t++) {
+        /* Every seventh message is small enough to go eager. */
+        int n = t % 7 == 0 ? 2 : BIG;
+        for (int i = 0; i < n; i++)
+            out[t][i] = test_rank * 1000000 + t * 10 + i % 10;
+        OK(MPI_Isend(out[t], n, MPI_INT, right, 9, MPI_COMM_WORLD, &r[t]));
+    }
+    move();
+    int in[BIG];
+    for (int t = 0; t < N; t++) {
+        MPI_Status st;
+        OK(MPI_Recv(in, BIG, MPI_INT, left, 9, MPI_COMM_WORLD, &st));
+        int n = t % 7 == 0 ? 2 : BIG, got;
+        OK(MPI_Get_count(&st, MPI_INT, &got));
+        CHECK(got == n);
+        for (int i = 0; i < n; i++)
+            CHECK(in[i] == left * 1000000 + t * 10 + i % 10);
+    }
+    OK(MPI_Waitall(N, r, MPI_STATUSES_IGNORE));
+}
+
 /* Too small a receive: MPI_ERR_TRUNCATE, and the sender still completes. */
 static void truncation(void)
 {
@@ -450,6 +483,7 @@ int main(int argc, char **argv)
     move();
     tags();
     outstanding();
+    more_sends_than_grants();
     move();
     synchronous();
     any_and_all();
