@@ -251,6 +251,38 @@ int MPI_Type_create_hvector(int count, int blocklength, MPI_Aint stride, MPI_Dat
     return strided(count, blocklength, stride, oldtype, newtype, "MPI_Type_create_hvector");
 }
 
+/*
+ * The type of `count` blocks, block i being lens[i] copies of its type
+ * (types[i], or `one` for every block) from byte byte_at[i] on.
+ */
+static int from_blocks(int count, const int lens[], const MPI_Aint byte_at[],
+                       const MPI_Datatype types[], MPI_Datatype one, MPI_Datatype *newtype,
+                       const char *call)
+{
+    size_t total = 0;
+    for (int i = 0; i < count; i++) {
+        int err = check_old(types != NULL ? types[i] : one, newtype, call);
+        if (err != MPI_SUCCESS)
+            return err;
+        if (lens[i] < 0)
+            return mpi_error(NULL, MPI_ERR_COUNT, call, "negative blocklength %d", lens[i]);
+        total += (size_t)lens[i];
+    }
+    int err;
+    struct part *parts = alloc_parts(total, call, &err);
+    if (parts == NULL)
+        return err;
+    int n = 0;
+    for (int i = 0; i < count; i++) {
+        MPI_Datatype t = types != NULL ? types[i] : one;
+        for (int j = 0; j < lens[i]; j++)
+            parts[n++] = (struct part){t, byte_at[i] + (MPI_Aint)j * t->extent};
+    }
+    err = derive(n, parts, newtype, call);
+    free(parts);
+    return err;
+}
+
 int MPI_Type_indexed(int count, const int blocklengths[], const int displacements[],
                      MPI_Datatype oldtype, MPI_Datatype *newtype)
 {
@@ -260,23 +292,13 @@ int MPI_Type_indexed(int count, const int blocklengths[], const int displacement
         return err;
     if (count < 0 || (count > 0 && (blocklengths == NULL || displacements == NULL)))
         return mpi_error(NULL, MPI_ERR_ARG, call, "invalid count or arrays");
-    size_t total = 0;
-    for (int i = 0; i < count; i++) {
-        if (blocklengths[i] < 0)
-            return mpi_error(NULL, MPI_ERR_COUNT, call, "negative blocklength %d",
-                             blocklengths[i]);
-        total += (size_t)blocklengths[i];
-    }
-    struct part *parts = alloc_parts(total, call, &err);
-    if (parts == NULL)
-        return err;
-    int n = 0;
+    MPI_Aint *at = malloc(sizeof *at * ((size_t)count + 1));
+    if (at == NULL)
+        return mpi_error(NULL, MPI_ERR_NO_MEM, call, "out of memory");
     for (int i = 0; i < count; i++)
-        for (int j = 0; j < blocklengths[i]; j++)
-            parts[n++] = (struct part){
-                oldtype, ((MPI_Aint)displacements[i] + j) * oldtype->extent};
-    err = derive(n, parts, newtype, call);
-    free(parts);
+        at[i] = (MPI_Aint)displacements[i] * oldtype->extent;
+    err = from_blocks(count, blocklengths, at, NULL, oldtype, newtype, call);
+    free(at);
     return err;
 }
 
@@ -289,27 +311,7 @@ int MPI_Type_create_struct(int count, const int blocklengths[], const MPI_Aint d
     if (count < 0 ||
         (count > 0 && (blocklengths == NULL || displacements == NULL || types == NULL)))
         return mpi_error(NULL, MPI_ERR_ARG, call, "invalid count or arrays");
-    size_t total = 0;
-    for (int i = 0; i < count; i++) {
-        int err = check_old(types[i], newtype, call);
-        if (err != MPI_SUCCESS)
-            return err;
-        if (blocklengths[i] < 0)
-            return mpi_error(NULL, MPI_ERR_COUNT, call, "negative blocklength %d",
-                             blocklengths[i]);
-        total += (size_t)blocklengths[i];
-    }
-    int err;
-    struct part *parts = alloc_parts(total, call, &err);
-    if (parts == NULL)
-        return err;
-    int n = 0;
-    for (int i = 0; i < count; i++)
-        for (int j = 0; j < blocklengths[i]; j++)
-            parts[n++] = (struct part){types[i],
-                                       displacements[i] + (MPI_Aint)j * types[i]->extent};
-    err = derive(n, parts, newtype, call);
-    free(parts);
+    int err = from_blocks(count, blocklengths, displacements, types, NULL, newtype, call);
     if (err != MPI_SUCCESS)
         return err;
     /* As a C struct is padded, the extent rounds up to the strictest alignment inside. */
