@@ -14,6 +14,10 @@ pub const SIGKILL: i32 = 9;
 /// ends with 128+SIGSTOP, as when CRIU dumps a process).
 pub const SIGSTOP: i32 = 19;
 
+/// Signal number a process is ended with when it used up its CPU time limit
+/// (`atoll run --cpu-time`), as Unix's RLIMIT_CPU.
+pub const SIGXCPU: i32 = 24;
+
 /// Status of a process ended by `signal`.
 pub fn killed(signal: i32) -> i32 {
     128 + signal

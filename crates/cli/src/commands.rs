@@ -14,7 +14,7 @@ use atoll_migration::Mode;
 use atoll_noc::net::{identity, LinkConfig};
 use atoll_node::daemon::{self, Client, Request, Response};
 use atoll_node::{JobSink, JobSpec, MapBy, Node, NodeConfig, Ranks};
-use atoll_process::{Preopen, Stream};
+use atoll_process::{Limits, Preopen, Stream};
 use clap::Args;
 
 /// What every subcommand shares: where the cache and the socket are.
@@ -123,6 +123,14 @@ pub struct RunArgs {
     /// Run in this domain (`atoll domain create`) [default: the default domain]
     #[arg(long, value_name = "NAME")]
     domain: Option<String>,
+    /// Most linear memory each process may have (`64MiB`, `1GiB`, or bytes;
+    /// `64M` is 64,000,000): growing past it fails, so malloc returns NULL
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<bytesize::ByteSize>,
+    /// Most CPU time each process may use (`500ms`, `2s`, `1m`): past it the
+    /// process ends with 152 (128 + SIGXCPU)
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    cpu_time: Option<Duration>,
     /// For testing: move the process to the next kernel after every system
     /// call answered in place (files, clocks, args, random); its output and
     /// files must be exactly those of an unmoved run
@@ -189,6 +197,12 @@ impl RunArgs {
                 map_by: self.map_by,
                 tag_output: self.tag_output,
             }),
+            limits: Limits {
+                memory: self.memory.map(|m| m.as_u64()),
+                cpu_ns: self
+                    .cpu_time
+                    .map(|t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)),
+            },
         })
     }
 }

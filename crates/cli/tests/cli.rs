@@ -162,6 +162,25 @@ fn a_trap_exits_134_with_the_reason() {
 }
 
 #[test]
+fn memory_and_cpu_time_limits_from_the_command_line() {
+    let out = run(&["run", "--memory", "16MiB", &guest("hog"), "40"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).ends_with("hog: malloc returned NULL\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&["run", "--cpu-time", "100ms", &guest("spin")]);
+    assert_eq!(out.status.code(), Some(152), "{}", text(&out.stderr));
+    assert_stderr(&out, "used up its CPU time limit (0.100 s)");
+    for (flag, value) in [("--memory", "lots"), ("--cpu-time", "soon")] {
+        let out = run(&["run", flag, value, &guest("hog"), "1"]);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        assert_stderr(&out, &format!("invalid value '{value}' for '{flag}"));
+    }
+}
+
+#[test]
 fn trap_reports_demangle_rust_and_cpp_symbols() {
     // Unprepared, so that binaryen's inliner keeps every frame.
     let out = run(&["run", "--no-prepare", &guest("trap"), "mangled"]);

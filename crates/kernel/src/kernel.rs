@@ -377,7 +377,11 @@ impl Kernel {
                     .write(u.console, Stream::Stderr, line.as_bytes());
                 self.end(pid, status::TRAPPED);
             }
-            Slice::Call(call) => self.serve(pid, call),
+            Slice::Call(call) => {
+                if !self.over_cpu_limit(pid) {
+                    self.serve(pid, call);
+                }
+            }
         }
         for packet in std::mem::take(&mut self.deferred) {
             self.forward(pid, packet);
@@ -385,6 +389,28 @@ impl Kernel {
         if self.departures.contains_key(&pid) {
             self.precopy_step(pid);
         }
+    }
+
+    /// Ends `pid` with 128 + SIGXCPU if it has used up its CPU time limit;
+    /// checked at the end of each slice, so it may overrun by one quantum.
+    fn over_cpu_limit(&mut self, pid: Pid) -> bool {
+        let u = self.procs[&pid].container.uarea();
+        let Some(limit) = u.limits.cpu_ns else {
+            return false;
+        };
+        if u.accounting.cpu_ns <= limit {
+            return false;
+        }
+        let line = format!(
+            "atoll: process {pid} ({}) used up its CPU time limit ({:.3} s)\n",
+            u.name(),
+            limit as f64 / 1e9
+        );
+        self.host
+            .console
+            .write(u.console, Stream::Stderr, line.as_bytes());
+        self.end(pid, status::killed(status::SIGXCPU));
+        true
     }
 
     /// Creates a process here. The caller has loaded its program.
@@ -419,6 +445,7 @@ impl Kernel {
             spec.domain,
         );
         uarea.wander.enabled = spec.wander;
+        uarea.limits = spec.limits;
         self.make_room(&[]);
         let made = match Container::new(
             &self.runtime,

@@ -34,6 +34,7 @@ pub struct ProcessSpec {
     pub domain: Option<DomainId>,
     /// Move after every system call ([`atoll_process::Wander`]).
     pub wander: bool,
+    pub limits: atoll_process::Limits,
 }
 
 /// Who is waiting for the answer to a request.

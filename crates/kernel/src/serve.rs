@@ -161,8 +161,13 @@ impl Kernel {
         let p = self.procs.get(&parent).ok_or(Errno::Srch)?;
         let program = p.container.program().clone();
         let u = p.container.uarea();
-        let (env, console, domain, wander) =
-            (u.env.clone(), u.console, u.ipc.domain, u.wander.enabled);
+        let (env, console, domain, wander, limits) = (
+            u.env.clone(),
+            u.console,
+            u.ipc.domain,
+            u.wander.enabled,
+            u.limits,
+        );
         let preopens = u
             .fds
             .preopens()
@@ -187,6 +192,7 @@ impl Kernel {
             files,
             domain,
             wander,
+            limits,
         })
     }
 

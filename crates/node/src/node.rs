@@ -17,7 +17,7 @@ use atoll_migration::{MigrationReport, Mode};
 use atoll_noc::net::{LinkConfig, Links, Member};
 use atoll_noc::{Doorbell, Incoming, Noc, Remote};
 use atoll_prepare::ContentHash;
-use atoll_process::{ConsoleId, Preopen, ProcessImage, Runtime, RuntimeConfig};
+use atoll_process::{ConsoleId, Limits, Preopen, ProcessImage, Runtime, RuntimeConfig};
 
 use crate::console::{self, ChannelConsole, JobSink, Sinks};
 use crate::domains::Domains;
@@ -99,6 +99,9 @@ pub struct JobSpec {
     /// Run the program as an MPI job of this many ranks (`atoll run -n`).
     #[serde(default)]
     pub ranks: Option<Ranks>,
+    /// Each process's resource limits (each MPI rank's, each child's).
+    #[serde(default)]
+    pub limits: Limits,
 }
 
 /// Each kernel's lanes to the other nodes, in kernel order.
@@ -533,6 +536,7 @@ impl Node {
             files: self.asker(kernel),
             domain: Some(start.domain),
             wander: job.wander,
+            limits: job.limits,
         };
         // A kernel of another node is asked through kernel 0 of this one;
         // the job's output and end come back here.

@@ -259,9 +259,12 @@ impl Container {
         uarea: UArea,
         host: Host,
     ) -> Result<Store<ProcCtx>, ContainerError> {
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(runtime.max_memory())
-            .build();
+        let ceiling = uarea.limits.memory.map_or(runtime.max_memory(), |m| {
+            usize::try_from(m)
+                .unwrap_or(usize::MAX)
+                .min(runtime.max_memory())
+        });
+        let limits = StoreLimitsBuilder::new().memory_size(ceiling).build();
         let mut store = Store::new(runtime.engine(), ProcCtx::new(uarea, host, limits));
         store.limiter(|ctx| &mut ctx.limits);
         store.epoch_deadline_callback(|mut cx| {

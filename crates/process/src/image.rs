@@ -30,7 +30,8 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 4: kernels and PIDs name their node.
 /// 5: open files and directories name the kernel that owns them, and files
 ///    their device and inode.
-const VERSION: u16 = 5;
+/// 6: the UArea holds the process's resource limits.
+const VERSION: u16 = 6;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.
@@ -334,6 +335,17 @@ mod tests {
         assert_eq!(back.memory, img.memory);
         assert_eq!(back.globals, img.globals);
         assert_eq!(back.uarea.pid, img.uarea.pid);
+    }
+
+    #[test]
+    fn limits_travel_in_the_image() {
+        let mut img = image();
+        img.uarea.limits = crate::uarea::Limits {
+            memory: Some(16 << 20),
+            cpu_ns: Some(250_000_000),
+        };
+        let back = ProcessImage::decode(&img.encode()).unwrap();
+        assert_eq!(back.uarea.limits, img.uarea.limits);
     }
 
     #[test]

@@ -68,6 +68,20 @@ pub struct UArea {
     /// Whether the process moves after every system call (`atoll run
     /// --wander`), and the result of the call it is moving after.
     pub wander: Wander,
+    /// What the process may use. Kept here so that the limits go wherever
+    /// the process goes; children inherit them.
+    pub limits: Limits,
+}
+
+/// Resource limits of one process (`atoll run --memory`, `--cpu-time`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Bytes of linear memory: a `memory.grow` past it fails (malloc returns
+    /// NULL). `None`: the runtime's own ceiling (4 GiB).
+    pub memory: Option<u64>,
+    /// Nanoseconds of CPU time: past it the process ends with
+    /// 128 + SIGXCPU, as under `ulimit -t`.
+    pub cpu_ns: Option<u64>,
 }
 
 impl UArea {
@@ -98,6 +112,7 @@ impl UArea {
             stack_area: None,
             accounting: Accounting::default(),
             wander: Wander::default(),
+            limits: Limits::default(),
         }
     }
 

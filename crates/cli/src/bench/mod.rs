@@ -304,6 +304,7 @@ pub fn job_on_kernel0(program: PathBuf, args: Vec<String>) -> JobSpec {
         prepare: true,
         domain: None,
         wander: false,
+        limits: Default::default(),
         ranks: None,
     }
 }

@@ -133,6 +133,7 @@ fn atoll_run(node: &Node, swarm: &Path, n: u32, hold: &Path) -> anyhow::Result<S
         prepare: true,
         domain: None,
         wander: false,
+        limits: Default::default(),
         ranks: None,
     };
     node.run_job(

@@ -16,7 +16,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The frame format this atoll speaks. A peer speaking another is refused.
 /// 2: remote file ops; open files name their owner.
-pub const VERSION: u16 = 2;
+/// 3: a process's spec and UArea carry its resource limits.
+pub const VERSION: u16 = 3;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;

@@ -79,6 +79,7 @@ pub fn job(name: &str, args: &[&str]) -> JobSpec {
         domain: None,
         wander: false,
         ranks: None,
+        limits: Default::default(),
     }
 }
 
