@@ -166,6 +166,7 @@ int32_t __atoll_wait(atoll_pid_t pid, int32_t *status_out, atoll_pid_t *pid_out)
     ATOLL_IMPORT_("wait");
 int32_t __atoll_kill(atoll_pid_t pid, int32_t signal) ATOLL_IMPORT_("kill");
 int32_t __atoll_migrate_to(int32_t kernel) ATOLL_IMPORT_("migrate_to");
+int32_t __atoll_fork(int32_t kernel, atoll_pid_t *pid_out) ATOLL_IMPORT_("fork");
 
 int32_t __atoll_ipc_send(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_send");
 int32_t __atoll_ipc_sendnb(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendnb");
@@ -275,6 +276,26 @@ static inline int atoll_spawn(const char *module, char *const argv[], int kernel
     if (err == 0 && pid != NULL)
         *pid = child;
     return err;
+}
+
+/*
+ * fork() for WebAssembly: copies this process (memory, globals, stack, open
+ * descriptors, environment, domain, limits) into a new child, which starts
+ * on `kernel` (an index on this node, ATOLL_KERNEL(node, index), or
+ * ATOLL_KERNEL_ANY) and returns from this same call.
+ * Returns the child's pid in the parent, 0 in the child, or -errno in the
+ * parent when there is no child (-ENOMEM, -EINVAL for a kernel that does not
+ * exist, -ENOTSUP in a module run without `atoll prepare`).
+ * Unlike POSIX, parent and child do not share file offsets: kernels share
+ * nothing, so each process has its own copy of every descriptor. A child
+ * that cannot be moved to `kernel` runs on its parent's (the parent is told
+ * on stderr). The child holds no grants and no pending IPC of its parent.
+ */
+static inline atoll_pid_t atoll_fork(int kernel)
+{
+    atoll_pid_t pid = 0;
+    int err = __atoll_fork(kernel, &pid);
+    return err != 0 ? -(atoll_pid_t)err : pid;
 }
 
 /*

@@ -861,7 +861,7 @@ impl Kernel {
                 }
                 self.reply_if_blocked(
                     pid,
-                    |c| matches!(c, KernelCall::Spawn(_)),
+                    |c| matches!(c, KernelCall::Spawn(_) | KernelCall::Fork { .. }),
                     Reply::Spawned(result),
                 );
             }
@@ -1170,11 +1170,12 @@ impl Kernel {
                 p.container.reply(Reply::Migrated(result));
                 self.run_queue.push_back(pid);
             }
-            // Answers to spawn, kill, IPC and file ops are routed to
+            // Answers to spawn, fork, kill, IPC and file ops are routed to
             // wherever the process is; bind is answered before a process
             // can move.
             CallState::Blocked(
                 KernelCall::Spawn(_)
+                | KernelCall::Fork { .. }
                 | KernelCall::Kill { .. }
                 | KernelCall::Ipc(_)
                 | KernelCall::File { .. }

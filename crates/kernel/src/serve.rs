@@ -4,11 +4,16 @@
 use std::cmp::Reverse;
 
 use atoll_abi::{Errno, KernelId, Pid};
-use atoll_process::{clock::monotonic_ns, KernelCall, Reply, SpawnModule, SpawnRequest, Stream};
+use atoll_ipc::IpcState;
+use atoll_process::{
+    clock::monotonic_ns, Accounting, CallState, Children, Container, KernelCall, Reply,
+    SpawnModule, SpawnRequest, Stream,
+};
 
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Process};
 use crate::loader::{Load, Loaded};
 use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
+use crate::Kin;
 
 impl Kernel {
     /// Serves `call`, made by `pid` (which runs here and is unwound).
@@ -20,6 +25,7 @@ impl Kernel {
             }
             KernelCall::Sleep { until_ns } => self.timers.push(Reverse((until_ns, pid))),
             KernelCall::Spawn(req) => self.spawn(pid, req),
+            KernelCall::Fork { kernel } => self.fork(pid, kernel),
             // The host function reaped what it could; wait for a ChildExited.
             KernelCall::Wait { .. } => {}
             KernelCall::Kill {
@@ -113,6 +119,86 @@ impl Kernel {
                     spec,
                     kernel: req.kernel,
                 });
+            }
+        }
+    }
+
+    /// `atoll_fork`: the child is made here from a capture of the parent,
+    /// which is unwound in this very call, so both resume from it; then it
+    /// moves to `kernel` before it first runs (a migration like any, in the
+    /// node's mode; copy mode between nodes). The parent is answered like a
+    /// spawn, at once: messages to the child wait for it wherever it goes.
+    fn fork(&mut self, parent: Pid, kernel: Option<KernelId>) {
+        if kernel.is_some_and(|k| !self.noc_reaches(k)) {
+            return self.reply_now(parent, Reply::Spawned(Err(Errno::Inval)));
+        }
+        let target = kernel.unwrap_or_else(|| self.place());
+        let child = match self.fork_here(parent) {
+            Ok(child) => child,
+            Err((errno, why)) => {
+                self.diagnose(parent, &format!("fork failed: {why}"));
+                return self.reply_now(parent, Reply::Spawned(Err(errno)));
+            }
+        };
+        // Until it is where it was asked to be, the child does not run.
+        let moving = target != self.id
+            && self
+                .migrate(child, target, None, ReplyTo::Process(child))
+                .map_err(|why| {
+                    self.diagnose(
+                        parent,
+                        &format!("fork: the child {child} stays on kernel {}: {why}", self.id),
+                    )
+                })
+                .is_ok();
+        if !moving {
+            self.run_queue.push_back(child);
+        }
+        self.route(
+            parent,
+            NocMsg::Spawned {
+                parent,
+                result: Ok(child),
+            },
+        );
+    }
+
+    /// A copy of `parent` as a new process of this kernel, not yet
+    /// scheduled, with its own PID, no children, no grants or pending IPC,
+    /// and the answer `Forked` to give when it resumes.
+    fn fork_here(&mut self, parent: Pid) -> Result<Pid, (Errno, String)> {
+        let p = self
+            .procs
+            .get_mut(&parent)
+            .ok_or((Errno::Srch, "no such process".into()))?;
+        let mut image = p
+            .container
+            .capture()
+            .map_err(|e| (Errno::NotSup, e.to_string()))?;
+        let kin = Kin {
+            parent: Some(parent),
+            console: image.uarea.console,
+        };
+        let child = self
+            .homes
+            .allocate(kin)
+            .map_err(|e| (e, "process table is full".to_string()))?;
+        let u = &mut image.uarea;
+        u.pid = child;
+        u.parent = Some(parent);
+        u.children = Children::default();
+        u.ipc = IpcState::new(u.ipc.domain);
+        u.call = CallState::Replied(Reply::Forked);
+        u.accounting = Accounting::default();
+        self.make_room(&[]);
+        match Container::restore(&self.runtime, image, self.host.clone()) {
+            Ok(container) => {
+                self.procs.insert(child, Process::new(container));
+                Ok(child)
+            }
+            Err(e) => {
+                self.homes.release(child);
+                Err((Errno::NoMem, e.to_string()))
             }
         }
     }

@@ -51,6 +51,9 @@ pub enum KernelCall {
     /// A file call's op on a file of another node, for kernel `owner` of
     /// that node to execute.
     File { owner: KernelId, op: Box<FileOp> },
+    /// Copy this process into a child (`atoll_fork`), started on `kernel`
+    /// (`None`: the kernel chooses).
+    Fork { kernel: Option<KernelId> },
 }
 
 impl KernelCall {
@@ -67,6 +70,7 @@ impl KernelCall {
             KernelCall::Bind { .. } => "binding".into(),
             KernelCall::Migrate { to } => format!("migrating to kernel {to}"),
             KernelCall::File { owner, .. } => format!("in a file call served by kernel {owner}"),
+            KernelCall::Fork { .. } => "forking".into(),
         }
     }
 }
@@ -104,6 +108,9 @@ pub enum Reply {
     Migrated(Result<(), Errno>),
     /// The owner's answer to a `File` call.
     File(Result<FileAnswer, Errno>),
+    /// `Fork`, as the child sees it: it is the copy (the parent is answered
+    /// with `Spawned`).
+    Forked,
 }
 
 /// The kernel, as a running process's IPC calls see it.

@@ -421,7 +421,7 @@ impl Kernel {
                 },
             );
             self.answer_migration(d.reply, Err(why));
-            self.answer_self_migration(pid);
+            self.resume_after_failed_move(pid);
         }
     }
 
@@ -493,7 +493,7 @@ impl Kernel {
                             self.deliver(pid, packet);
                         }
                     }
-                    None if self.procs.contains_key(&pid) => self.answer_self_migration(pid),
+                    None if self.procs.contains_key(&pid) => self.resume_after_failed_move(pid),
                     None => tracing::error!(kernel = %self.id, %pid,
                         "a handed-over process did not come back from a failed migration"),
                 }
@@ -564,12 +564,24 @@ impl Kernel {
         self.answer_migration(d.reply, Err(format!("{why}: {pid} was lost with it")));
     }
 
-    /// A process that asked to move and stays is told so.
-    fn answer_self_migration(&mut self, pid: Pid) {
+    /// A move that failed before the process left: one that asked to move
+    /// is told it stays, and one held back to first run at the destination
+    /// (a forked child) runs here.
+    fn resume_after_failed_move(&mut self, pid: Pid) {
         self.reply_if_blocked(
             pid,
             |c| matches!(c, atoll_process::KernelCall::Migrate { .. }),
             atoll_process::Reply::Migrated(Err(atoll_abi::Errno::Again)),
         );
+        // A forked child waits, unscheduled, to first run where it goes.
+        let waiting = self.procs.get(&pid).is_some_and(|p| {
+            matches!(
+                p.container.uarea().call,
+                atoll_process::CallState::Replied(_)
+            )
+        });
+        if waiting && !self.run_queue.contains(&pid) {
+            self.run_queue.push_back(pid);
+        }
     }
 }

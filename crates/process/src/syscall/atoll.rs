@@ -31,6 +31,7 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
     })?;
     linker.func_wrap(M, "safepoint", safepoint)?;
     linker.func_wrap(M, "spawn", spawn)?;
+    linker.func_wrap(M, "fork", fork)?;
     linker.func_wrap(M, "wait", wait)?;
     linker.func_wrap(M, "kill", kill)?;
     linker.func_wrap(M, "migrate_to", migrate_to)?;
@@ -95,6 +96,33 @@ fn spawn(
         Some(r) => {
             Ok(enter_kernel(&mut c, KernelCall::Spawn(r)).map_or_else(|e| e.raw() as i32, |()| 0))
         }
+        None => Ok(rc),
+    }
+}
+
+/// The parent learns its child's PID (`Spawned`), the child 0 (`Forked`):
+/// both return from this one call, each in its own process.
+fn fork(mut c: Caller<'_, ProcCtx>, kernel: i32, pid_out: u32) -> wasmtime::Result<i32> {
+    if let Some(reply) = take_reply(&mut c)? {
+        return Ok(with_memory(&mut c, |mem, _| match reply {
+            Reply::Spawned(Ok(child)) => mem.write_u64(pid_out, child.to_abi() as u64),
+            Reply::Spawned(Err(e)) => Err(e),
+            Reply::Forked => mem.write_u64(pid_out, 0),
+            other => unreachable_reply("fork", &other),
+        }));
+    }
+    let mut request = None;
+    let rc = with_memory(&mut c, |mem, ctx| {
+        mem.slice_mut(pid_out, 8)?;
+        request = Some(match kernel {
+            -1 => None,
+            k => Some(ctx.host.kernel_arg(k)?),
+        });
+        Ok(())
+    });
+    match request {
+        Some(kernel) => Ok(enter_kernel(&mut c, KernelCall::Fork { kernel })
+            .map_or_else(|e| e.raw() as i32, |()| 0)),
         None => Ok(rc),
     }
 }

@@ -1,0 +1,54 @@
+//! `atoll_fork`: a child that is a copy of its parent returns 0 from the
+//! same call, on the kernel asked for, on this node or another; the parent's
+//! memory stays its own.
+
+mod common;
+
+use atoll_migration::Mode;
+use common::*;
+
+/// The lines fork.wasm prints when every check held, the child on `at`.
+fn forked(at: &str) -> String {
+    format!(
+        "child: a copy of its parent: yes\nchild: on {at}\n\
+         grandchild: sees its parent's changes: yes\n\
+         parent: its own memory unchanged: yes\nparent: child ended with 47\n"
+    )
+}
+
+#[test]
+fn a_forked_child_starts_on_the_kernel_asked_in_either_mode() {
+    for mode in [Mode::Handover, Mode::Copy] {
+        let node = node_in(mode, 3);
+        for (arg, at) in [("0", "node 0 kernel 0"), ("2", "node 0 kernel 2")] {
+            let (code, out) = run(&node, &job("fork", &[arg]));
+            assert_eq!(code, 0, "{mode:?} {arg}: {}{}", out.stdout(), out.stderr());
+            assert_eq!(out.stdout(), forked(at), "{mode:?} {arg}");
+        }
+        let (code, out) = run(&node, &job("fork", &["any"]));
+        assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
+        assert!(out.stdout().ends_with("parent: child ended with 47\n"));
+    }
+}
+
+#[test]
+fn a_child_forked_onto_another_node_runs_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _b) = cluster_pair(dir.path(), 2);
+    let (code, out) = run(&a, &job("fork", &["1.1"]));
+    assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), forked("node 1 kernel 1"));
+}
+
+#[test]
+fn fork_fails_cleanly_for_a_missing_kernel_and_an_unprepared_module() {
+    let node = node(2);
+    let (code, out) = run(&node, &job("fork", &["9"]));
+    assert_eq!(code, 1);
+    assert_eq!(out.stdout(), "parent: fork failed: Invalid argument\n");
+    let mut spec = job("fork", &["1"]);
+    spec.prepare = false;
+    let (code, out) = run(&node, &spec);
+    assert_eq!(code, 1);
+    assert_eq!(out.stdout(), "parent: fork failed: Not supported\n");
+}
