@@ -167,6 +167,8 @@ int32_t __atoll_wait(atoll_pid_t pid, int32_t *status_out, atoll_pid_t *pid_out)
 int32_t __atoll_kill(atoll_pid_t pid, int32_t signal) ATOLL_IMPORT_("kill");
 int32_t __atoll_migrate_to(int32_t kernel) ATOLL_IMPORT_("migrate_to");
 int32_t __atoll_fork(int32_t kernel, atoll_pid_t *pid_out) ATOLL_IMPORT_("fork");
+int32_t __atoll_exec(const char *module, int32_t module_len, const char *argv_buf,
+                     int32_t argv_buf_len, int32_t kernel) ATOLL_IMPORT_("exec");
 
 int32_t __atoll_ipc_send(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_send");
 int32_t __atoll_ipc_sendnb(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendnb");
@@ -223,6 +225,35 @@ static inline int atoll_kernel_count(void)
     return __atoll_kernel_count();
 }
 
+/* argv as the ABI takes it: one malloc'd buffer of back-to-back
+ * NUL-terminated strings (*len bytes); and the module name's length. */
+static inline int atoll_argv_buffer_(const char *module, char *const argv[], char **buf,
+                                     size_t *len, size_t *module_len)
+{
+    if (argv == NULL || argv[0] == NULL)
+        return EINVAL;
+    *len = 0;
+    for (size_t i = 0; argv[i] != NULL; i++) {
+        size_t n = strlen(argv[i]) + 1;
+        if (n > (size_t)INT32_MAX - *len)
+            return E2BIG;
+        *len += n;
+    }
+    *module_len = module != NULL ? strlen(module) : 0;
+    if (*module_len > (size_t)INT32_MAX)
+        return E2BIG;
+    *buf = (char *)malloc(*len);
+    if (*buf == NULL)
+        return ENOMEM;
+    char *p = *buf;
+    for (size_t i = 0; argv[i] != NULL; i++) {
+        size_t n = strlen(argv[i]) + 1;
+        memcpy(p, argv[i], n);
+        p += n;
+    }
+    return 0;
+}
+
 /*
  * Starts a new process, a child of this one.
  *   module  path of a .wasm module, resolved through this process's preopened
@@ -240,41 +271,40 @@ static inline int atoll_kernel_count(void)
 static inline int atoll_spawn(const char *module, char *const argv[], int kernel,
                               atoll_pid_t *pid)
 {
-    if (argv == NULL || argv[0] == NULL)
-        return EINVAL;
-
-    /* The ABI takes argv as one buffer of back-to-back NUL-terminated strings. */
-    size_t len = 0;
-    for (size_t i = 0; argv[i] != NULL; i++) {
-        size_t n = strlen(argv[i]) + 1;
-        if (n > (size_t)INT32_MAX - len)
-            return E2BIG;
-        len += n;
-    }
-    char *buf = (char *)malloc(len);
-    if (buf == NULL)
-        return ENOMEM;
-    char *p = buf;
-    for (size_t i = 0; argv[i] != NULL; i++) {
-        size_t n = strlen(argv[i]) + 1;
-        memcpy(p, argv[i], n);
-        p += n;
-    }
-
-    size_t module_len = module != NULL ? strlen(module) : 0;
-    if (module_len > (size_t)INT32_MAX) {
-        free(buf);
-        return E2BIG;
-    }
-
+    char *buf;
+    size_t len, module_len;
+    int err = atoll_argv_buffer_(module, argv, &buf, &len, &module_len);
+    if (err != 0)
+        return err;
     /* Address 0 is valid wasm memory, so a NULL out-pointer must never reach
      * the runtime: it would silently overwrite whatever lives there. */
     atoll_pid_t child = 0;
-    int err = __atoll_spawn(module, (int32_t)module_len, buf, (int32_t)len,
-                            kernel, &child);
+    err = __atoll_spawn(module, (int32_t)module_len, buf, (int32_t)len, kernel, &child);
     free(buf);
     if (err == 0 && pid != NULL)
         *pid = child;
+    return err;
+}
+
+/*
+ * Replaces this process's program with `module` (as atoll_spawn finds it;
+ * NULL: its own module again) run with `argv`, as execv does: the PID,
+ * parent, children, console, domain, pending IPC, open descriptors, limits
+ * and CPU time stay; memory, globals and grants start afresh. With `kernel`
+ * (not ATOLL_KERNEL_ANY's choice of staying) the process also moves there
+ * before the new program's first instruction, as ALMOS-MK's exec does.
+ * Returns only on failure, with the old program intact: EINVAL, ENOENT,
+ * ENOEXEC (not a module), ENOMEM, ENOTSUP (a module run unprepared).
+ */
+static inline int atoll_exec(const char *module, char *const argv[], int kernel)
+{
+    char *buf;
+    size_t len, module_len;
+    int err = atoll_argv_buffer_(module, argv, &buf, &len, &module_len);
+    if (err != 0)
+        return err;
+    err = __atoll_exec(module, (int32_t)module_len, buf, (int32_t)len, kernel);
+    free(buf);
     return err;
 }
 

@@ -1172,10 +1172,11 @@ impl Kernel {
             }
             // Answers to spawn, fork, kill, IPC and file ops are routed to
             // wherever the process is; bind is answered before a process
-            // can move.
+            // can move, and exec keeps it where it is until it is done.
             CallState::Blocked(
                 KernelCall::Spawn(_)
                 | KernelCall::Fork { .. }
+                | KernelCall::Exec(_)
                 | KernelCall::Kill { .. }
                 | KernelCall::Ipc(_)
                 | KernelCall::File { .. }

@@ -3,10 +3,10 @@
 //! Preparing a module (Asyncify) and compiling it takes from milliseconds
 //! to seconds; a kernel that did it itself would stop every process it
 //! runs meanwhile. Each kernel has a loader thread instead: the kernel
-//! hands it a module (a file a process asked to spawn, or bytes another
+//! hands it a module (a file a process asked to spawn or exec, or bytes another
 //! node sent), carries on, and picks up the result ([`Loaded`]) between two
-//! slices, woken by its doorbell. A process that spawns waits, unwound, in
-//! its `Spawn` call; messages that need a module sent by another node wait
+//! slices, woken by its doorbell. A process that spawns or execs waits,
+//! unwound, in that call; messages that need a module sent by another node wait
 //! parked (`Kernel::await_module`).
 
 use std::path::PathBuf;
@@ -22,26 +22,38 @@ use crate::msg::ProcessSpec;
 
 /// What a kernel asks its loader for.
 pub(crate) enum Load {
-    /// A module file `parent` asked to spawn; `spec` is the child but for
-    /// its module.
-    Spawn {
+    /// A module file a process asked to run, and what to do with it then.
+    Program {
         path: PathBuf,
         prepare: bool,
-        parent: Pid,
-        spec: ProcessSpec,
-        kernel: Option<KernelId>,
+        then: ThenRun,
     },
     /// Module `hash`, as another node sent it.
     Module { hash: ContentHash, bytes: Vec<u8> },
 }
 
-/// What the loader did, for the kernel to carry on with.
-pub(crate) enum Loaded {
+/// What a loaded program is for.
+pub(crate) enum ThenRun {
+    /// A child of `parent` (`atoll_spawn`); `spec` is the child but for its
+    /// module.
     Spawn {
         parent: Pid,
         spec: ProcessSpec,
         kernel: Option<KernelId>,
-        /// The module's hash, or why it could not be loaded.
+    },
+    /// `pid`'s new program (`atoll_exec`), with these arguments.
+    Exec {
+        pid: Pid,
+        args: Vec<String>,
+        kernel: Option<KernelId>,
+    },
+}
+
+/// What the loader did, for the kernel to carry on with.
+pub(crate) enum Loaded {
+    Program {
+        then: ThenRun,
+        /// The module's hash, or why it could not be loaded (its path first).
         module: Result<ContentHash, String>,
     },
     Module {
@@ -88,20 +100,16 @@ impl Loader {
 
 fn load(runtime: &Runtime, job: Load) -> Loaded {
     match job {
-        Load::Spawn {
+        Load::Program {
             path,
             prepare,
-            parent,
-            spec,
-            kernel,
-        } => Loaded::Spawn {
-            parent,
-            spec,
-            kernel,
+            then,
+        } => Loaded::Program {
+            then,
             module: runtime
                 .load_file(&path, prepare)
                 .map(|p| p.hash())
-                .map_err(|e| format!("cannot spawn {}: {e}", path.display())),
+                .map_err(|e| format!("{}: {e}", path.display())),
         },
         Load::Module { hash, bytes } => Loaded::Module {
             hash,

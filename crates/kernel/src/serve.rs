@@ -4,14 +4,15 @@
 use std::cmp::Reverse;
 
 use atoll_abi::{Errno, KernelId, Pid};
-use atoll_ipc::IpcState;
+use atoll_ipc::{GrantTable, IpcState};
+use atoll_prepare::ContentHash;
 use atoll_process::{
     clock::monotonic_ns, Accounting, CallState, Children, Container, KernelCall, Reply,
     SpawnModule, SpawnRequest, Stream,
 };
 
 use crate::kernel::{Kernel, Process};
-use crate::loader::{Load, Loaded};
+use crate::loader::{Load, Loaded, ThenRun};
 use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
 use crate::Kin;
 
@@ -26,6 +27,7 @@ impl Kernel {
             KernelCall::Sleep { until_ns } => self.timers.push(Reverse((until_ns, pid))),
             KernelCall::Spawn(req) => self.spawn(pid, req),
             KernelCall::Fork { kernel } => self.fork(pid, kernel),
+            KernelCall::Exec(req) => self.exec(pid, req),
             // The host function reaped what it could; wait for a ChildExited.
             KernelCall::Wait { .. } => {}
             KernelCall::Kill {
@@ -112,12 +114,14 @@ impl Kernel {
             // Prepared and compiled off this thread; the parent waits.
             SpawnModule::File(path) => {
                 let prepare = self.procs[&parent].container.program().prepared();
-                self.loader.load(Load::Spawn {
+                self.loader.load(Load::Program {
                     path,
                     prepare,
-                    parent,
-                    spec,
-                    kernel: req.kernel,
+                    then: ThenRun::Spawn {
+                        parent,
+                        spec,
+                        kernel: req.kernel,
+                    },
                 });
             }
         }
@@ -141,19 +145,7 @@ impl Kernel {
             }
         };
         // Until it is where it was asked to be, the child does not run.
-        let moving = target != self.id
-            && self
-                .migrate(child, target, None, ReplyTo::Process(child))
-                .map_err(|why| {
-                    self.diagnose(
-                        parent,
-                        &format!("fork: the child {child} stays on kernel {}: {why}", self.id),
-                    )
-                })
-                .is_ok();
-        if !moving {
-            self.run_queue.push_back(child);
-        }
+        self.run_on(child, target, parent);
         self.route(
             parent,
             NocMsg::Spawned {
@@ -206,10 +198,13 @@ impl Kernel {
     /// The loader is done with a module.
     pub(crate) fn on_loaded(&mut self, loaded: Loaded) {
         match loaded {
-            Loaded::Spawn {
-                parent,
-                mut spec,
-                kernel,
+            Loaded::Program {
+                then:
+                    ThenRun::Spawn {
+                        parent,
+                        mut spec,
+                        kernel,
+                    },
                 module,
             } => match module {
                 Ok(hash) => {
@@ -217,12 +212,107 @@ impl Kernel {
                     self.spawn_on(parent, spec, kernel);
                 }
                 Err(why) => {
-                    self.diagnose(parent, &why);
+                    self.diagnose(parent, &format!("cannot spawn {why}"));
                     let result = Err(Errno::NoExec);
                     self.route(parent, NocMsg::Spawned { parent, result });
                 }
             },
+            Loaded::Program {
+                then: ThenRun::Exec { pid, args, kernel },
+                module,
+            } => match module {
+                Ok(hash) => self.exec_with(pid, hash, args, kernel),
+                Err(why) => {
+                    self.diagnose(pid, &format!("cannot exec {why}"));
+                    self.reply_now(pid, Reply::ExecFailed(Errno::NoExec));
+                }
+            },
             Loaded::Module { hash, result } => self.on_module(hash, result),
+        }
+    }
+
+    /// `atoll_exec`: a new program for `pid`, loaded off this thread if it
+    /// is a file; the process waits in the call, and cannot be moved
+    /// meanwhile (`migrate` refuses), so the answer finds it here.
+    fn exec(&mut self, pid: Pid, req: SpawnRequest) {
+        if req.kernel.is_some_and(|k| !self.noc_reaches(k)) {
+            return self.reply_now(pid, Reply::ExecFailed(Errno::Inval));
+        }
+        let args = if req.args.is_empty() {
+            vec![String::new()]
+        } else {
+            req.args
+        };
+        let program = self.procs[&pid].container.program().clone();
+        match req.module {
+            SpawnModule::Same => self.exec_with(pid, program.hash(), args, req.kernel),
+            SpawnModule::File(path) => self.loader.load(Load::Program {
+                path,
+                prepare: program.prepared(),
+                then: ThenRun::Exec {
+                    pid,
+                    args,
+                    kernel: req.kernel,
+                },
+            }),
+        }
+    }
+
+    /// Replaces `pid`'s program by `module` run with `args`: a new container
+    /// from its UArea, which keeps the PID, family, console, domain, pending
+    /// IPC, descriptors, limits and accounting; memory, globals and grants
+    /// (which named the old memory) start afresh. Then it runs on `kernel`
+    /// if one was asked, else here. If the new program cannot be
+    /// instantiated, the old one goes on, told why.
+    fn exec_with(
+        &mut self,
+        pid: Pid,
+        module: ContentHash,
+        args: Vec<String>,
+        kernel: Option<KernelId>,
+    ) {
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let Some(program) = self.runtime.program(&module) else {
+            return self.reply_now(pid, Reply::ExecFailed(Errno::NoExec));
+        };
+        let mut u = p.container.uarea().clone();
+        u.module = module;
+        u.args = args;
+        u.call = CallState::Running;
+        u.started = false;
+        u.stack_area = None;
+        u.ipc.grants = GrantTable::default();
+        self.make_room(&[pid]);
+        match Container::new(&self.runtime, program, u, self.host.clone()) {
+            Ok(container) => {
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.container = container;
+                }
+                self.run_on(pid, kernel.unwrap_or(self.id), pid);
+            }
+            Err(e) => {
+                self.diagnose(pid, &format!("cannot exec: {e}"));
+                self.reply_now(pid, Reply::ExecFailed(Errno::NoMem));
+            }
+        }
+    }
+
+    /// Runs `pid`, made or remade here and not yet scheduled, on `target`:
+    /// a migration puts it there before its first instruction; if none can
+    /// start, it runs here and `told` hears why.
+    fn run_on(&mut self, pid: Pid, target: KernelId, told: Pid) {
+        let moving = target != self.id
+            && self
+                .migrate(pid, target, None, ReplyTo::Process(pid))
+                .map_err(|why| {
+                    let here = self.id;
+                    self.diagnose(told, &format!("{pid} stays on kernel {here}: {why}"))
+                })
+                .is_ok();
+        if !moving {
+            self.run_queue.push_back(pid);
         }
     }
 

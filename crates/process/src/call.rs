@@ -54,6 +54,9 @@ pub enum KernelCall {
     /// Copy this process into a child (`atoll_fork`), started on `kernel`
     /// (`None`: the kernel chooses).
     Fork { kernel: Option<KernelId> },
+    /// Replace this process's program (`atoll_exec`), then run on `kernel`
+    /// if given (`None`: the kernel chooses).
+    Exec(SpawnRequest),
 }
 
 impl KernelCall {
@@ -71,11 +74,13 @@ impl KernelCall {
             KernelCall::Migrate { to } => format!("migrating to kernel {to}"),
             KernelCall::File { owner, .. } => format!("in a file call served by kernel {owner}"),
             KernelCall::Fork { .. } => "forking".into(),
+            KernelCall::Exec(_) => "executing".into(),
         }
     }
 }
 
-/// What to run in a new process.
+/// What to run in a new process (`Spawn`), or instead of this one's
+/// program (`Exec`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SpawnRequest {
     pub module: SpawnModule,
@@ -111,6 +116,9 @@ pub enum Reply {
     /// `Fork`, as the child sees it: it is the copy (the parent is answered
     /// with `Spawned`).
     Forked,
+    /// `Exec` failed; the process goes on with its old program. (One that
+    /// succeeds never returns.)
+    ExecFailed(Errno),
 }
 
 /// The kernel, as a running process's IPC calls see it.

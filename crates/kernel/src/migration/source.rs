@@ -85,6 +85,12 @@ impl Kernel {
         if self.departures.contains_key(&pid) {
             return Err(format!("process {pid} is already migrating"));
         }
+        if matches!(
+            self.procs[&pid].container.uarea().call,
+            atoll_process::CallState::Blocked(atoll_process::KernelCall::Exec(_))
+        ) {
+            return Err(format!("process {pid} is replacing its program (exec)"));
+        }
         if to == self.id {
             let report = MigrationReport {
                 pid,

@@ -32,6 +32,7 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
     linker.func_wrap(M, "safepoint", safepoint)?;
     linker.func_wrap(M, "spawn", spawn)?;
     linker.func_wrap(M, "fork", fork)?;
+    linker.func_wrap(M, "exec", exec)?;
     linker.func_wrap(M, "wait", wait)?;
     linker.func_wrap(M, "kill", kill)?;
     linker.func_wrap(M, "migrate_to", migrate_to)?;
@@ -69,27 +70,9 @@ fn spawn(
     let mut request = None;
     let rc = with_memory(&mut c, |mem, ctx| {
         mem.slice_mut(pid_out, 8)?;
-        let module = match module_len {
-            0 => SpawnModule::Same,
-            _ => SpawnModule::File(resolve_module(
-                &ctx.uarea.fds,
-                mem.str(module_ptr, module_len)?,
-                ctx.host.kernel.node,
-            )?),
-        };
-        if argv_len > MAX_ARGV_BYTES {
-            return Err(Errno::TooBig);
-        }
-        let args = decode_argv(mem, argv_ptr, argv_len)?;
-        let kernel = match kernel {
-            -1 => None,
-            k => Some(ctx.host.kernel_arg(k)?),
-        };
-        request = Some(SpawnRequest {
-            module,
-            args,
-            kernel,
-        });
+        request = Some(program_request(
+            mem, ctx, module_ptr, module_len, argv_ptr, argv_len, kernel,
+        )?);
         Ok(())
     });
     match request {
@@ -98,6 +81,70 @@ fn spawn(
         }
         None => Ok(rc),
     }
+}
+
+/// Replaces the program; returns only when that failed.
+fn exec(
+    mut c: Caller<'_, ProcCtx>,
+    module_ptr: u32,
+    module_len: u32,
+    argv_ptr: u32,
+    argv_len: u32,
+    kernel: i32,
+) -> wasmtime::Result<i32> {
+    if let Some(reply) = take_reply(&mut c)? {
+        return Ok(match reply {
+            Reply::ExecFailed(e) => e.raw() as i32,
+            other => unreachable_reply("exec", &other).map_or_else(|e| e.raw() as i32, |()| 0),
+        });
+    }
+    let mut request = None;
+    let rc = with_memory(&mut c, |mem, ctx| {
+        request = Some(program_request(
+            mem, ctx, module_ptr, module_len, argv_ptr, argv_len, kernel,
+        )?);
+        Ok(())
+    });
+    match request {
+        Some(r) => {
+            Ok(enter_kernel(&mut c, KernelCall::Exec(r)).map_or_else(|e| e.raw() as i32, |()| 0))
+        }
+        None => Ok(rc),
+    }
+}
+
+/// The module (none: the caller's own, else a path beneath its preopened
+/// directories), argv and kernel of a spawn or exec.
+fn program_request(
+    mem: &mut GuestMemory<'_>,
+    ctx: &ProcCtx,
+    module_ptr: u32,
+    module_len: u32,
+    argv_ptr: u32,
+    argv_len: u32,
+    kernel: i32,
+) -> Result<SpawnRequest, Errno> {
+    let module = match module_len {
+        0 => SpawnModule::Same,
+        _ => SpawnModule::File(resolve_module(
+            &ctx.uarea.fds,
+            mem.str(module_ptr, module_len)?,
+            ctx.host.kernel.node,
+        )?),
+    };
+    if argv_len > MAX_ARGV_BYTES {
+        return Err(Errno::TooBig);
+    }
+    let args = decode_argv(mem, argv_ptr, argv_len)?;
+    let kernel = match kernel {
+        -1 => None,
+        k => Some(ctx.host.kernel_arg(k)?),
+    };
+    Ok(SpawnRequest {
+        module,
+        args,
+        kernel,
+    })
 }
 
 /// The parent learns its child's PID (`Spawned`), the child 0 (`Forked`):

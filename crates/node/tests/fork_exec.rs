@@ -1,6 +1,7 @@
 //! `atoll_fork`: a child that is a copy of its parent returns 0 from the
 //! same call, on the kernel asked for, on this node or another; the parent's
-//! memory stays its own.
+//! memory stays its own. `atoll_exec`: a new program in the same process,
+//! on the kernel asked for.
 
 mod common;
 
@@ -51,4 +52,54 @@ fn fork_fails_cleanly_for_a_missing_kernel_and_an_unprepared_module() {
     let (code, out) = run(&node, &spec);
     assert_eq!(code, 1);
     assert_eq!(out.stdout(), "parent: fork failed: Not supported\n");
+}
+
+#[test]
+fn exec_keeps_the_pid_and_parent_and_moves_when_asked_in_either_mode() {
+    for mode in [Mode::Handover, Mode::Copy] {
+        let node = node_in(mode, 3);
+        for (arg, at) in [("0", "node 0 kernel 0"), ("2", "node 0 kernel 2")] {
+            let (code, out) = run(&node, &job("exec", &["start", arg]));
+            assert_eq!(code, 5, "{mode:?} {arg}: {}{}", out.stdout(), out.stderr());
+            let text = out.stdout();
+            assert!(
+                text.starts_with("start: pid ")
+                    && text.ends_with(&format!("\nafter: same pid: yes; on {at}\n")),
+                "{mode:?} {arg}: {text}"
+            );
+        }
+        // A forked child that execs is still its parent's to wait for.
+        let (code, out) = run(&node, &job("exec", &["child", "1"]));
+        assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
+        assert_eq!(
+            out.stdout(),
+            "after: same pid: yes; on node 0 kernel 1\nchild: ended with 5\n"
+        );
+    }
+}
+
+#[test]
+fn exec_runs_a_module_by_path_and_a_failed_exec_goes_on() {
+    let node = node(2);
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::copy(support::guest("hello"), bin.path().join("hello.wasm")).unwrap();
+    let mut spec = job("exec", &["module", "/bin/hello.wasm"]);
+    spec.preopens = vec![atoll_process::Preopen {
+        host: bin.path().to_path_buf(),
+        guest: "/bin".into(),
+    }];
+    let (code, out) = run(&node, &spec);
+    assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
+    assert!(
+        out.stdout()
+            .contains("argv[0] = /bin/hello.wasm\nargv[1] = from-exec\n"),
+        "{}",
+        out.stdout()
+    );
+    let (code, out) = run(&node, &job("exec", &["missing"]));
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.stdout(),
+        "missing: Capabilities insufficient; still here\n"
+    );
 }
