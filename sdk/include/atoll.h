@@ -290,9 +290,10 @@ static inline int atoll_spawn(const char *module, char *const argv[], int kernel
  * Replaces this process's program with `module` (as atoll_spawn finds it;
  * NULL: its own module again) run with `argv`, as execv does: the PID,
  * parent, children, console, domain, pending IPC, open descriptors, limits
- * and CPU time stay; memory, globals and grants start afresh. With `kernel`
- * (not ATOLL_KERNEL_ANY's choice of staying) the process also moves there
- * before the new program's first instruction, as ALMOS-MK's exec does.
+ * and CPU time stay; memory, globals and grants start afresh. Given a
+ * kernel, the process also moves there before the new program's first
+ * instruction, as ALMOS-MK's exec does; ATOLL_KERNEL_ANY stays where it is
+ * (the DQDT that would choose is not there yet).
  * Returns only on failure, with the old program intact: EINVAL, ENOENT,
  * ENOEXEC (not a module), ENOMEM, ENOTSUP (a module run unprepared).
  */

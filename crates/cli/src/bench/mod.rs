@@ -10,6 +10,7 @@ mod ipc;
 mod mergesort;
 mod migrate;
 mod mpi;
+mod placement;
 mod plot;
 mod scale;
 mod spawn;
@@ -60,6 +61,8 @@ enum Which {
     Scale(scale::Args),
     /// MPI latency, bandwidth and Allreduce (OSU-style) vs Open MPI over shared memory and TCP
     Mpi(mpi::Args),
+    /// spawn, fork, exec and kill, local and remote, as kernels grow, vs Linux fork, fork+exec, kill
+    Placement(placement::Args),
 }
 
 pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
@@ -72,6 +75,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
         Which::Cluster(c) => emit(&cluster::run(ctx, &a.build, c)?, json, record),
         Which::Scale(s) => emit(&scale::run(ctx, &a.build, s)?, json, record),
         Which::Mpi(m) => emit(&mpi::run(ctx, &a.build, m)?, json, record),
+        Which::Placement(p) => emit(&placement::run(ctx, &a.build, p)?, json, record),
     }
 }
 

@@ -1,0 +1,262 @@
+//! Seed 001's experiment (ALMOS-MK): what creating, replacing and ending a
+//! process costs, with the target on the caller's kernel (local) or on
+//! another (remote), as the number of kernels grows; beside Linux fork,
+//! fork+exec and kill of native processes on the same machine.
+//!
+//! atoll: `bench/guests/placebench.c` (spawn+wait, fork+wait,
+//! fork+exec+wait, spawn+kill+wait, one at a time) on a node of K kernels,
+//! the target kernel 0 (its own) or K-1. Linux: `bench/native/place_native.c`
+//! with the same heap, so fork copies (or maps) as much.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::plot::{Level, LineChart, Series};
+use super::{artifact, atoll_job, command_line, field, job_on_kernel0, md_table, median, native};
+use super::{page_head, text_table, Machine, Recorded};
+use crate::commands::Context;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Kernel counts of the nodes measured
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16])]
+    kernels: Vec<u16>,
+    /// Iterations per run
+    #[arg(long, default_value_t = 300)]
+    n: u32,
+    /// KiB of heap the measuring process holds (what fork copies)
+    #[arg(long, default_value_t = 1024)]
+    heap_kib: u32,
+    /// Runs of each; medians are reported
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+}
+
+/// Each operation: placebench's name for it, its label, and the Linux
+/// mechanism it is compared with (place_native's name for it).
+const OPS: [(&str, &str, &str); 4] = [
+    ("spawn", "spawn+wait", "fork_exec"),
+    ("fork", "fork+wait", "fork"),
+    ("exec", "fork+exec+wait", "fork_exec"),
+    ("kill", "spawn+kill+wait", "kill"),
+];
+
+const HEAD: [&str; 6] = [
+    "operation",
+    "kernels",
+    "target",
+    "atoll (us)",
+    "Linux (us)",
+    "atoll's advantage",
+];
+
+#[derive(Serialize)]
+pub struct PlacementReport {
+    name: String,
+    command: String,
+    machine: Machine,
+    heap_kib: u32,
+    /// Linux, per mechanism (place_native's name): median and samples, us.
+    linux: Vec<Measured>,
+    /// atoll, per operation, kernel count and target.
+    atoll: Vec<Measured>,
+    notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Measured {
+    what: String,
+    kernels: u16,
+    /// "local" (the caller's kernel) or "remote" (another kernel).
+    target: String,
+    median_us: f64,
+    samples_us: Vec<f64>,
+}
+
+pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementReport> {
+    let program = std::path::absolute(artifact(build, "wasm/placebench.wasm")?)?;
+    let place_native = artifact(build, "native/place_native")?;
+    let target = artifact(build, "native/true")?;
+    let mut linux = Vec::new();
+    for mechanism in ["fork", "fork_exec", "kill"] {
+        let mut samples = Vec::new();
+        for _ in 0..a.runs.max(1) {
+            let args = [mechanism, &a.n.to_string(), &a.heap_kib.to_string()]
+                .map(String::from)
+                .into_iter()
+                .chain([target.display().to_string()])
+                .collect::<Vec<_>>();
+            let (out, _) = native(&place_native, &args)?;
+            samples.push(field(&out, "us")?);
+        }
+        linux.push(Measured {
+            what: mechanism.into(),
+            kernels: 0,
+            target: "local".into(),
+            median_us: median(&samples),
+            samples_us: samples,
+        });
+    }
+    let mut atoll = Vec::new();
+    for &kernels in &a.kernels {
+        eprintln!("{kernels} kernels:");
+        let node = atoll_node::Node::start(ctx.node_config(Some(kernels), 10))?;
+        node.runtime().load_file(&program, true)?;
+        let targets: &[(&str, u16)] = if kernels > 1 {
+            &[("local", 0), ("remote", kernels - 1)]
+        } else {
+            &[("local", 0)]
+        };
+        for (op, _, _) in OPS {
+            for &(target, kernel) in targets {
+                let mut samples = Vec::new();
+                for _ in 0..a.runs.max(1) {
+                    let job = job_on_kernel0(
+                        program.clone(),
+                        [
+                            "placebench",
+                            op,
+                            &a.n.to_string(),
+                            &kernel.to_string(),
+                            &a.heap_kib.to_string(),
+                        ]
+                        .map(String::from)
+                        .to_vec(),
+                    );
+                    let (out, _) = atoll_job(&node, &job)?;
+                    samples.push(field(&out, "us")?);
+                }
+                atoll.push(Measured {
+                    what: op.into(),
+                    kernels,
+                    target: target.into(),
+                    median_us: median(&samples),
+                    samples_us: samples,
+                });
+            }
+        }
+        node.shutdown();
+    }
+    Ok(PlacementReport {
+        name: "placement".into(),
+        command: command_line(),
+        machine: Machine::probe(),
+        heap_kib: a.heap_kib,
+        linux,
+        atoll,
+        notes: vec![
+            format!(
+                "{} iterations per run, one at a time; the measuring process holds {} KiB of \
+                 heap; atoll's target is kernel 0 (the caller's, local) or the last kernel \
+                 (remote); medians of {} runs",
+                a.n,
+                a.heap_kib,
+                a.runs.max(1)
+            ),
+            "atoll fork: a capture of the parent restored as the child on the caller's \
+             kernel, then (remote) a migration before the child's first instruction; exec: \
+             a new instance of the module from the same UArea, then the same move"
+                .into(),
+            "Linux: fork+_exit+waitpid, fork+execv(build/native/true)+waitpid, fork of a \
+             pause()d child+kill(SIGKILL)+waitpid; spawn is compared with fork+exec"
+                .into(),
+        ],
+    })
+}
+
+impl PlacementReport {
+    fn linux_us(&self, mechanism: &str) -> f64 {
+        self.linux
+            .iter()
+            .find(|m| m.what == mechanism)
+            .map_or(f64::NAN, |m| m.median_us)
+    }
+
+    fn rows(&self) -> Vec<[String; 6]> {
+        self.atoll
+            .iter()
+            .map(|m| {
+                let (_, label, mechanism) = OPS.iter().find(|o| o.0 == m.what).expect("an op");
+                let linux = self.linux_us(mechanism);
+                [
+                    label.to_string(),
+                    m.kernels.to_string(),
+                    m.target.clone(),
+                    format!("{:.1}", m.median_us),
+                    format!("{linux:.1} ({})", mechanism.replace('_', "+")),
+                    format!("{:.2}x", linux / m.median_us),
+                ]
+            })
+            .collect()
+    }
+}
+
+impl Recorded for PlacementReport {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn table(&self) -> String {
+        let mut s = format!("{} (us per operation)\n", self.name);
+        s += &text_table(HEAD, &self.rows());
+        for n in &self.notes {
+            s += &format!("  {n}\n");
+        }
+        s
+    }
+
+    fn markdown(&self) -> String {
+        let mut s = page_head(&self.name, &self.command, &self.machine);
+        s += "![placement](placement.png)\n\n";
+        s += &md_table(HEAD, &self.rows());
+        s += "\n";
+        for n in &self.notes {
+            s += &format!("- {n}\n");
+        }
+        s
+    }
+
+    fn write_extra(&self, dir: &Path) -> anyhow::Result<()> {
+        let mut kernels: Vec<u16> = self.atoll.iter().map(|m| m.kernels).collect();
+        kernels.dedup();
+        let categories: Vec<String> = kernels.iter().map(u16::to_string).collect();
+        let mut series = Vec::new();
+        for (op, label, _) in OPS {
+            for target in ["local", "remote"] {
+                let values = kernels
+                    .iter()
+                    .map(|&k| {
+                        self.atoll
+                            .iter()
+                            .find(|m| m.what == op && m.kernels == k && m.target == target)
+                            .map_or(f64::NAN, |m| m.median_us)
+                    })
+                    .collect();
+                series.push(Series {
+                    name: format!("atoll {label}, {target}"),
+                    values,
+                });
+            }
+        }
+        let levels: Vec<Level> = ["fork", "fork_exec", "kill"]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Level {
+                name: format!("Linux {}", m.replace('_', "+")),
+                value: self.linux_us(m),
+                colour_of: 2 + 2 * i,
+            })
+            .collect();
+        LineChart {
+            title: "process creation and end: atoll vs Linux",
+            x_label: "kernels on the node",
+            value_label: "us per operation",
+            categories: &categories,
+            series: &series,
+            levels: &levels,
+            log: true,
+        }
+        .draw(&dir.join("placement.png"))
+    }
+}
