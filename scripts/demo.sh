@@ -30,6 +30,9 @@ $atoll run --kernels 4 --on 3 build/wasm/hello.wasm from the demo
 step "8 children spread over 4 kernels, each waited for by its parent"
 $atoll run --kernels 4 build/wasm/spawn.wasm 8
 
+step "fork() for WebAssembly: a process with 4 MiB of heap copied onto kernel 2; the child forks again"
+$atoll run --kernels 4 build/wasm/fork.wasm 2
+
 step "mergesort of 1M integers: native, then prepared (migratable) wasm"
 # The first run of a module prepares and compiles it; both are cached.
 $atoll run build/wasm/mergesort.wasm 1000 >/dev/null
