@@ -1075,6 +1075,9 @@ impl Kernel {
         if self.departures.contains_key(&pid) {
             return Err(format!("process {pid} is migrating"));
         }
+        if self.in_exec(pid) {
+            return Err(format!("process {pid} is replacing its program (exec)"));
+        }
         self.ipc_detach(pid);
         let p = self.procs.get_mut(&pid).expect("checked above");
         let image = p
@@ -1090,6 +1093,18 @@ impl Kernel {
             self.end(pid, status::killed(status::SIGSTOP));
         }
         Ok(image)
+    }
+
+    /// Whether `pid` runs here and waits in `atoll_exec` for its new
+    /// program: the answer comes to this kernel, so it cannot leave (or be
+    /// captured) until then.
+    pub(crate) fn in_exec(&self, pid: Pid) -> bool {
+        self.procs.get(&pid).is_some_and(|p| {
+            matches!(
+                p.container.uarea().call,
+                CallState::Blocked(KernelCall::Exec(_))
+            )
+        })
     }
 
     /// Whether `pid` runs here and waits for another node's file server.

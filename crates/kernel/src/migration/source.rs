@@ -85,10 +85,7 @@ impl Kernel {
         if self.departures.contains_key(&pid) {
             return Err(format!("process {pid} is already migrating"));
         }
-        if matches!(
-            self.procs[&pid].container.uarea().call,
-            atoll_process::CallState::Blocked(atoll_process::KernelCall::Exec(_))
-        ) {
+        if self.in_exec(pid) {
             return Err(format!("process {pid} is replacing its program (exec)"));
         }
         if to == self.id {
