@@ -5,7 +5,8 @@
  *   placebench spawn|fork|exec|kill N KERNEL HEAP_KIB
  *
  * First takes HEAP_KIB KiB of heap and touches it (the size fork copies).
- * Then, N times, one at a time, on KERNEL (an index of this node):
+ * Then, N times, one at a time, on KERNEL (an index of this node, or
+ * NODE.INDEX):
  *   spawn  atoll_spawn of its own module, which exits at once; wait
  *   fork   atoll_fork; the child exits at once; wait
  *   exec   atoll_fork on its own kernel; the child atoll_execs its own
@@ -13,7 +14,7 @@
  *   kill   atoll_spawn of a child that sleeps; atoll_kill it; wait
  * and prints
  *
- *   placebench what=W n=N kernel=K us=U
+ *   placebench what=W n=N kernel=KERNEL us=U
  *
  * with U the mean microseconds per iteration. Exit status: 0, 1 if a call
  * failed or a child ended otherwise than expected, 2 on bad arguments.
@@ -48,8 +49,10 @@ int main(int argc, char **argv)
     }
     const char *what = argv[1];
     long n = strtol(argv[2], NULL, 10), kib = strtol(argv[4], NULL, 10);
-    int kernel = atoi(argv[3]);
-    if (n < 1 || kib < 0 || kernel < 0 || kernel >= atoll_kernel_count()) {
+    const char *dot = strchr(argv[3], '.');
+    int index = atoi(dot != NULL ? dot + 1 : argv[3]);
+    int kernel = dot != NULL ? ATOLL_KERNEL(atoi(argv[3]), index) : index;
+    if (n < 1 || kib < 0 || index < 0 || (dot == NULL && index >= atoll_kernel_count())) {
         fprintf(stderr, "placebench: bad N, KERNEL or HEAP_KIB\n");
         return 2;
     }
@@ -94,6 +97,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "placebench: %s failed\n", what);
         return 1;
     }
-    printf("placebench what=%s n=%ld kernel=%d us=%.2f\n", what, n, kernel, us);
+    printf("placebench what=%s n=%ld kernel=%s us=%.2f\n", what, n, argv[3], us);
     return heap[kib * 1024] == 1 ? 0 : 1;
 }

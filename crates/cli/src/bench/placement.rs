@@ -5,8 +5,10 @@
 //!
 //! atoll: `bench/guests/placebench.c` (spawn+wait, fork+wait,
 //! fork+exec+wait, spawn+kill+wait, one at a time) on a node of K kernels,
-//! the target kernel 0 (its own) or K-1. Linux: `bench/native/place_native.c`
-//! with the same heap, so fork copies (or maps) as much.
+//! the target kernel 0 (its own) or K-1; then two nodes of one kernel each
+//! joined over loopback TLS, the target the other node. Linux:
+//! `bench/native/place_native.c` with the same heap, so fork copies (or
+//! maps) as much.
 
 use std::path::Path;
 
@@ -67,8 +69,11 @@ pub struct PlacementReport {
 #[derive(Serialize)]
 struct Measured {
     what: String,
+    /// Nodes, and kernels per node.
+    nodes: u16,
     kernels: u16,
-    /// "local" (the caller's kernel) or "remote" (another kernel).
+    /// "local" (the caller's kernel), "remote" (another kernel of its
+    /// node) or "other node".
     target: String,
     median_us: f64,
     samples_us: Vec<f64>,
@@ -92,6 +97,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
         }
         linux.push(Measured {
             what: mechanism.into(),
+            nodes: 1,
             kernels: 0,
             target: "local".into(),
             median_us: median(&samples),
@@ -102,42 +108,20 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
     for &kernels in &a.kernels {
         eprintln!("{kernels} kernels:");
         let node = atoll_node::Node::start(ctx.node_config(Some(kernels), 10))?;
-        node.runtime().load_file(&program, true)?;
-        let targets: &[(&str, u16)] = if kernels > 1 {
-            &[("local", 0), ("remote", kernels - 1)]
-        } else {
-            &[("local", 0)]
-        };
-        for (op, _, _) in OPS {
-            for &(target, kernel) in targets {
-                let mut samples = Vec::new();
-                for _ in 0..a.runs.max(1) {
-                    let job = job_on_kernel0(
-                        program.clone(),
-                        [
-                            "placebench",
-                            op,
-                            &a.n.to_string(),
-                            &kernel.to_string(),
-                            &a.heap_kib.to_string(),
-                        ]
-                        .map(String::from)
-                        .to_vec(),
-                    );
-                    let (out, _) = atoll_job(&node, &job)?;
-                    samples.push(field(&out, "us")?);
-                }
-                atoll.push(Measured {
-                    what: op.into(),
-                    kernels,
-                    target: target.into(),
-                    median_us: median(&samples),
-                    samples_us: samples,
-                });
-            }
+        let mut targets = vec![("local", "0".to_string())];
+        if kernels > 1 {
+            targets.push(("remote", (kernels - 1).to_string()));
         }
+        atoll.extend(measure(&node, &program, &a, 1, kernels, &targets)?);
         node.shutdown();
     }
+    eprintln!("two nodes:");
+    let certs = tempfile::tempdir()?;
+    let (first, second) = super::cluster::pair(ctx, certs.path())?;
+    let across = measure(&first, &program, &a, 2, 1, &[("other node", "1.0".into())]);
+    second.shutdown();
+    first.shutdown();
+    atoll.extend(across?);
     Ok(PlacementReport {
         name: "placement".into(),
         command: command_line(),
@@ -148,8 +132,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
         notes: vec![
             format!(
                 "{} iterations per run, one at a time; the measuring process holds {} KiB of \
-                 heap; atoll's target is kernel 0 (the caller's, local) or the last kernel \
-                 (remote); medians of {} runs",
+                 heap; atoll's target is kernel 0 (the caller's, local), the last kernel \
+                 (remote), or the other of two nodes joined over loopback TLS; medians of {} \
+                 runs",
                 a.n,
                 a.heap_kib,
                 a.runs.max(1)
@@ -163,6 +148,46 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
                 .into(),
         ],
     })
+}
+
+/// Every operation on `node` (`nodes` of `kernels` kernels), once per
+/// target: (its name, placebench's KERNEL argument).
+fn measure(
+    node: &atoll_node::Node,
+    program: &Path,
+    a: &Args,
+    nodes: u16,
+    kernels: u16,
+    targets: &[(&str, String)],
+) -> anyhow::Result<Vec<Measured>> {
+    node.runtime().load_file(program, true)?;
+    let mut out = Vec::new();
+    for (op, _, _) in OPS {
+        for (target, kernel) in targets {
+            let mut samples = Vec::new();
+            for _ in 0..a.runs.max(1) {
+                let args = [
+                    "placebench",
+                    op,
+                    &a.n.to_string(),
+                    kernel,
+                    &a.heap_kib.to_string(),
+                ];
+                let job = job_on_kernel0(program.to_path_buf(), args.map(String::from).to_vec());
+                let (text, _) = atoll_job(node, &job)?;
+                samples.push(field(&text, "us")?);
+            }
+            out.push(Measured {
+                what: op.into(),
+                nodes,
+                kernels,
+                target: target.to_string(),
+                median_us: median(&samples),
+                samples_us: samples,
+            });
+        }
+    }
+    Ok(out)
 }
 
 impl PlacementReport {
@@ -179,9 +204,13 @@ impl PlacementReport {
             .map(|m| {
                 let (_, label, mechanism) = OPS.iter().find(|o| o.0 == m.what).expect("an op");
                 let linux = self.linux_us(mechanism);
+                let kernels = match m.nodes {
+                    1 => m.kernels.to_string(),
+                    n => format!("{n} nodes x {}", m.kernels),
+                };
                 [
                     label.to_string(),
-                    m.kernels.to_string(),
+                    kernels,
                     m.target.clone(),
                     format!("{:.1}", m.median_us),
                     format!("{linux:.1} ({})", mechanism.replace('_', "+")),
@@ -218,7 +247,9 @@ impl Recorded for PlacementReport {
     }
 
     fn write_extra(&self, dir: &Path) -> anyhow::Result<()> {
-        let mut kernels: Vec<u16> = self.atoll.iter().map(|m| m.kernels).collect();
+        // One node's kernel counts along x; the two-node runs are in the table.
+        let one_node = || self.atoll.iter().filter(|m| m.nodes == 1);
+        let mut kernels: Vec<u16> = one_node().map(|m| m.kernels).collect();
         kernels.dedup();
         let categories: Vec<String> = kernels.iter().map(u16::to_string).collect();
         let mut series = Vec::new();
@@ -227,8 +258,7 @@ impl Recorded for PlacementReport {
                 let values = kernels
                     .iter()
                     .map(|&k| {
-                        self.atoll
-                            .iter()
+                        one_node()
                             .find(|m| m.what == op && m.kernels == k && m.target == target)
                             .map_or(f64::NAN, |m| m.median_us)
                     })
