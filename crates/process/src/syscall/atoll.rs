@@ -67,20 +67,11 @@ fn spawn(
             other => unreachable_reply("spawn", &other),
         }));
     }
-    let mut request = None;
-    let rc = with_memory(&mut c, |mem, ctx| {
+    Ok(decode_and_enter(&mut c, |mem, ctx| {
         mem.slice_mut(pid_out, 8)?;
-        request = Some(program_request(
-            mem, ctx, module_ptr, module_len, argv_ptr, argv_len, kernel,
-        )?);
-        Ok(())
-    });
-    match request {
-        Some(r) => {
-            Ok(enter_kernel(&mut c, KernelCall::Spawn(r)).map_or_else(|e| e.raw() as i32, |()| 0))
-        }
-        None => Ok(rc),
-    }
+        let r = program_request(mem, ctx, module_ptr, module_len, argv_ptr, argv_len, kernel)?;
+        Ok(KernelCall::Spawn(r))
+    }))
 }
 
 /// Replaces the program; returns only when that failed.
@@ -98,18 +89,26 @@ fn exec(
             other => unreachable_reply("exec", &other).map_or_else(|e| e.raw() as i32, |()| 0),
         });
     }
-    let mut request = None;
-    let rc = with_memory(&mut c, |mem, ctx| {
-        request = Some(program_request(
-            mem, ctx, module_ptr, module_len, argv_ptr, argv_len, kernel,
-        )?);
+    Ok(decode_and_enter(&mut c, |mem, ctx| {
+        let r = program_request(mem, ctx, module_ptr, module_len, argv_ptr, argv_len, kernel)?;
+        Ok(KernelCall::Exec(r))
+    }))
+}
+
+/// Decodes a call's arguments in guest memory (`decode`), then enters the
+/// kernel with the call they make; returns 0, or the errno of either step.
+fn decode_and_enter(
+    c: &mut Caller<'_, ProcCtx>,
+    decode: impl FnOnce(&mut GuestMemory<'_>, &mut ProcCtx) -> Result<KernelCall, Errno>,
+) -> i32 {
+    let mut call = None;
+    let rc = with_memory(c, |mem, ctx| {
+        call = Some(decode(mem, ctx)?);
         Ok(())
     });
-    match request {
-        Some(r) => {
-            Ok(enter_kernel(&mut c, KernelCall::Exec(r)).map_or_else(|e| e.raw() as i32, |()| 0))
-        }
-        None => Ok(rc),
+    match call {
+        Some(call) => enter_kernel(c, call).map_or_else(|e| e.raw() as i32, |()| 0),
+        None => rc,
     }
 }
 
@@ -158,20 +157,14 @@ fn fork(mut c: Caller<'_, ProcCtx>, kernel: i32, pid_out: u32) -> wasmtime::Resu
             other => unreachable_reply("fork", &other),
         }));
     }
-    let mut request = None;
-    let rc = with_memory(&mut c, |mem, ctx| {
+    Ok(decode_and_enter(&mut c, |mem, ctx| {
         mem.slice_mut(pid_out, 8)?;
-        request = Some(match kernel {
+        let kernel = match kernel {
             -1 => None,
             k => Some(ctx.host.kernel_arg(k)?),
-        });
-        Ok(())
-    });
-    match request {
-        Some(kernel) => Ok(enter_kernel(&mut c, KernelCall::Fork { kernel })
-            .map_or_else(|e| e.raw() as i32, |()| 0)),
-        None => Ok(rc),
-    }
+        };
+        Ok(KernelCall::Fork { kernel })
+    }))
 }
 
 fn wait(
