@@ -238,12 +238,7 @@ impl Kernel {
         if req.kernel.is_some_and(|k| !self.noc_reaches(k)) {
             return self.reply_now(pid, Reply::ExecFailed(Errno::Inval));
         }
-        let args = if req.args.is_empty() {
-            vec![String::new()]
-        } else {
-            req.args
-        };
-        let program = self.procs[&pid].container.program().clone();
+        let (args, program) = (req.args, self.procs[&pid].container.program().clone());
         match req.module {
             SpawnModule::Same => self.exec_with(pid, program.hash(), args, req.kernel),
             SpawnModule::File(path) => self.loader.load(Load::Program {
@@ -354,11 +349,7 @@ impl Kernel {
             .collect();
         // The job's preopens all have the same owner.
         let files = u.fds.preopens().next().map_or(self.id, |(_, d)| d.owner);
-        let args = if args.is_empty() {
-            vec![String::new()]
-        } else {
-            args.to_vec()
-        };
+        let args = args.to_vec();
         Ok(ProcessSpec {
             module: program.hash(),
             args,

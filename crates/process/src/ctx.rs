@@ -51,6 +51,15 @@ impl Host {
             _ => Err(atoll_abi::Errno::Inval),
         }
     }
+
+    /// A kernel argument that may also be `ATOLL_KERNEL_ANY` (-1: `None`,
+    /// the kernel chooses).
+    pub(crate) fn kernel_choice(&self, v: i32) -> Result<Option<KernelId>, atoll_abi::Errno> {
+        match v {
+            -1 => Ok(None),
+            k => self.kernel_arg(k).map(Some),
+        }
+    }
 }
 
 /// The store data of one process: its UArea plus host-side handles that are

@@ -134,15 +134,15 @@ fn program_request(
     if argv_len > MAX_ARGV_BYTES {
         return Err(Errno::TooBig);
     }
-    let args = decode_argv(mem, argv_ptr, argv_len)?;
-    let kernel = match kernel {
-        -1 => None,
-        k => Some(ctx.host.kernel_arg(k)?),
-    };
+    let mut args = decode_argv(mem, argv_ptr, argv_len)?;
+    // Every program expects an argv[0].
+    if args.is_empty() {
+        args.push(String::new());
+    }
     Ok(SpawnRequest {
         module,
         args,
-        kernel,
+        kernel: ctx.host.kernel_choice(kernel)?,
     })
 }
 
@@ -159,11 +159,9 @@ fn fork(mut c: Caller<'_, ProcCtx>, kernel: i32, pid_out: u32) -> wasmtime::Resu
     }
     Ok(decode_and_enter(&mut c, |mem, ctx| {
         mem.slice_mut(pid_out, 8)?;
-        let kernel = match kernel {
-            -1 => None,
-            k => Some(ctx.host.kernel_arg(k)?),
-        };
-        Ok(KernelCall::Fork { kernel })
+        Ok(KernelCall::Fork {
+            kernel: ctx.host.kernel_choice(kernel)?,
+        })
     }))
 }
 
