@@ -30,58 +30,85 @@ static int iterations(long size, int most)
     return n < 20 ? 20 : (int)n;
 }
 
+/* One round of a test, at one message size. */
+struct round {
+    int rank;
+    long size;
+    char *buf;
+    double *out; /* allreduce's result */
+};
+
+/*
+ * Seconds for `iters` rounds of `step`, after iters/10 untimed ones: the
+ * ranks start the timed rounds together, at a barrier.
+ */
+static double timed(int iters, void (*step)(const struct round *), const struct round *r)
+{
+    int warm = iters / 10;
+    double t0 = 0;
+    for (int i = 0; i < iters + warm; i++) {
+        if (i == warm) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = MPI_Wtime();
+        }
+        step(r);
+    }
+    return MPI_Wtime() - t0;
+}
+
+static void ping_pong(const struct round *r)
+{
+    int n = (int)r->size;
+    if (r->rank == 0) {
+        MPI_Send(r->buf, n, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
+        MPI_Recv(r->buf, n, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else if (r->rank == 1) {
+        MPI_Recv(r->buf, n, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(r->buf, n, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+    }
+}
+
+static void window(const struct round *r)
+{
+    MPI_Request q[WINDOW];
+    char ack = 0;
+    int n = (int)r->size;
+    if (r->rank == 0) {
+        for (int w = 0; w < WINDOW; w++)
+            MPI_Isend(r->buf, n, MPI_CHAR, 1, 2, MPI_COMM_WORLD, &q[w]);
+        MPI_Waitall(WINDOW, q, MPI_STATUSES_IGNORE);
+        MPI_Recv(&ack, 1, MPI_CHAR, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else if (r->rank == 1) {
+        for (int w = 0; w < WINDOW; w++)
+            MPI_Irecv(r->buf + (size_t)w * (size_t)n % (8u << 20), n, MPI_CHAR, 0, 2,
+                      MPI_COMM_WORLD, &q[w]);
+        MPI_Waitall(WINDOW, q, MPI_STATUSES_IGNORE);
+        MPI_Send(&ack, 1, MPI_CHAR, 0, 3, MPI_COMM_WORLD);
+    }
+}
+
+static void reduce_all(const struct round *r)
+{
+    MPI_Allreduce(r->buf, r->out, (int)(r->size / 8), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+}
+
 static void latency(int rank, long max, char *buf)
 {
     for (long size = 0; size <= max; size = size == 0 ? 1 : size * 4) {
-        int iters = iterations(size, 10000), warm = iters / 10;
-        double t0 = 0;
-        for (int i = 0; i < iters + warm; i++) {
-            if (i == warm) {
-                MPI_Barrier(MPI_COMM_WORLD);
-                t0 = MPI_Wtime();
-            }
-            if (rank == 0) {
-                MPI_Send(buf, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
-                MPI_Recv(buf, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            } else if (rank == 1) {
-                MPI_Recv(buf, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                MPI_Send(buf, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
-            }
-        }
-        double us = (MPI_Wtime() - t0) * 1e6 / (2.0 * iters);
+        int iters = iterations(size, 10000);
+        double s = timed(iters, ping_pong, &(struct round){rank, size, buf, NULL});
         if (rank == 0)
-            printf("latency size=%ld us=%.3f\n", size, us);
+            printf("latency size=%ld us=%.3f\n", size, s * 1e6 / (2.0 * iters));
     }
 }
 
 static void bandwidth(int rank, long max, char *buf)
 {
-    MPI_Request r[WINDOW];
-    char ack = 0;
     for (long size = 1; size <= max; size *= 4) {
-        int iters = iterations(size * WINDOW, 1000) / 4, warm = iters / 10;
+        int iters = iterations(size * WINDOW, 1000) / 4;
         if (iters < 10)
             iters = 10;
-        double t0 = 0;
-        for (int i = 0; i < iters + warm; i++) {
-            if (i == warm) {
-                MPI_Barrier(MPI_COMM_WORLD);
-                t0 = MPI_Wtime();
-            }
-            if (rank == 0) {
-                for (int w = 0; w < WINDOW; w++)
-                    MPI_Isend(buf, (int)size, MPI_CHAR, 1, 2, MPI_COMM_WORLD, &r[w]);
-                MPI_Waitall(WINDOW, r, MPI_STATUSES_IGNORE);
-                MPI_Recv(&ack, 1, MPI_CHAR, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            } else if (rank == 1) {
-                for (int w = 0; w < WINDOW; w++)
-                    MPI_Irecv(buf + (size_t)w * (size_t)size % (8u << 20), (int)size, MPI_CHAR, 0, 2,
-                              MPI_COMM_WORLD, &r[w]);
-                MPI_Waitall(WINDOW, r, MPI_STATUSES_IGNORE);
-                MPI_Send(&ack, 1, MPI_CHAR, 0, 3, MPI_COMM_WORLD);
-            }
-        }
-        double s = MPI_Wtime() - t0;
+        double s = timed(iters, window, &(struct round){rank, size, buf, NULL});
         if (rank == 0)
             printf("bw size=%ld mbs=%.1f\n", size, (double)size * WINDOW * iters / s / 1e6);
     }
@@ -91,18 +118,10 @@ static void allreduce(int rank, long max, char *buf)
 {
     double *out = malloc((size_t)max > 8 ? (size_t)max : 8);
     for (long size = 8; size <= max; size *= 4) {
-        int count = (int)(size / 8), iters = iterations(size, 5000) / 2, warm = iters / 10;
-        double t0 = 0;
-        for (int i = 0; i < iters + warm; i++) {
-            if (i == warm) {
-                MPI_Barrier(MPI_COMM_WORLD);
-                t0 = MPI_Wtime();
-            }
-            MPI_Allreduce(buf, out, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-        }
-        double us = (MPI_Wtime() - t0) * 1e6 / iters;
+        int iters = iterations(size, 5000) / 2;
+        double s = timed(iters, reduce_all, &(struct round){rank, size, buf, out});
         if (rank == 0)
-            printf("allreduce size=%ld us=%.3f\n", size, us);
+            printf("allreduce size=%ld us=%.3f\n", size, s * 1e6 / iters);
     }
     free(out);
 }
