@@ -459,7 +459,7 @@ fn only_the_nodes_user_may_use_its_socket() {
             "-MIO::Socket::UNIX",
             "-e",
             "my $s = IO::Socket::UNIX->new(Peer => $ARGV[0]) or die \"connect: $!\"; \
-             sysread($s, my $b, 4096); print $b;",
+             local $/; print scalar <$s>;",
         ])
         .arg(&node.socket)
         .uid(65534)

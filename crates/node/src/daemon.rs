@@ -100,10 +100,13 @@ pub fn default_socket() -> PathBuf {
     PathBuf::from(format!("/tmp/atoll-{}/node.sock", current_uid()))
 }
 
+/// Writes one frame: a little-endian u32 length, then the postcard body.
 pub fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> std::io::Result<()> {
-    let bytes = postcard::to_stdvec(msg).map_err(std::io::Error::other)?;
-    w.write_all(&(bytes.len() as u32).to_le_bytes())?;
-    w.write_all(&bytes)?;
+    // One write per frame, so a reader never sees a length without its body.
+    let mut frame = postcard::to_extend(msg, vec![0u8; 4]).map_err(std::io::Error::other)?;
+    let len = (frame.len() - 4) as u32;
+    frame[..4].copy_from_slice(&len.to_le_bytes());
+    w.write_all(&frame)?;
     w.flush()
 }
 
