@@ -1,0 +1,729 @@
+//! One kernel's part of the DQDT.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use atoll_abi::KernelId;
+use serde::{Deserialize, Serialize};
+
+use crate::load::Load;
+use crate::tree::{Shape, Subtree};
+
+/// How often a kernel measures its load and tells the tree.
+pub const PERIOD: Duration = Duration::from_millis(10);
+/// A load that has not changed is told again this often, so that a host
+/// can tell a quiet child from a lost one.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A child not heard from for this long is left out of its parent's sum.
+const STALE: Duration = Duration::from_millis(3500);
+/// After the balancer moves processes out of a subtree's child, it waits
+/// this long for the moves to show in the reports before it judges that
+/// subtree again.
+const SETTLE: Duration = Duration::from_millis(60);
+/// A process placed in a subtree is counted there until the subtree's
+/// next report (one sent at least `ARRIVAL` after the placement), and at
+/// most for `PLACED_FOR` when this kernel does not hear that subtree's
+/// reports itself.
+const PLACED_FOR: Duration = Duration::from_millis(50);
+const ARRIVAL: Duration = Duration::from_millis(1);
+/// The most processes one decision of the balancer moves.
+const MOST_MOVES: u32 = 16;
+
+/// What kernels tell each other about load.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum DqdtMsg {
+    /// From the host of `subtree` to the host of its parent: its load.
+    Up { subtree: Subtree, load: Load },
+    /// From the host of a subtree to the hosts of its children: the loads
+    /// of the children of that subtree and of each subtree above it.
+    Down {
+        views: Vec<(Subtree, Vec<(Subtree, Load)>)>,
+    },
+}
+
+/// Where a descent of the tree got to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// It ended at this kernel.
+    At(KernelId),
+    /// It goes on within `within`, whose children's loads `host` knows.
+    Ask { host: KernelId, within: Subtree },
+}
+
+/// Which child a descent takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Toward {
+    /// The least loaded: where a new process goes.
+    Lightest,
+    /// The most loaded: where the balancer takes processes from.
+    Heaviest,
+}
+
+/// A decision of the balancer: move `count` runnable processes from child
+/// `from` of `subtree` to its child `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Imbalance {
+    pub subtree: Subtree,
+    pub from: Subtree,
+    pub to: Subtree,
+    pub count: u32,
+}
+
+/// A subtree and its load, as the kernel that hosts it last summed it (for
+/// `atoll top`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TreeEntry {
+    pub subtree: Subtree,
+    pub load: Load,
+}
+
+/// One kernel's part of the tree: the loads of the children of every
+/// subtree it lies in, summed by itself for those it hosts and told by their
+/// hosts for the others.
+#[derive(Debug)]
+pub struct Dqdt {
+    me: KernelId,
+    shape: Shape,
+    /// This kernel's own load at the last tick.
+    own: Load,
+    /// What the children of the subtrees this kernel hosts last said.
+    heard: HashMap<Subtree, (Load, Instant)>,
+    /// For each subtree above this kernel's leaf: its children and their
+    /// loads, with the processes placed there since counted in.
+    view: BTreeMap<Subtree, Vec<(Subtree, Load)>>,
+    /// The sums of the subtrees this kernel hosts, at the last tick.
+    sums: BTreeMap<Subtree, Load>,
+    /// What was last sent to each kernel, and when.
+    sent: HashMap<KernelId, (DqdtMsg, Instant)>,
+    /// Subtrees the balancer leaves alone until then.
+    settling: HashMap<Subtree, Instant>,
+    /// Subtrees processes were placed or moved in (one entry each), and
+    /// when: counted in their loads for [`PLACED_FOR`].
+    placed: Vec<(Subtree, Instant)>,
+}
+
+impl Dqdt {
+    /// The part of kernel `me` in a tree of `shape`, knowing nothing yet.
+    pub fn new(me: KernelId, shape: Shape) -> Dqdt {
+        Dqdt {
+            me,
+            shape,
+            own: Load::default(),
+            heard: HashMap::new(),
+            view: BTreeMap::new(),
+            sums: BTreeMap::new(),
+            sent: HashMap::new(),
+            settling: HashMap::new(),
+            placed: Vec::new(),
+        }
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// The tree's new shape, after a node joined or was lost: what this
+    /// kernel knew of subtrees no longer its own is dropped.
+    pub fn reshape(&mut self, shape: Shape) {
+        if shape == self.shape {
+            return;
+        }
+        let path = shape.path(self.me);
+        self.view.retain(|s, _| path.contains(s));
+        let hosted = shape.hosted(self.me);
+        self.sums.retain(|s, _| hosted.contains(s));
+        self.heard.retain(|c, _| {
+            shape
+                .parent(*c)
+                .is_some_and(|p| hosted.contains(&p) && shape.exists(*c))
+        });
+        self.sent.clear();
+        self.shape = shape;
+    }
+
+    /// Takes this kernel's load of the moment, sums the subtrees it hosts,
+    /// and returns what to tell whom: its top subtree's load to the host
+    /// above, and the loads it knows to the hosts below.
+    pub fn tick(&mut self, own: Load, now: Instant) -> Vec<(KernelId, DqdtMsg)> {
+        self.own = own;
+        self.heard
+            .retain(|_, (_, at)| now.duration_since(*at) < STALE);
+        // This kernel's own load has what was placed on it: it is made here.
+        let leaf = Shape::leaf(self.me);
+        self.placed
+            .retain(|(s, at)| *s != leaf && now.duration_since(*at) < PLACED_FOR);
+        let hosted = self.shape.hosted(self.me);
+        let mut top = (leaf, own);
+        for &s in &hosted {
+            let children: Vec<(Subtree, Load)> = self
+                .shape
+                .children(s)
+                .into_iter()
+                .filter_map(|c| {
+                    let load = if c == leaf {
+                        Some(own)
+                    } else if let Some(sum) =
+                        self.sums.get(&c).filter(|_| self.shape.host(c) == self.me)
+                    {
+                        Some(*sum)
+                    } else {
+                        self.heard.get(&c).map(|(l, _)| *l)
+                    };
+                    load.map(|l| (c, l))
+                })
+                .collect();
+            let mut children = children;
+            self.count_placed(&mut children);
+            let mut sum = Load::default();
+            for (_, l) in &children {
+                sum.add(l);
+            }
+            self.sums.insert(s, sum);
+            self.view.insert(s, children);
+            top = (s, sum);
+        }
+        let mut out = Vec::new();
+        if let Some(parent) = self.shape.parent(top.0) {
+            let msg = DqdtMsg::Up {
+                subtree: top.0,
+                load: top.1,
+            };
+            out.extend(self.if_news(self.shape.host(parent), msg, now));
+        }
+        for &s in &hosted {
+            let views: Vec<_> = self
+                .view
+                .iter()
+                .filter(|(v, _)| **v == s || self.is_above(**v, s))
+                .map(|(v, c)| (*v, c.clone()))
+                .collect();
+            for c in self.shape.children(s) {
+                let host = self.shape.host(c);
+                if host != self.me {
+                    let msg = DqdtMsg::Down {
+                        views: views.clone(),
+                    };
+                    out.extend(self.if_news(host, msg, now));
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `above` holds `below`.
+    fn is_above(&self, above: Subtree, below: Subtree) -> bool {
+        let mut s = below;
+        while let Some(p) = self.shape.parent(s) {
+            if p == above {
+                return true;
+            }
+            s = p;
+        }
+        false
+    }
+
+    /// `msg` for `to`, unless it says nearly what was sent last and the
+    /// heartbeat is not due.
+    fn if_news(&mut self, to: KernelId, msg: DqdtMsg, now: Instant) -> Option<(KernelId, DqdtMsg)> {
+        if let Some((last, at)) = self.sent.get(&to) {
+            if now.duration_since(*at) < HEARTBEAT && !differs(last, &msg) {
+                return None;
+            }
+        }
+        self.sent.insert(to, (msg.clone(), now));
+        Some((to, msg))
+    }
+
+    /// What another kernel told this one.
+    pub fn on_msg(&mut self, msg: DqdtMsg, now: Instant) {
+        match msg {
+            DqdtMsg::Up { subtree, load } => {
+                let hosted = self.shape.hosted(self.me);
+                if self.shape.exists(subtree)
+                    && self
+                        .shape
+                        .parent(subtree)
+                        .is_some_and(|p| hosted.contains(&p))
+                {
+                    self.heard.insert(subtree, (load, now));
+                    self.placed
+                        .retain(|(s, at)| *s != subtree || now.duration_since(*at) < ARRIVAL);
+                }
+            }
+            DqdtMsg::Down { views } => {
+                for (s, mut children) in views {
+                    // The sender's tree may not be this kernel's yet (a
+                    // node joined or was lost): what it names that this
+                    // kernel does not know is left out.
+                    children.retain(|(c, _)| self.shape.exists(*c));
+                    if self.shape.exists(s)
+                        && Shape::contains(s, self.me)
+                        && self.shape.host(s) != self.me
+                    {
+                        self.count_placed(&mut children);
+                        self.view.insert(s, children);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds the processes placed lately to the loads of `children`.
+    fn count_placed(&self, children: &mut [(Subtree, Load)]) {
+        for (placed, _) in &self.placed {
+            if let Some(c) = children.iter_mut().find(|c| c.0 == *placed) {
+                c.1.expect_one();
+            }
+        }
+    }
+
+    /// Descends the tree from `within` toward the lightest or heaviest
+    /// child, as far as this kernel knows it. A lightest descent counts the
+    /// new process in each child it takes, until that child's reports can
+    /// have it.
+    pub fn descend(&mut self, within: Subtree, toward: Toward, now: Instant) -> Step {
+        let within = if self.shape.exists(within) {
+            within
+        } else {
+            self.shape.root()
+        };
+        let mut s = within;
+        loop {
+            let children = self.shape.children(s);
+            if children.is_empty() {
+                return Step::At(self.shape.host(s));
+            }
+            let mine = children
+                .iter()
+                .copied()
+                .find(|&c| Shape::contains(c, self.me));
+            let chosen = match self.view.get_mut(&s) {
+                Some(known) => {
+                    let c = pick(known, toward, self.me);
+                    if let (Some(c), Toward::Lightest) = (c, toward) {
+                        self.placed.push((c, now));
+                    }
+                    c
+                }
+                // Not heard of yet: the host of `s` knows, or if this
+                // kernel is on the way down, its own branch will do.
+                None if mine.is_none() => {
+                    return Step::Ask {
+                        host: self.shape.host(s),
+                        within: s,
+                    }
+                }
+                None => None,
+            };
+            let c = match chosen.or(mine) {
+                Some(c) => c,
+                None => return Step::At(self.shape.host(s)),
+            };
+            if Shape::contains(c, self.me) {
+                s = c;
+            } else if self.shape.children(c).is_empty() {
+                return Step::At(self.shape.host(c));
+            } else {
+                return Step::Ask {
+                    host: self.shape.host(c),
+                    within: c,
+                };
+            }
+        }
+    }
+
+    /// Where a new process goes, starting from the root.
+    pub fn place(&mut self, now: Instant) -> Step {
+        self.descend(self.shape.root(), Toward::Lightest, now)
+    }
+
+    /// The balancer's decisions at this kernel: in each subtree it hosts,
+    /// runnable processes to move from the most to the least loaded child,
+    /// so that the two are even. A subtree just balanced is left to settle.
+    pub fn imbalances(&mut self, now: Instant) -> Vec<Imbalance> {
+        self.settling.retain(|_, until| *until > now);
+        let mut out = Vec::new();
+        for s in self.shape.hosted(self.me) {
+            if self.settling.contains_key(&s) {
+                continue;
+            }
+            let Some(children) = self.view.get_mut(&s) else {
+                continue;
+            };
+            let (Some(from), Some(to)) = (
+                extreme(children, Toward::Heaviest, self.me),
+                extreme(children, Toward::Lightest, self.me),
+            ) else {
+                continue;
+            };
+            let count = children[from]
+                .1
+                .excess_over(&children[to].1)
+                .min(MOST_MOVES);
+            if from == to || count == 0 {
+                continue;
+            }
+            for _ in 0..count {
+                children[from].1.lose_one();
+                children[to].1.expect_one();
+            }
+            let (from, to) = (children[from].0, children[to].0);
+            self.settling.insert(s, now + SETTLE);
+            out.push(Imbalance {
+                subtree: s,
+                from,
+                to,
+                count,
+            });
+        }
+        out
+    }
+
+    /// This kernel's leaf and the subtrees it hosts, with their loads.
+    pub fn entries(&self) -> Vec<TreeEntry> {
+        let leaf = TreeEntry {
+            subtree: Shape::leaf(self.me),
+            load: self.own,
+        };
+        // `sums` holds exactly the subtrees this kernel hosts (`reshape`).
+        std::iter::once(leaf)
+            .chain(self.sums.iter().map(|(s, l)| TreeEntry {
+                subtree: *s,
+                load: *l,
+            }))
+            .collect()
+    }
+
+    /// Whether this kernel knows the load of every child of every subtree
+    /// it lies in, as a placement from it needs.
+    pub fn knows(&self) -> bool {
+        self.shape.path(self.me).into_iter().skip(1).all(|s| {
+            self.view
+                .get(&s)
+                .is_some_and(|c| c.len() == self.shape.children(s).len())
+        })
+    }
+}
+
+/// The child a descent takes among `known`; a lightest descent counts the
+/// new process in.
+fn pick(known: &mut [(Subtree, Load)], toward: Toward, me: KernelId) -> Option<Subtree> {
+    let i = extreme(known, toward, me)?;
+    if toward == Toward::Lightest {
+        known[i].1.expect_one();
+    }
+    Some(known[i].0)
+}
+
+/// The index of the least or most loaded of `known`; ties go to the child
+/// holding `me`, then to the first.
+fn extreme(known: &[(Subtree, Load)], toward: Toward, me: KernelId) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, (c, l)) in known.iter().enumerate() {
+        let better = match best {
+            None => true,
+            Some(b) => {
+                let (bk, k) = (known[b].1.order_key(), l.order_key());
+                let strictly = match toward {
+                    Toward::Lightest => k < bk,
+                    Toward::Heaviest => k > bk,
+                };
+                strictly || (k == bk && Shape::contains(*c, me))
+            }
+        };
+        if better {
+            best = Some(i);
+        }
+    }
+    best
+}
+
+/// Whether two messages differ by more than the noise of a busy fraction.
+fn differs(a: &DqdtMsg, b: &DqdtMsg) -> bool {
+    let close = |x: &Load, y: &Load| {
+        x.kernels == y.kernels
+            && x.runnable == y.runnable
+            && x.processes == y.processes
+            && (x.busy - y.busy).abs() < 0.05 * x.kernels.max(1) as f32
+            && x.memory.abs_diff(y.memory) <= x.memory / 16
+    };
+    let close_all = |x: &[(Subtree, Load)], y: &[(Subtree, Load)]| {
+        x.len() == y.len()
+            && x.iter()
+                .zip(y)
+                .all(|(p, q)| p.0 == q.0 && close(&p.1, &q.1))
+    };
+    match (a, b) {
+        (
+            DqdtMsg::Up {
+                subtree: s,
+                load: l,
+            },
+            DqdtMsg::Up {
+                subtree: t,
+                load: m,
+            },
+        ) => s != t || !close(l, m),
+        (DqdtMsg::Down { views: v }, DqdtMsg::Down { views: w }) => {
+            v.len() != w.len()
+                || v.iter()
+                    .zip(w)
+                    .any(|(p, q)| p.0 != q.0 || !close_all(&p.1, &q.1))
+        }
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel of a shape with its part of the tree, and the messages
+    /// between them delivered at once.
+    struct Sim {
+        parts: BTreeMap<KernelId, Dqdt>,
+        loads: BTreeMap<KernelId, Load>,
+        now: Instant,
+    }
+
+    impl Sim {
+        fn new(nodes: &[(u16, u16)]) -> Sim {
+            let shape = Shape::new(nodes.iter().copied());
+            let parts = shape
+                .kernels()
+                .map(|k| (k, Dqdt::new(k, shape.clone())))
+                .collect();
+            let loads = shape
+                .kernels()
+                .map(|k| {
+                    let idle = Load {
+                        kernels: 1,
+                        ..Load::default()
+                    };
+                    (k, idle)
+                })
+                .collect();
+            Sim {
+                parts,
+                loads,
+                now: Instant::now(),
+            }
+        }
+
+        fn set(&mut self, k: KernelId, runnable: u32) {
+            let l = self.loads.get_mut(&k).unwrap();
+            l.runnable = runnable;
+            l.processes = runnable;
+        }
+
+        /// Ticks every kernel `rounds` times, delivering what each says.
+        fn settle(&mut self, rounds: usize) {
+            for _ in 0..rounds {
+                self.now += PERIOD;
+                let kernels: Vec<KernelId> = self.parts.keys().copied().collect();
+                for k in kernels {
+                    let load = self.loads[&k];
+                    let out = self.parts.get_mut(&k).unwrap().tick(load, self.now);
+                    for (to, msg) in out {
+                        self.parts.get_mut(&to).unwrap().on_msg(msg, self.now);
+                    }
+                }
+            }
+        }
+
+        /// Places a process from `from`, following asks; returns the kernel
+        /// and how many kernels were asked on the way.
+        fn place(&mut self, from: KernelId) -> (KernelId, usize) {
+            let now = self.now;
+            let mut step = self.parts.get_mut(&from).unwrap().place(now);
+            let mut asked = 0;
+            loop {
+                match step {
+                    Step::At(k) => return (k, asked),
+                    Step::Ask { host, within } => {
+                        asked += 1;
+                        assert!(asked < 10, "a descent that does not end");
+                        step = self.parts.get_mut(&host).unwrap().descend(
+                            within,
+                            Toward::Lightest,
+                            now,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn k(node: u16, index: u16) -> KernelId {
+        KernelId::new(node, index)
+    }
+
+    #[test]
+    fn the_root_sums_every_kernel() {
+        let mut sim = Sim::new(&[(0, 16), (1, 3), (2, 1)]);
+        for (i, kernel) in sim
+            .parts
+            .keys()
+            .copied()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .enumerate()
+        {
+            sim.set(kernel, i as u32 % 3);
+        }
+        sim.settle(8);
+        let total: u32 = sim.loads.values().map(|l| l.runnable).sum();
+        let root = sim.parts[&k(0, 0)].shape().root();
+        let entries = sim.parts[&k(0, 0)].entries();
+        let sum = entries.iter().find(|e| e.subtree == root).unwrap().load;
+        assert_eq!(sum.runnable, total);
+        assert_eq!(sum.kernels, 20);
+    }
+
+    #[test]
+    fn a_placement_goes_to_the_idle_kernel_wherever_it_starts() {
+        let mut sim = Sim::new(&[(0, 16), (1, 4)]);
+        for kernel in sim.parts.keys().copied().collect::<Vec<_>>() {
+            sim.set(kernel, 2);
+        }
+        sim.set(k(0, 13), 0);
+        sim.settle(8);
+        for from in [k(0, 0), k(0, 13), k(1, 2)] {
+            let (to, asked) = sim.place(from);
+            assert_eq!(to, k(0, 13), "from {from}");
+            assert!(asked <= 2);
+            sim.settle(6); // the count of the placed process lapses
+        }
+    }
+
+    #[test]
+    fn a_burst_of_placements_spreads_over_idle_kernels() {
+        let mut sim = Sim::new(&[(0, 16)]);
+        sim.settle(6);
+        let mut count: BTreeMap<KernelId, u32> = BTreeMap::new();
+        for _ in 0..32 {
+            let (to, _) = sim.place(k(0, 5));
+            *count.entry(to).or_default() += 1;
+        }
+        assert_eq!(count.len(), 16, "{count:?}");
+        assert!(count.values().all(|&n| n == 2), "{count:?}");
+    }
+
+    #[test]
+    fn the_balancer_evens_two_kernels_and_leaves_even_ones_alone() {
+        let mut sim = Sim::new(&[(0, 2)]);
+        sim.set(k(0, 0), 32);
+        sim.settle(3);
+        let now = sim.now;
+        let host = sim.parts.get_mut(&k(0, 0)).unwrap();
+        assert_eq!(
+            host.imbalances(now),
+            vec![Imbalance {
+                subtree: host.shape().root(),
+                from: Shape::leaf(k(0, 0)),
+                to: Shape::leaf(k(0, 1)),
+                count: 16
+            }]
+        );
+        // Settling: nothing more until the moves show.
+        assert!(host.imbalances(now).is_empty());
+        sim.set(k(0, 0), 17);
+        sim.set(k(0, 1), 16);
+        sim.settle(10);
+        let now = sim.now;
+        assert!(sim
+            .parts
+            .get_mut(&k(0, 0))
+            .unwrap()
+            .imbalances(now)
+            .is_empty());
+    }
+
+    #[test]
+    fn between_nodes_the_heavier_node_gives_to_the_lighter() {
+        let mut sim = Sim::new(&[(0, 2), (1, 2)]);
+        sim.set(k(0, 0), 6);
+        sim.set(k(0, 1), 6);
+        sim.settle(6);
+        let now = sim.now;
+        let moves = sim.parts.get_mut(&k(0, 0)).unwrap().imbalances(now);
+        let between = moves
+            .iter()
+            .find(|m| matches!(m.subtree, Subtree::Nodes { .. }))
+            .expect("a move between nodes");
+        assert_eq!(
+            between.to,
+            sim.parts[&k(0, 0)].shape().node_root(1).unwrap()
+        );
+        assert_eq!(between.count, 6);
+        // The balancer takes from the heaviest leaf of the node that gives.
+        let step =
+            sim.parts
+                .get_mut(&k(0, 0))
+                .unwrap()
+                .descend(between.from, Toward::Heaviest, now);
+        assert!(matches!(step, Step::At(kernel) if kernel.node == 0));
+    }
+
+    #[test]
+    fn a_lost_node_leaves_the_tree() {
+        let mut sim = Sim::new(&[(0, 2), (1, 2)]);
+        sim.set(k(1, 1), 5);
+        sim.settle(6);
+        let shape = Shape::new([(0, 2)]);
+        let part = sim.parts.get_mut(&k(0, 0)).unwrap();
+        part.reshape(shape.clone());
+        let now = sim.now + PERIOD;
+        part.tick(
+            Load {
+                kernels: 1,
+                ..Load::default()
+            },
+            now,
+        );
+        let root = part
+            .entries()
+            .into_iter()
+            .find(|e| e.subtree == shape.root())
+            .unwrap();
+        assert_eq!(root.load.runnable, 0);
+        assert!(matches!(part.place(now), Step::At(kernel) if kernel.node == 0));
+    }
+
+    #[test]
+    fn a_kernel_knows_the_tree_once_every_child_on_its_path_reported() {
+        let mut sim = Sim::new(&[(0, 4), (1, 2)]);
+        let now = sim.now;
+        let idle = Load {
+            kernels: 1,
+            ..Load::default()
+        };
+        // Its own tick alone: the other kernels have not reported yet.
+        sim.parts.get_mut(&k(0, 0)).unwrap().tick(idle, now);
+        assert!(!sim.parts[&k(0, 0)].knows());
+        sim.settle(4);
+        assert!(sim.parts.values().all(Dqdt::knows));
+    }
+
+    #[test]
+    fn quiet_kernels_send_only_heartbeats() {
+        let mut sim = Sim::new(&[(0, 4)]);
+        sim.settle(3);
+        let now = sim.now + PERIOD;
+        let idle = Load {
+            kernels: 1,
+            ..Load::default()
+        };
+        assert!(sim
+            .parts
+            .get_mut(&k(0, 2))
+            .unwrap()
+            .tick(idle, now)
+            .is_empty());
+        let later = now + HEARTBEAT;
+        assert_eq!(
+            sim.parts.get_mut(&k(0, 2)).unwrap().tick(idle, later).len(),
+            1
+        );
+    }
+}
