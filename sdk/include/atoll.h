@@ -59,7 +59,8 @@ typedef int64_t atoll_pid_t;
 /* atoll_wait(): any child (all bits set). */
 #define ATOLL_ANY ((atoll_pid_t)-1)
 
-/* atoll_spawn(): let the runtime pick the kernel. */
+/* atoll_spawn(), atoll_fork(), atoll_exec(): the kernel the DQDT chooses,
+ * the least loaded of every node's (DESIGN.md, "Placement"). */
 #define ATOLL_KERNEL_ANY (-1)
 
 /*
@@ -292,8 +293,8 @@ static inline int atoll_spawn(const char *module, char *const argv[], int kernel
  * parent, children, console, domain, pending IPC, open descriptors, limits
  * and CPU time stay; memory, globals and grants start afresh. Given a
  * kernel, the process also moves there before the new program's first
- * instruction, as ALMOS-MK's exec does; ATOLL_KERNEL_ANY stays where it is
- * (the DQDT that would choose is not there yet).
+ * instruction, as ALMOS-MK's exec does; with ATOLL_KERNEL_ANY it moves to
+ * the kernel the DQDT chooses (the least loaded, which may be its own).
  * Returns only on failure, with the old program intact: EINVAL, ENOENT,
  * ENOEXEC (not a module), ENOMEM, ENOTSUP (a module run unprepared).
  */

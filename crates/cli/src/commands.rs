@@ -97,7 +97,7 @@ pub struct RunArgs {
     #[arg(short = 'k', long)]
     kernels: Option<u16>,
     /// Kernel to start the program on, NODE.INDEX (INDEX alone: node 0)
-    /// [default: the node chooses]
+    /// [default: the least loaded, by the DQDT]
     #[arg(long, value_name = "KERNEL")]
     on: Option<KernelId>,
     /// Make a host directory visible to the program (HOST::GUEST or DIR)
@@ -144,10 +144,18 @@ pub struct RunArgs {
     /// does; the job fails, ending every rank, when one rank fails
     #[arg(short = 'n', long = "np", value_name = "N")]
     ranks: Option<u32>,
-    /// How -n lays ranks over the kernels: `kernel` (each kernel in turn,
-    /// node by node) or `node` (each node in turn)
-    #[arg(long, value_name = "HOW", default_value = "kernel", requires = "ranks")]
+    /// How -n lays ranks over the kernels: `load` (each where the DQDT
+    /// places it), `kernel` (each kernel in turn, node by node) or `node`
+    /// (each node in turn)
+    #[arg(long, value_name = "HOW", default_value = "load", requires = "ranks")]
     map_by: MapBy,
+    /// Leave the job's processes (and their children) where they start:
+    /// the balancer does not move them; explicit moves still work
+    #[arg(long)]
+    pin: bool,
+    /// The embedded node's balancer stays off: nothing moves unless asked
+    #[arg(long)]
+    no_balance: bool,
     /// Prefix each line a rank writes with `[1,RANK]<stdout>:` (or
     /// `<stderr>:`), as mpirun --tag-output
     #[arg(long, requires = "ranks")]
@@ -203,6 +211,7 @@ impl RunArgs {
                     .cpu_time
                     .map(|t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)),
             },
+            pin: self.pin,
         })
     }
 }
@@ -216,6 +225,7 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
                 ("--kernels", a.kernels.is_some()),
                 ("--instances", a.instances.is_some()),
                 ("--migrate-mode", a.migrate_mode.is_some()),
+                ("--no-balance", a.no_balance),
             ] {
                 if given {
                     eprintln!(
@@ -229,6 +239,7 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
     }
     let mut config = ctx.node_config_with(a.kernels, a.quantum_ms, a.instances);
     config.migration.mode = a.migrate_mode.unwrap_or_default();
+    config.balance = !a.no_balance;
     let node = Node::start(config)?;
     let (tx, rx) = mpsc::channel();
     node.run_job(&job, Box::new(TerminalSink { done: tx }))?;
@@ -317,11 +328,15 @@ pub struct NodeArgs {
     /// the member it joins through]
     #[arg(long, value_name = "N", requires = "listen")]
     node_id: Option<u16>,
+    /// Turn this node's balancer off: its processes move only when asked
+    #[arg(long)]
+    no_balance: bool,
 }
 
 pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
     let mut config = ctx.node_config_with(a.kernels, a.quantum_ms, a.instances);
     config.migration.mode = a.migrate_mode;
+    config.balance = !a.no_balance;
     if let (Some(listen), Some(certs), Some(name)) = (a.listen, &a.certs, &a.name) {
         let identity = identity::Identity::load(certs, name)?;
         config.cluster = Some(LinkConfig {
@@ -368,7 +383,7 @@ type Listing = (
     Vec<atoll_node::NodeStatus>,
 );
 
-fn reports(ctx: &Context, what: &str) -> anyhow::Result<Listing> {
+pub(crate) fn reports(ctx: &Context, what: &str) -> anyhow::Result<Listing> {
     match ctx.ask(&Request::Ps, what)? {
         Response::Ps(r, d, n) => Ok((r, d, n)),
         other => Err(unexpected(other)),
@@ -389,7 +404,7 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
             .map_or_else(|| format!("#{id}"), |i| i.name.clone()),
     };
     println!(
-        "{:<14} {:<7} {:<10} {:<14} {:>9} {:>9} {:>8} {:>8} {:>8} {:>5}  STATE",
+        "{:<14} {:<7} {:<10} {:<14} {:>9} {:>9} {:>8} {:>8} {:>8} {:>5} {:>8}  STATE",
         "PID",
         "KERNEL",
         "DOMAIN",
@@ -399,14 +414,15 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
         "SYSCALLS",
         "SENT",
         "RECEIVED",
-        "MOVES"
+        "MOVES",
+        "BALANCED"
     );
     for r in &reports {
         let mut procs = r.processes.clone();
         procs.sort_by_key(|p| p.pid);
         for p in procs {
             println!(
-                "{:<14} {:<7} {:<10} {:<14} {:>9.1} {:>9} {:>8} {:>8} {:>8} {:>5}  {}",
+                "{:<14} {:<7} {:<10} {:<14} {:>9.1} {:>9} {:>8} {:>8} {:>8} {:>5} {:>8}  {}{}",
                 p.pid.to_string(),
                 p.kernel.to_string(),
                 domain_name(p.domain),
@@ -417,10 +433,12 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
                 p.ipc.sent,
                 p.ipc.received,
                 p.moves,
+                p.balanced,
                 match p.dormant_bytes {
                     Some(_) => format!("{} (dormant)", p.state),
                     None => p.state,
-                }
+                },
+                if p.pinned { ", pinned" } else { "" }
             );
         }
     }

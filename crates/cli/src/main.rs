@@ -5,6 +5,7 @@
 
 mod bench;
 mod commands;
+mod top;
 
 use std::path::PathBuf;
 
@@ -39,6 +40,8 @@ enum Command {
     Node(commands::NodeArgs),
     /// List the processes of the running node
     Ps(commands::PsArgs),
+    /// Show the load tree (DQDT) of the running node's cluster
+    Top(top::TopArgs),
     /// End a process of the running node
     Kill(commands::KillArgs),
     /// Move a running process of the running node to another kernel, live
@@ -78,6 +81,7 @@ fn main() {
         Command::Run(a) => commands::run(&ctx, a),
         Command::Node(a) => commands::node(&ctx, a).map(|()| 0),
         Command::Ps(a) => commands::ps(&ctx, a).map(|()| 0),
+        Command::Top(a) => top::top(&ctx, a).map(|()| 0),
         Command::Kill(a) => commands::kill(&ctx, a).map(|()| 0),
         Command::Migrate(a) => commands::migrate(&ctx, a).map(|()| 0),
         Command::Checkpoint(a) => commands::checkpoint(&ctx, a).map(|()| 0),

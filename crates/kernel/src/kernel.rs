@@ -25,6 +25,7 @@ use crate::migration::{Arriving, Departure, Incoming};
 use crate::msg::{
     Control, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo,
 };
+use crate::placement::{AfterPlace, Placement};
 
 /// A message looking for its process gives up after this many forwards
 /// (it can only loop while a move is being recorded at the home kernel).
@@ -45,6 +46,8 @@ pub struct KernelParams {
     /// Pin the thread to core `index % cores`.
     pub pin: bool,
     pub migration: MigrationConfig,
+    /// Whether the balancer moves this kernel's processes.
+    pub balance: bool,
 }
 
 /// How this kernel migrates processes when the request does not say.
@@ -81,6 +84,9 @@ pub(crate) struct Process {
     /// The kernel's slice count when it last ran or woke: the processes
     /// that ran least recently go dormant first (`dormancy.rs`).
     pub last_ran: u64,
+    /// When it came to this kernel (made, arrived or returned): the
+    /// balancer leaves it there for a while (`placement.rs`).
+    pub arrived: Instant,
 }
 
 impl Process {
@@ -88,6 +94,7 @@ impl Process {
         Process {
             container,
             last_ran: 0,
+            arrived: Instant::now(),
         }
     }
 }
@@ -166,8 +173,8 @@ pub(crate) struct Kernel {
     /// Migrations to refuse before they commit (`Control::FailArrivals`).
     pub(crate) faults: u32,
     next_req: u64,
-    /// Next kernel for a spawn that names none (round robin).
-    pub next_target: u16,
+    /// Its part of the DQDT, placements under way, the balancer.
+    pub(crate) placement: Placement,
     pub(crate) slices: u64,
     messages: u64,
     /// Live processes this kernel keeps at most; the others are dormant.
@@ -190,6 +197,7 @@ impl Kernel {
             Loader::start(id, p.runtime.clone(), p.doorbells.clone()).expect("a loader thread");
         let live_budget =
             crate::dormancy::live_budget(p.runtime.instances(), p.endpoint.kernel_count());
+        let placement = Placement::new(id, p.endpoint.nodes(), p.balance);
         let host = Host {
             kernel: id,
             kernel_count: p.endpoint.kernel_count(),
@@ -221,7 +229,7 @@ impl Kernel {
             arrivals: FxHashMap::default(),
             faults: 0,
             next_req: 0,
-            next_target: id.index,
+            placement,
             slices: 0,
             messages: 0,
             live_budget,
@@ -236,6 +244,11 @@ impl Kernel {
     /// node linked to it).
     pub(crate) fn noc_reaches(&self, to: KernelId) -> bool {
         self.noc.reaches(to)
+    }
+
+    /// The nodes this kernel can reach now: (node id, kernel count).
+    pub(crate) fn noc_nodes(&self) -> Vec<(u16, u16)> {
+        self.noc.nodes()
     }
 
     pub(crate) fn host_kernel_count(&self) -> u16 {
@@ -277,6 +290,9 @@ impl Kernel {
             while let Ok(loaded) = self.loader.done.try_recv() {
                 self.on_loaded(loaded);
             }
+            if Instant::now() >= self.placement.next_tick() {
+                self.placement_tick();
+            }
             let backlog = self.noc.flush();
             self.fire_timers();
             if let Some(pid) = self.run_queue.pop_front() {
@@ -289,17 +305,22 @@ impl Kernel {
             if self.spin_before_sleep() {
                 continue;
             }
+            let next_tick = self
+                .placement
+                .next_tick()
+                .saturating_duration_since(Instant::now());
             let next_timer = self
                 .timers
                 .peek()
-                .map(|Reverse((t, _))| Duration::from_nanos(t.saturating_sub(monotonic_ns())));
+                .map(|Reverse((t, _))| Duration::from_nanos(t.saturating_sub(monotonic_ns())))
+                .map_or(next_tick, |t| t.min(next_tick));
             // A backlog waits for the receiver to drain its ring: poll it.
             let timeout = if backlog {
-                Some(Duration::from_micros(50))
+                Duration::from_micros(50)
             } else {
                 next_timer
             };
-            self.noc.doorbell().sleep(timeout);
+            self.noc.doorbell().sleep(Some(timeout));
         }
     }
 
@@ -364,7 +385,9 @@ impl Kernel {
         self.slices += 1;
         p.last_ran = self.slices;
         self.running = Some(pid);
+        let cpu_before = p.container.uarea().accounting.cpu_ns;
         let slice = p.container.run(self.quantum, Some(self));
+        self.placement.busy_ns += p.container.uarea().accounting.cpu_ns - cpu_before;
         self.running = None;
         self.procs.insert(pid, p);
         match slice {
@@ -446,6 +469,7 @@ impl Kernel {
         );
         uarea.wander.enabled = spec.wander;
         uarea.limits = spec.limits;
+        uarea.pinned = spec.pinned;
         self.make_room(&[]);
         let made = match Container::new(
             &self.runtime,
@@ -837,6 +861,14 @@ impl Kernel {
                 );
             }
             NocMsg::Module { hash } => self.on_module_bytes(hash, bulk),
+            NocMsg::Dqdt(m) => self.placement.dqdt.on_msg(m, Instant::now()),
+            NocMsg::Place {
+                within,
+                asker,
+                token,
+            } => self.on_place(within, asker, token),
+            NocMsg::Placed { token, kernel } => self.on_placed(token, kernel),
+            NocMsg::Shed { from, to, count } => self.shed(from, to, count),
             NocMsg::File { pid } => self.on_file_op(pid, bulk),
             m @ (NocMsg::Output { .. } | NocMsg::JobEnded { .. } | NocMsg::Domain(_)) => {
                 unreachable!("for the node, which the links hand it to: {m:?}")
@@ -1021,6 +1053,7 @@ impl Kernel {
                 self.send(kernel, NocMsg::Report { kernel: me, req });
             }
             Control::FailArrivals { count } => self.faults = count,
+            Control::Place { reply } => self.place(AfterPlace::Answer(reply)),
             Control::Locate { pid, reply } => {
                 let at = if self.procs.contains_key(&pid) {
                     Some(self.id)
@@ -1222,6 +1255,8 @@ impl Kernel {
                     dormant_bytes: p.container.dormant_bytes(),
                     syscalls: u.accounting.syscalls,
                     moves: u.accounting.moves,
+                    balanced: u.accounting.balanced,
+                    pinned: u.pinned,
                     ipc: u.ipc.stats.clone(),
                     last_migration: u.accounting.last_migration.clone(),
                 }
@@ -1239,6 +1274,8 @@ impl Kernel {
             messages: self.messages,
             ipc: self.ipc.clone(),
             processes,
+            tree: self.placement.dqdt.entries(),
+            balancer_moves: self.placement.moves,
         }
     }
 }

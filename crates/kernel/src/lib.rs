@@ -11,7 +11,8 @@
 //! dispatchers), `serve.rs` (system calls that need the kernel),
 //! `homes.rs` (PIDs and where their processes are), `migration/` (a process
 //! leaving this kernel, `source.rs`, or arriving, `destination.rs`),
-//! `nodes.rs` (when another node is lost), `files.rs` (files of one node
+//! `nodes.rs` (when another node is lost), `placement.rs` (where new
+//! processes go, and the balancer), `files.rs` (files of one node
 //! used from another), `dormancy.rs` (which processes keep an instance),
 //! `loader.rs` (modules prepared and compiled off the kernel's thread).
 
@@ -24,6 +25,7 @@ mod loader;
 mod migration;
 pub mod msg;
 mod nodes;
+mod placement;
 mod serve;
 
 pub use dormancy::MIN_INSTANCES_PER_KERNEL;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainOp, DomainTable, IpcStats};
 use atoll_migration::{MigrationReport, Mode};
+use atoll_placement::{Subtree, TreeEntry};
 use atoll_prepare::ContentHash;
 use atoll_process::{ConsoleId, Container, Preopen, ProcessImage, Stream};
 
@@ -35,6 +36,8 @@ pub struct ProcessSpec {
     /// Move after every system call ([`atoll_process::Wander`]).
     pub wander: bool,
     pub limits: atoll_process::Limits,
+    /// Left where it is by the balancer.
+    pub pinned: bool,
 }
 
 /// Who is waiting for the answer to a request.
@@ -148,6 +151,24 @@ pub enum NocMsg {
     Committed {
         pid: Pid,
         result: Result<(), String>,
+    },
+    /// What a kernel tells the hosts above and below it in the DQDT.
+    Dqdt(atoll_placement::DqdtMsg),
+    /// Go on placing a process within `within` (this kernel hosts it), for
+    /// kernel `asker`'s placement `token`.
+    Place {
+        within: Subtree,
+        asker: KernelId,
+        token: u64,
+    },
+    /// The answer to `Place`: the process goes to `kernel`.
+    Placed { token: u64, kernel: KernelId },
+    /// From the balancer: move `count` runnable processes of subtree `from`
+    /// (this kernel hosts it, or is it) to subtree `to`.
+    Shed {
+        from: Subtree,
+        to: Subtree,
+        count: u32,
     },
     /// For the home kernel: `pid` ended; its slot may be reused.
     Ended { pid: Pid },
@@ -335,6 +356,10 @@ pub struct ProcInfo {
     pub dormant_bytes: Option<usize>,
     pub syscalls: u64,
     pub moves: u32,
+    /// Of its moves, those the balancer decided.
+    pub balanced: u32,
+    /// Left where it is by the balancer (`atoll run --pin`).
+    pub pinned: bool,
     pub ipc: IpcStats,
     /// The process's last migration.
     pub last_migration: Option<MigrationReport>,
@@ -352,6 +377,10 @@ pub struct KernelReport {
     pub messages: u64,
     pub ipc: IpcCounters,
     pub processes: Vec<ProcInfo>,
+    /// Its leaf of the DQDT and the subtrees it hosts, with their loads.
+    pub tree: Vec<TreeEntry>,
+    /// Processes its balancer has moved away since it started.
+    pub balancer_moves: u64,
 }
 
 /// One kernel's IPC activity, for `atoll ipc`.
@@ -420,6 +449,9 @@ pub enum Control {
         kernel: KernelId,
         reply: Sender<KernelReport>,
     },
+    /// Where the DQDT would put a new process (`atoll run` without `--on`,
+    /// MPI ranks by load).
+    Place { reply: Sender<KernelId> },
     /// Where a process homed here runs (`None`: it ended or never existed).
     Locate {
         pid: Pid,

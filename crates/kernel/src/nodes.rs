@@ -53,6 +53,11 @@ impl Kernel {
             NocMsg::Locate { req, lost, .. } => self.fail_request(req, lost),
             NocMsg::Reclaim { pid, req, .. } => self.on_reclaimed(pid, req, false),
             NocMsg::File { pid } => self.answer_file_op(pid, &Err(Errno::Io)),
+            // The placement ends here instead.
+            NocMsg::Place { asker, token, .. } => {
+                let here = self.id;
+                self.answer_place(asker, token, here)
+            }
             // Answers and news for a kernel that is gone.
             _ => {}
         }

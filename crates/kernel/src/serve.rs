@@ -14,6 +14,7 @@ use atoll_process::{
 use crate::kernel::{Kernel, Process};
 use crate::loader::{Load, Loaded, ThenRun};
 use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
+use crate::placement::AfterPlace;
 use crate::Kin;
 
 impl Kernel {
@@ -136,7 +137,6 @@ impl Kernel {
         if kernel.is_some_and(|k| !self.noc_reaches(k)) {
             return self.reply_now(parent, Reply::Spawned(Err(Errno::Inval)));
         }
-        let target = kernel.unwrap_or_else(|| self.place());
         let child = match self.fork_here(parent) {
             Ok(child) => child,
             Err((errno, why)) => {
@@ -145,7 +145,13 @@ impl Kernel {
             }
         };
         // Until it is where it was asked to be, the child does not run.
-        self.run_on(child, target, parent);
+        match kernel {
+            Some(target) => self.run_on(child, target, parent),
+            None => self.place(AfterPlace::Run {
+                pid: child,
+                told: parent,
+            }),
+        }
         self.route(
             parent,
             NocMsg::Spawned {
@@ -257,7 +263,8 @@ impl Kernel {
     /// from its UArea, which keeps the PID, family, console, domain, pending
     /// IPC, descriptors, limits and accounting; memory, globals and grants
     /// (which named the old memory) start afresh. Then it runs on `kernel`
-    /// if one was asked, else here. If the new program cannot be
+    /// if one was asked, else where the DQDT places it (ALMOS-MK moves a
+    /// process at exec, when it is smallest). If the new program cannot be
     /// instantiated, the old one goes on, told why.
     fn exec_with(
         &mut self,
@@ -285,7 +292,10 @@ impl Kernel {
                 if let Some(p) = self.procs.get_mut(&pid) {
                     p.container = container;
                 }
-                self.run_on(pid, kernel.unwrap_or(self.id), pid);
+                match kernel {
+                    Some(target) => self.run_on(pid, target, pid),
+                    None => self.place(AfterPlace::Run { pid, told: pid }),
+                }
             }
             Err(e) => {
                 self.diagnose(pid, &format!("cannot exec: {e}"));
@@ -297,7 +307,7 @@ impl Kernel {
     /// Runs `pid`, made or remade here and not yet scheduled, on `target`:
     /// a migration puts it there before its first instruction; if none can
     /// start, it runs here and `told` hears why.
-    fn run_on(&mut self, pid: Pid, target: KernelId, told: Pid) {
+    pub(crate) fn run_on(&mut self, pid: Pid, target: KernelId, told: Pid) {
         let moving = target != self.id
             && self
                 .migrate(pid, target, None, ReplyTo::Process(pid))
@@ -313,8 +323,10 @@ impl Kernel {
 
     /// Creates `spec` as a child of `parent` on `kernel` (or where the
     /// kernel chooses); the answer goes to the parent wherever it is.
-    fn spawn_on(&mut self, parent: Pid, spec: ProcessSpec, kernel: Option<KernelId>) {
-        let target = kernel.unwrap_or_else(|| self.place());
+    pub(crate) fn spawn_on(&mut self, parent: Pid, spec: ProcessSpec, kernel: Option<KernelId>) {
+        let Some(target) = kernel else {
+            return self.place(AfterPlace::Spawn { parent, spec });
+        };
         if target != self.id {
             return self.send(target, NocMsg::Spawn { parent, spec });
         }
@@ -332,12 +344,13 @@ impl Kernel {
         let p = self.procs.get(&parent).ok_or(Errno::Srch)?;
         let program = p.container.program().clone();
         let u = p.container.uarea();
-        let (env, console, domain, wander, limits) = (
+        let (env, console, domain, wander, limits, pinned) = (
             u.env.clone(),
             u.console,
             u.ipc.domain,
             u.wander.enabled,
             u.limits,
+            u.pinned,
         );
         let preopens = u
             .fds
@@ -360,15 +373,8 @@ impl Kernel {
             domain,
             wander,
             limits,
+            pinned,
         })
-    }
-
-    /// Chooses a kernel for a new process: round robin over the node's
-    /// kernels (the DQDT-based placement replaces this).
-    fn place(&mut self) -> KernelId {
-        let k = KernelId::new(self.id.node, self.next_target);
-        self.next_target = (self.next_target + 1) % self.host_kernel_count();
-        k
     }
 
     /// Writes a line about `pid` on its job's stderr, so the user sees why a

@@ -48,6 +48,9 @@ pub trait Uplink<M>: Send + Sync {
 
     /// Whether kernel `to` of another node exists and its node is linked.
     fn reaches(&self, to: KernelId) -> bool;
+
+    /// The other nodes linked now: (node id, kernel count).
+    fn linked(&self) -> Vec<(u16, u16)>;
 }
 
 /// A kernel's lanes to the other nodes: the uplink for what it sends, and
@@ -187,6 +190,16 @@ impl<M> Endpoint<M> {
         } else {
             self.remote.as_ref().is_some_and(|r| r.uplink.reaches(to))
         }
+    }
+
+    /// The nodes this kernel can send to now, its own first: (node id,
+    /// kernel count).
+    pub fn nodes(&self) -> Vec<(u16, u16)> {
+        let mut nodes = vec![(self.id.node, self.kernel_count())];
+        if let Some(r) = &self.remote {
+            nodes.extend(r.uplink.linked());
+        }
+        nodes
     }
 
     /// Sends a control message to kernel `to`.

@@ -50,6 +50,9 @@ pub struct NodeConfig {
     /// Joined to other nodes (`atoll node --listen`): the node id is then
     /// the cluster's, not `node`.
     pub cluster: Option<LinkConfig>,
+    /// Whether the balancer moves processes between this node's kernels
+    /// and to other nodes (`atoll node --no-balance` turns it off).
+    pub balance: bool,
 }
 
 impl NodeConfig {
@@ -66,6 +69,7 @@ impl NodeConfig {
             },
             migration: MigrationConfig::default(),
             cluster: None,
+            balance: true,
         }
     }
 }
@@ -86,8 +90,8 @@ pub struct JobSpec {
     pub args: Vec<String>,
     pub env: Vec<String>,
     pub preopens: Vec<Preopen>,
-    /// Kernel to start on, of this node or another; `None` lets the node
-    /// choose (one of its own).
+    /// Kernel to start on, of this node or another; `None`: where the
+    /// DQDT places it.
     pub kernel: Option<KernelId>,
     /// Prepare the module (safepoints, Asyncify) before running it.
     pub prepare: bool,
@@ -102,6 +106,10 @@ pub struct JobSpec {
     /// Each process's resource limits (each MPI rank's, each child's).
     #[serde(default)]
     pub limits: Limits,
+    /// Leave the job's processes where they are started: the balancer
+    /// does not move them (`atoll run --pin`).
+    #[serde(default)]
+    pub pin: bool,
 }
 
 /// Each kernel's lanes to the other nodes, in kernel order.
@@ -258,7 +266,6 @@ pub struct Node {
     console: Option<JoinHandle<()>>,
     sinks: Sinks,
     next_console: AtomicU64,
-    next_kernel: AtomicU64,
     /// The node's domains; each kernel has a copy of the latest table.
     domains: Arc<Domains>,
     /// The other nodes, when this one is part of a cluster.
@@ -336,6 +343,7 @@ impl Node {
                 },
                 pin: config.pin,
                 migration: config.migration,
+                balance: config.balance,
             })?);
         }
         domains.started(id, links.clone());
@@ -348,7 +356,6 @@ impl Node {
             console: Some(console),
             sinks,
             next_console: AtomicU64::new(1),
-            next_kernel: AtomicU64::new(0),
             domains,
             links,
         })
@@ -466,6 +473,17 @@ impl Node {
         }
     }
 
+    /// Where the DQDT puts a new process, asked of kernel 0, which hosts the
+    /// subtree of all of this node's kernels: the least loaded kernel, each
+    /// answer counted there until its load reports have the process.
+    pub fn place(&self) -> anyhow::Result<KernelId> {
+        self.ask_within(
+            KernelId::new(self.id, 0),
+            Duration::from_secs(10),
+            |reply| Control::Place { reply },
+        )
+    }
+
     /// Loads the program and starts the job's first process; its output and
     /// end go to `sink`.
     ///
@@ -478,10 +496,7 @@ impl Node {
         }
         let kernel = match job.kernel {
             Some(k) => k,
-            None => {
-                let n = self.next_kernel.fetch_add(1, Ordering::Relaxed) % self.doors.len() as u64;
-                KernelId::new(self.id, n as u16)
-            }
+            None => self.place()?,
         };
         self.start_process(job, &start, kernel, job.env.clone(), sink)
     }
@@ -537,6 +552,7 @@ impl Node {
             domain: Some(start.domain),
             wander: job.wander,
             limits: job.limits,
+            pinned: job.pin,
         };
         // A kernel of another node is asked through kernel 0 of this one;
         // the job's output and end come back here.

@@ -10,7 +10,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use atoll_abi::{KernelId, Pid};
 use atoll_kernel::Control;
 use atoll_process::Stream;
@@ -33,9 +33,12 @@ pub struct Ranks {
 /// How ranks are laid over the kernels of the cluster.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MapBy {
+    /// Each rank where the DQDT places it when it starts: the least loaded
+    /// kernel, counting the ranks placed before it.
+    #[default]
+    Load,
     /// Rank r on the r-th kernel, the kernels of each node in turn (node 0's
     /// first), cycling.
-    #[default]
     Kernel,
     /// Rank r on node r mod nodes, its kernels taken in turn.
     Node,
@@ -46,9 +49,10 @@ impl std::str::FromStr for MapBy {
 
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
+            "load" => Ok(MapBy::Load),
             "kernel" => Ok(MapBy::Kernel),
             "node" => Ok(MapBy::Node),
-            _ => Err(format!("`{s}`: expected `kernel` or `node`")),
+            _ => Err(format!("`{s}`: expected `load`, `kernel` or `node`")),
         }
     }
 }
@@ -58,23 +62,28 @@ const SIGKILL: i32 = 9;
 
 impl Ranks {
     /// The kernel of each rank, over `nodes` (node id, kernel count) in
-    /// node order.
-    pub fn placement(&self, nodes: &[(u16, u16)]) -> Vec<KernelId> {
+    /// node order; `None` for ranks placed by load, one by one as they
+    /// start.
+    pub fn placement(&self, nodes: &[(u16, u16)]) -> Vec<Option<KernelId>> {
         let count = self.count as usize;
+        let fixed = |kernels: Vec<KernelId>| kernels.into_iter().map(Some).collect();
         match self.map_by {
+            MapBy::Load => vec![None; count],
             MapBy::Kernel => {
                 let all: Vec<KernelId> = nodes
                     .iter()
                     .flat_map(|&(node, kernels)| (0..kernels).map(move |i| KernelId::new(node, i)))
                     .collect();
-                (0..count).map(|r| all[r % all.len()]).collect()
+                fixed((0..count).map(|r| all[r % all.len()]).collect())
             }
-            MapBy::Node => (0..count)
-                .map(|r| {
-                    let (node, kernels) = nodes[r % nodes.len()];
-                    KernelId::new(node, ((r / nodes.len()) % kernels as usize) as u16)
-                })
-                .collect(),
+            MapBy::Node => fixed(
+                (0..count)
+                    .map(|r| {
+                        let (node, kernels) = nodes[r % nodes.len()];
+                        KernelId::new(node, ((r / nodes.len()) % kernels as usize) as u16)
+                    })
+                    .collect(),
+            ),
         }
     }
 }
@@ -266,7 +275,15 @@ impl Node {
                 group: group.clone(),
                 rank,
             });
-            match self.start_process(job, start, kernel, env, sink) {
+            let started = match kernel {
+                Some(k) => Ok(k),
+                None => self.place(),
+            }
+            .and_then(|kernel| {
+                self.start_process(job, start, kernel, env, sink)
+                    .with_context(|| format!("starting rank {rank} on {kernel}"))
+            });
+            match started {
                 Ok(pid) => {
                     root.get_or_insert(pid);
                     group.lock().expect("group").started(rank, pid);
@@ -277,7 +294,7 @@ impl Node {
                     for pid in g.pids.iter().flatten() {
                         g.killer.kill(*pid);
                     }
-                    return Err(e.context(format!("starting rank {rank} on {kernel}")));
+                    return Err(e);
                 }
             }
         }
@@ -299,7 +316,7 @@ mod tests {
             }
             .placement(&[(0, 2), (1, 3)])
             .into_iter()
-            .map(|k| k.to_string())
+            .map(|k| k.map_or("load".to_string(), |k| k.to_string()))
             .collect::<Vec<_>>()
         };
         assert_eq!(
@@ -310,5 +327,6 @@ mod tests {
             by(MapBy::Node, 6),
             ["0.0", "1.0", "0.1", "1.1", "0.0", "1.2"]
         );
+        assert_eq!(by(MapBy::Load, 2), ["load", "load"]);
     }
 }

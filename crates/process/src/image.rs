@@ -31,7 +31,7 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 5: open files and directories name the kernel that owns them, and files
 ///    their device and inode.
 /// 6: the UArea holds the process's resource limits.
-const VERSION: u16 = 6;
+const VERSION: u16 = 7;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

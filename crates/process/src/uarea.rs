@@ -71,6 +71,9 @@ pub struct UArea {
     /// What the process may use. Kept here so that the limits go wherever
     /// the process goes; children inherit them.
     pub limits: Limits,
+    /// Whether the balancer leaves the process where it is (`atoll run
+    /// --pin`); children inherit it. Explicit moves still work.
+    pub pinned: bool,
 }
 
 /// Resource limits of one process (`atoll run --memory`, `--cpu-time`).
@@ -113,6 +116,7 @@ impl UArea {
             accounting: Accounting::default(),
             wander: Wander::default(),
             limits: Limits::default(),
+            pinned: false,
         }
     }
 
@@ -202,6 +206,8 @@ pub struct Accounting {
     pub syscalls: u64,
     /// Times the process was moved to another kernel.
     pub moves: u32,
+    /// Of those, the moves the balancer decided.
+    pub balanced: u32,
     /// The kernel the process last ran on.
     pub last_kernel: Option<KernelId>,
     /// How its last migration went (written by the destination).

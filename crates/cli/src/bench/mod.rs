@@ -5,6 +5,7 @@
 //! invocation, reports medians of repeated runs and atoll's ratio to each
 //! alternative, and can record the result with the machine it ran on.
 
+mod balance;
 mod cluster;
 mod ipc;
 mod mergesort;
@@ -63,6 +64,8 @@ enum Which {
     Mpi(mpi::Args),
     /// spawn, fork, exec and kill, local and remote, as kernels grow, vs Linux fork, fork+exec, kill
     Placement(placement::Args),
+    /// An unbalanced CPU-bound workload with the balancer off and on, vs Linux's scheduler
+    Balance(balance::Args),
 }
 
 pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
@@ -76,6 +79,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
         Which::Scale(s) => emit(&scale::run(ctx, &a.build, s)?, json, record),
         Which::Mpi(m) => emit(&mpi::run(ctx, &a.build, m)?, json, record),
         Which::Placement(p) => emit(&placement::run(ctx, &a.build, p)?, json, record),
+        Which::Balance(b) => emit(&balance::run(ctx, &a.build, b)?, json, record),
     }
 }
 
@@ -310,6 +314,7 @@ pub fn job_on_kernel0(program: PathBuf, args: Vec<String>) -> JobSpec {
         wander: false,
         limits: Default::default(),
         ranks: None,
+        pin: false,
     }
 }
 

@@ -135,6 +135,7 @@ fn atoll_run(node: &Node, swarm: &Path, n: u32, hold: &Path) -> anyhow::Result<S
         wander: false,
         limits: Default::default(),
         ranks: None,
+        pin: false,
     };
     node.run_job(
         &job,

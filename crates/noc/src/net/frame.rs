@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// The frame format this atoll speaks. A peer speaking another is refused.
 /// 2: remote file ops; open files name their owner.
 /// 3: a process's spec and UArea carry its resource limits.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;

@@ -425,6 +425,17 @@ impl<M: Serialize> Uplink<M> for Links<M> {
             .get(&to.node)
             .is_some_and(|p| to.index < p.member.kernels && p.lanes.iter().all(Option::is_some))
     }
+
+    fn linked(&self) -> Vec<(u16, u16)> {
+        self.shared
+            .peers
+            .read()
+            .expect("peers")
+            .values()
+            .filter(|p| p.lanes.iter().all(Option::is_some))
+            .map(|p| (p.member.node, p.member.kernels))
+            .collect()
+    }
 }
 
 impl<M> Shared<M> {

@@ -80,6 +80,7 @@ pub fn job(name: &str, args: &[&str]) -> JobSpec {
         wander: false,
         ranks: None,
         limits: Default::default(),
+        pin: false,
     }
 }
 

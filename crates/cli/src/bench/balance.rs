@@ -1,0 +1,286 @@
+//! The balancer's experiment (issue 12; the future work of seeds 000 and
+//! 001): an unbalanced CPU-bound workload, `bench/guests/balance.c` (N
+//! processes of lengths 1 to 4 units, all started at once), on atoll with
+//! the balancer off and on, started on one kernel or placed by the DQDT;
+//! beside the same C source under Linux's scheduler.
+//!
+//! Each run reports its makespan; the ideal one, from the CPU time the
+//! processes used in that very run (their sum over the CPUs, or the longest
+//! process if that is more); the mean time a process waited, runnable, for
+//! a CPU (its wall time from its fork minus its CPU time); and the
+//! balancer's moves.
+
+use std::path::Path;
+
+use anyhow::{bail, Context as _};
+use serde::Serialize;
+
+use super::plot::{grouped_bars, BarGroup};
+use super::{artifact, atoll_job, command_line, job_on_kernel0, md_table, median, native};
+use super::{page_head, text_table, Machine, Recorded};
+use crate::commands::Context;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Processes of the workload
+    #[arg(long, default_value_t = 32)]
+    n: u32,
+    /// Rounds of xorshift in one unit of work (a process does 1 to 4 units)
+    #[arg(long, default_value_t = 20_000_000)]
+    unit: u64,
+    /// Kernels of the node (and the CPUs the ideal is counted over)
+    #[arg(long, default_value_t = 2)]
+    kernels: u16,
+    /// Runs of each configuration; medians are reported
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+}
+
+/// The atoll configurations: label, balancer on, balance.c's KERNEL.
+const ATOLL: [(&str, bool, &str); 4] = [
+    ("atoll, all on kernel 0, balancer off", false, "0"),
+    ("atoll, all on kernel 0, balancer on", true, "0"),
+    ("atoll, placed by the DQDT, balancer off", false, "any"),
+    ("atoll, placed by the DQDT, balancer on", true, "any"),
+];
+const LINUX: &str = "Linux, fork (CFS places and balances)";
+
+const HEAD: [&str; 6] = [
+    "configuration",
+    "makespan (ms)",
+    "ideal (ms)",
+    "makespan / ideal",
+    "mean wait runnable (ms)",
+    "balancer moves",
+];
+
+#[derive(Serialize)]
+pub struct BalanceReport {
+    name: String,
+    command: String,
+    machine: Machine,
+    n: u32,
+    unit: u64,
+    kernels: u16,
+    configurations: Vec<Configuration>,
+    notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Configuration {
+    name: String,
+    runs: Vec<Run>,
+    makespan_ms: f64,
+    ideal_ms: f64,
+    /// Median over runs of makespan / ideal.
+    over_ideal: f64,
+    wait_ms: f64,
+    moves: f64,
+}
+
+#[derive(Serialize)]
+struct Run {
+    makespan_ms: f64,
+    ideal_ms: f64,
+    wait_ms: f64,
+    moves: u64,
+}
+
+impl Configuration {
+    fn new(name: &str, runs: Vec<Run>) -> Configuration {
+        let m = |f: fn(&Run) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+        Configuration {
+            name: name.into(),
+            makespan_ms: m(|r| r.makespan_ms),
+            ideal_ms: m(|r| r.ideal_ms),
+            over_ideal: m(|r| r.makespan_ms / r.ideal_ms),
+            wait_ms: m(|r| r.wait_ms),
+            moves: m(|r| r.moves as f64),
+            runs,
+        }
+    }
+}
+
+/// Reads one run of balance.c: its makespan, and each child's wall and CPU
+/// time; `cpus` is what the ideal is counted over.
+fn parse(out: &str, n: u32, cpus: u16, moves: u64) -> anyhow::Result<Run> {
+    let value = |line: &str, key: &str| -> anyhow::Result<f64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .with_context(|| format!("no {key}= in `{line}`"))?
+            .parse::<f64>()
+            .with_context(|| format!("{key} in `{line}`"))
+    };
+    let (mut cpu, mut longest, mut wait, mut children) = (0.0, 0.0f64, 0.0, 0);
+    let mut makespan = None;
+    for line in out.lines().filter(|l| l.starts_with("balance ")) {
+        if line.contains(" child=") {
+            let (w, c) = (value(line, "wall_us")?, value(line, "cpu_us")?);
+            cpu += c;
+            longest = longest.max(c);
+            wait += (w - c).max(0.0);
+            children += 1;
+        } else {
+            makespan = Some(value(line, "makespan_us")?);
+        }
+    }
+    let Some(makespan) = makespan else {
+        bail!("balance printed no makespan: {out}");
+    };
+    if children != n {
+        bail!("{children} of {n} children reported");
+    }
+    Ok(Run {
+        makespan_ms: makespan / 1e3,
+        ideal_ms: (cpu / f64::from(cpus)).max(longest) / 1e3,
+        wait_ms: wait / f64::from(n) / 1e3,
+        moves,
+    })
+}
+
+pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport> {
+    let program = std::path::absolute(artifact(build, "wasm/balance.wasm")?)?;
+    let linux = artifact(build, "native/balance")?;
+    let (n, unit) = (a.n.to_string(), a.unit.to_string());
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get()) as u16;
+    let mut configurations = Vec::new();
+    for (label, balance, kernel) in ATOLL {
+        eprintln!("{label}");
+        let mut config = ctx.node_config(Some(a.kernels), 10);
+        config.balance = balance;
+        let node = atoll_node::Node::start(config)?;
+        node.runtime().load_file(&program, true)?;
+        let args = vec!["balance".into(), n.clone(), unit.clone(), kernel.into()];
+        let mut runs = Vec::new();
+        for _ in 0..a.runs.max(1) {
+            let before = balancer_moves(&node)?;
+            let (out, _) = atoll_job(&node, &job_on_kernel0(program.clone(), args.clone()))?;
+            let moves = balancer_moves(&node)? - before;
+            runs.push(parse(&out, a.n, a.kernels, moves)?);
+        }
+        node.shutdown();
+        configurations.push(Configuration::new(label, runs));
+    }
+    eprintln!("{LINUX}");
+    let mut runs = Vec::new();
+    for _ in 0..a.runs.max(1) {
+        let (out, _) = native(&linux, &[n.clone(), unit.clone()])?;
+        runs.push(parse(&out, a.n, cpus, 0)?);
+    }
+    configurations.push(Configuration::new(LINUX, runs));
+    Ok(BalanceReport {
+        name: "balance".into(),
+        command: command_line(),
+        machine: Machine::probe(),
+        n: a.n,
+        unit: a.unit,
+        kernels: a.kernels,
+        configurations,
+        notes: vec![
+            format!(
+                "{} CPU-bound processes of 1 to 4 units of {} xorshift rounds (process i does \
+                 1 + i % 4), forked at once by one process; atoll on {} kernels, Linux on {} \
+                 CPUs; medians of {} runs",
+                a.n,
+                a.unit,
+                a.kernels,
+                cpus,
+                a.runs.max(1)
+            ),
+            "ideal: the processes' CPU time in that run over the CPUs, or the longest \
+             process's if more; wait: a process's wall time from its fork to its end minus \
+             its CPU time (waiting runnable, or moving), averaged over the processes"
+                .into(),
+            "the balancer moves runnable processes from the most to the least loaded child \
+             of each DQDT subtree, every 10 ms at most 16 at a time, none that arrived less \
+             than 100 ms ago"
+                .into(),
+        ],
+    })
+}
+
+/// The moves every kernel of `node` has made for its balancer so far.
+fn balancer_moves(node: &atoll_node::Node) -> anyhow::Result<u64> {
+    Ok(node.ps()?.iter().map(|r| r.balancer_moves).sum())
+}
+
+impl BalanceReport {
+    fn rows(&self) -> Vec<[String; 6]> {
+        self.configurations
+            .iter()
+            .map(|c| {
+                [
+                    c.name.clone(),
+                    format!("{:.0}", c.makespan_ms),
+                    format!("{:.0}", c.ideal_ms),
+                    format!("{:.3}", c.over_ideal),
+                    format!("{:.0}", c.wait_ms),
+                    format!("{:.0}", c.moves),
+                ]
+            })
+            .collect()
+    }
+}
+
+impl Recorded for BalanceReport {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn table(&self) -> String {
+        let mut s = format!("{}\n", self.name);
+        s += &text_table(HEAD, &self.rows());
+        for n in &self.notes {
+            s += &format!("  {n}\n");
+        }
+        s
+    }
+
+    fn markdown(&self) -> String {
+        let mut s = page_head(&self.name, &self.command, &self.machine);
+        s += "![balance](balance.png)\n\n";
+        s += &md_table(HEAD, &self.rows());
+        s += "\n";
+        for n in &self.notes {
+            s += &format!("- {n}\n");
+        }
+        s
+    }
+
+    fn write_extra(&self, dir: &Path) -> anyhow::Result<()> {
+        let group = |name: &str, f: fn(&Configuration) -> f64| BarGroup {
+            name: name.into(),
+            bars: self
+                .configurations
+                .iter()
+                .map(|c| (c.name.clone(), f(c)))
+                .collect(),
+        };
+        grouped_bars(
+            &dir.join("balance.png"),
+            "an unbalanced workload: makespan over the ideal, balancer off and on, vs Linux",
+            "makespan / ideal (1 is perfect balance)",
+            &[group("makespan / ideal", |c| c.over_ideal)],
+            false,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_read_from_what_balance_prints() {
+        let out = "balance child=0 work=1 wall_us=300 cpu_us=100 value=0x1\n\
+                   balance child=1 work=2 wall_us=500 cpu_us=200 value=0x2\n\
+                   balance n=2 unit=5 makespan_us=600\n";
+        let run = parse(out, 2, 2, 3).unwrap();
+        assert_eq!(run.makespan_ms, 0.6);
+        assert_eq!(run.ideal_ms, 0.2); // the longest process, more than 300/2
+        assert_eq!(run.wait_ms, 0.25);
+        assert_eq!(run.moves, 3);
+        assert!(parse(out, 3, 2, 0).is_err());
+        assert!(parse("balance child=0 work=1\n", 1, 1, 0).is_err());
+    }
+}

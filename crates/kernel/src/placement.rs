@@ -1,0 +1,298 @@
+//! This kernel's part in placement (DESIGN.md, "Placement"): its share of
+//! the DQDT ([`atoll_placement::Dqdt`]), told its load every
+//! [`PERIOD`](atoll_placement::PERIOD); new processes placed by descending
+//! the tree, asking the host of a subtree off this kernel's path
+//! (`NocMsg::Place`) to go on; and the balancer, which moves runnable
+//! processes from the most to the least loaded child of each subtree this
+//! kernel hosts.
+
+use std::collections::HashMap;
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use atoll_abi::{KernelId, Pid};
+use atoll_migration::Mode;
+use atoll_placement::{Dqdt, Load, Shape, Step, Subtree, Toward, PERIOD};
+
+use crate::kernel::Kernel;
+use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
+
+/// A placement asked of another kernel is given up after this long (that
+/// kernel's node may have been lost), and made here instead.
+const ASK_LIMIT: Duration = Duration::from_secs(2);
+/// The balancer moves a process only once it has been on its kernel this
+/// long: so a process moves at most this often, and one that has just
+/// started, and may be about to end, stays.
+const RESIDENCE: Duration = Duration::from_millis(100);
+/// The memory of a kernel's processes is summed every this many ticks (it
+/// walks every process).
+const MEMORY_EVERY: u32 = 50;
+
+/// What to do once a placement has found its kernel.
+pub(crate) enum AfterPlace {
+    /// Create a spawned child there.
+    Spawn { parent: Pid, spec: ProcessSpec },
+    /// Run a process made or remade here (fork's child, exec) there; `told`
+    /// hears if it cannot move.
+    Run { pid: Pid, told: Pid },
+    /// Move a runnable process there (the balancer).
+    Move { pid: Pid },
+    /// Tell the node (`Control::Place`).
+    Answer(Sender<KernelId>),
+}
+
+/// The kernel's placement state.
+pub(crate) struct Placement {
+    pub dqdt: Dqdt,
+    /// Whether this kernel's balancer moves processes (`atoll node
+    /// --no-balance` turns it off).
+    pub balance: bool,
+    next_tick: Instant,
+    last_tick: Instant,
+    ticks: u32,
+    /// Nanoseconds spent running processes since the last tick.
+    pub busy_ns: u64,
+    memory: u64,
+    /// Placements asked of another kernel, by token.
+    asked: HashMap<u64, (AfterPlace, Instant)>,
+    next_token: u64,
+    /// Next kernel for a placement made before the tree is known.
+    next_target: u16,
+    /// Moves this kernel's balancer started.
+    pub moves: u64,
+}
+
+impl Placement {
+    pub(crate) fn new(me: KernelId, nodes: Vec<(u16, u16)>, balance: bool) -> Placement {
+        let now = Instant::now();
+        Placement {
+            dqdt: Dqdt::new(me, Shape::new(nodes)),
+            balance,
+            next_tick: now,
+            last_tick: now,
+            ticks: 0,
+            busy_ns: 0,
+            memory: 0,
+            asked: HashMap::new(),
+            next_token: 0,
+            next_target: me.index,
+            moves: 0,
+        }
+    }
+
+    /// When the next tick is due.
+    pub(crate) fn next_tick(&self) -> Instant {
+        self.next_tick
+    }
+}
+
+impl Kernel {
+    /// Measures this kernel's load, tells the tree, acts on the balancer's
+    /// decisions, and gives up placements asked too long ago.
+    pub(crate) fn placement_tick(&mut self) {
+        let now = Instant::now();
+        let shape = Shape::new(self.noc_nodes());
+        let p = &mut self.placement;
+        p.dqdt.reshape(shape);
+        let window = now.duration_since(p.last_tick).as_nanos().max(1) as f64;
+        if p.ticks.is_multiple_of(MEMORY_EVERY) {
+            p.memory = self
+                .procs
+                .values()
+                .map(|p| p.container.memory_bytes() as u64)
+                .sum();
+        }
+        let own = Load {
+            kernels: 1,
+            runnable: self.run_queue.len() as u32,
+            processes: self.procs.len() as u32,
+            busy: (p.busy_ns as f64 / window).min(1.0) as f32,
+            memory: p.memory,
+        };
+        p.busy_ns = 0;
+        p.last_tick = now;
+        p.ticks = p.ticks.wrapping_add(1);
+        p.next_tick = now + PERIOD;
+        for (to, msg) in p.dqdt.tick(own, now) {
+            self.send(to, NocMsg::Dqdt(msg));
+        }
+        if self.placement.balance {
+            for m in self.placement.dqdt.imbalances(now) {
+                tracing::debug!(
+                    kernel = %self.id,
+                    "balancer: {} has {} runnable process(es) too many against {}, within {}",
+                    m.from,
+                    m.count,
+                    m.to,
+                    m.subtree
+                );
+                self.shed(m.from, m.to, m.count);
+            }
+        }
+        let late: Vec<u64> = self
+            .placement
+            .asked
+            .iter()
+            .filter(|(_, (_, at))| now.duration_since(*at) > ASK_LIMIT)
+            .map(|(&t, _)| t)
+            .collect();
+        for token in late {
+            tracing::warn!(kernel = %self.id, "a placement asked of another kernel got no answer: made here");
+            let here = self.id;
+            self.on_placed(token, here);
+        }
+    }
+
+    /// Places a new process anywhere: the DQDT's choice once this kernel
+    /// has heard of the tree, round robin over its node's kernels before.
+    pub(crate) fn place(&mut self, then: AfterPlace) {
+        if !self.placement.dqdt.knows() {
+            let count = self.host_kernel_count();
+            let p = &mut self.placement;
+            let k = KernelId::new(self.id.node, p.next_target);
+            p.next_target = (p.next_target + 1) % count;
+            return self.placed(k, then);
+        }
+        let root = self.placement.dqdt.shape().root();
+        self.place_within(root, then);
+    }
+
+    /// Places a process within subtree `within`.
+    fn place_within(&mut self, within: Subtree, then: AfterPlace) {
+        match self
+            .placement
+            .dqdt
+            .descend(within, Toward::Lightest, Instant::now())
+        {
+            Step::At(k) => self.placed(k, then),
+            Step::Ask { host, within } => {
+                let p = &mut self.placement;
+                let token = p.next_token;
+                p.next_token += 1;
+                p.asked.insert(token, (then, Instant::now()));
+                let asker = self.id;
+                self.send(
+                    host,
+                    NocMsg::Place {
+                        within,
+                        asker,
+                        token,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Another kernel's placement goes on here.
+    pub(crate) fn on_place(&mut self, within: Subtree, asker: KernelId, token: u64) {
+        match self
+            .placement
+            .dqdt
+            .descend(within, Toward::Lightest, Instant::now())
+        {
+            Step::Ask { host, within } if host != self.id => self.send(
+                host,
+                NocMsg::Place {
+                    within,
+                    asker,
+                    token,
+                },
+            ),
+            Step::At(k) => self.answer_place(asker, token, k),
+            Step::Ask { .. } => self.answer_place(asker, token, self.id),
+        }
+    }
+
+    /// Tells `asker` where its placement `token` ended.
+    pub(crate) fn answer_place(&mut self, asker: KernelId, token: u64, kernel: KernelId) {
+        if asker == self.id {
+            self.on_placed(token, kernel);
+        } else {
+            self.send(asker, NocMsg::Placed { token, kernel });
+        }
+    }
+
+    pub(crate) fn on_placed(&mut self, token: u64, kernel: KernelId) {
+        if let Some((then, _)) = self.placement.asked.remove(&token) {
+            self.placed(kernel, then);
+        }
+    }
+
+    fn placed(&mut self, kernel: KernelId, then: AfterPlace) {
+        match then {
+            AfterPlace::Spawn { parent, spec } => self.spawn_on(parent, spec, Some(kernel)),
+            AfterPlace::Run { pid, told } => self.run_on(pid, kernel, told),
+            AfterPlace::Move { pid } => self.balance_move(pid, kernel),
+            AfterPlace::Answer(reply) => drop(reply.send(kernel)),
+        }
+    }
+
+    /// The balancer's decision reached the subtree that gives: find its
+    /// most loaded kernel, and have it send `count` processes to `to`.
+    pub(crate) fn shed(&mut self, from: Subtree, to: Subtree, count: u32) {
+        let shape = self.placement.dqdt.shape();
+        if !shape.exists(from) || !shape.exists(to) {
+            return; // a decision made on another shape of the tree
+        }
+        let (at, from) = match self
+            .placement
+            .dqdt
+            .descend(from, Toward::Heaviest, Instant::now())
+        {
+            Step::At(k) => (k, Shape::leaf(k)),
+            Step::Ask { host, within } => (host, within),
+        };
+        if at != self.id {
+            return self.send(at, NocMsg::Shed { from, to, count });
+        }
+        if from != Shape::leaf(self.id) {
+            return; // it does not know its own subtree yet
+        }
+        let now = Instant::now();
+        let mut candidates: Vec<(u64, Pid)> = self
+            .run_queue
+            .iter()
+            .filter_map(|&pid| {
+                let p = self.procs.get(&pid)?;
+                let u = p.container.uarea();
+                let movable = !u.pinned
+                    && !u.wander.enabled
+                    && !self.departures.contains_key(&pid)
+                    && !self.in_exec(pid)
+                    && now.duration_since(p.arrived) >= RESIDENCE;
+                movable.then_some((u.accounting.cpu_ns, pid))
+            })
+            .collect();
+        // The oldest first: a process that has run long is likely to run
+        // long still (Harchol-Balter and Downey), so its move pays off.
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        candidates.dedup_by_key(|c| c.1);
+        for (_, pid) in candidates.into_iter().take(count as usize) {
+            self.place_within(to, AfterPlace::Move { pid });
+        }
+    }
+
+    /// Moves `pid` for the balancer: by hand-over within this node, by copy
+    /// to another.
+    fn balance_move(&mut self, pid: Pid, to: KernelId) {
+        if to == self.id || !self.procs.contains_key(&pid) {
+            return;
+        }
+        let mode = (to.node == self.id.node).then_some(Mode::Handover);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.container.uarea_mut().accounting.balanced += 1;
+        }
+        match self.migrate(pid, to, mode, ReplyTo::Process(pid)) {
+            Ok(()) => {
+                self.placement.moves += 1;
+                tracing::info!(kernel = %self.id, %pid, "balancer: moving it to {to}")
+            }
+            Err(why) => {
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.container.uarea_mut().accounting.balanced -= 1;
+                }
+                tracing::debug!(kernel = %self.id, %pid, "balancer: not moving to {to}: {why}");
+            }
+        }
+    }
+}

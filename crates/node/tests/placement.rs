@@ -1,0 +1,139 @@
+//! Placement by the DQDT and the balancer, on real nodes running
+//! `balance.wasm` (bench/guests/balance.c): CPU-bound processes forked at
+//! once, on one kernel or wherever the DQDT places them.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use atoll_abi::KernelId;
+use atoll_node::{MapBy, Node, NodeConfig, Ranks};
+use common::*;
+
+/// Rounds of xorshift in a unit of balance.c's work: tens of milliseconds,
+/// so that the processes are still running when the balancer looks.
+const UNIT: &str = "20000000";
+
+fn node_balancing(kernels: u16, balance: bool) -> Node {
+    let mut config = NodeConfig::new(Some(support::cache_dir()));
+    config.kernels = kernels;
+    config.balance = balance;
+    Node::start(config).expect("node starts")
+}
+
+/// Runs `balance N UNIT KERNEL`; returns how many children ended on each
+/// kernel, after checking that every child printed the value an unmoved
+/// run computes.
+fn balance(node: &Node, n: usize, kernel: &str, pin: bool) -> BTreeMap<u16, usize> {
+    let mut spec = job("balance", &[&n.to_string(), UNIT, kernel]);
+    spec.pin = pin;
+    let (code, out) = run(node, &spec);
+    let stdout = out.stdout();
+    assert_eq!(code, 0, "{stdout}{}", out.stderr());
+    let mut on = BTreeMap::new();
+    let children: Vec<&str> = stdout.lines().filter(|l| l.contains(" child=")).collect();
+    assert_eq!(children.len(), n, "{stdout}");
+    for line in children {
+        let field = |key: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+                .unwrap_or_else(|| panic!("no {key} in {line}"))
+        };
+        let (child, value) = (field("child"), field("value"));
+        assert_eq!(value, expected(child.parse().unwrap()), "{line}");
+        *on.entry(field("kernel").parse().unwrap()).or_default() += 1;
+    }
+    on
+}
+
+/// What child `i` of balance.c computes.
+fn expected(i: u64) -> String {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64.wrapping_add(i);
+    for _ in 0..(1 + i % 4) * UNIT.parse::<u64>().unwrap() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    format!("0x{x:016x}")
+}
+
+fn balancer_moves(node: &Node) -> u64 {
+    node.ps().unwrap().iter().map(|r| r.balancer_moves).sum()
+}
+
+#[test]
+fn the_balancer_spreads_processes_started_on_one_kernel() {
+    let node = node_balancing(2, true);
+    let on = balance(&node, 8, "0", false);
+    assert!(balancer_moves(&node) > 0, "nothing moved");
+    assert!(on.contains_key(&1), "every child ended on kernel 0: {on:?}");
+}
+
+#[test]
+fn pinned_processes_and_a_node_without_balancer_stay_where_they_start() {
+    let node = node_balancing(2, true);
+    assert_eq!(balance(&node, 6, "0", true), BTreeMap::from([(0, 6)]));
+    assert_eq!(balancer_moves(&node), 0);
+    let node = node_balancing(2, false);
+    assert_eq!(balance(&node, 6, "0", false), BTreeMap::from([(0, 6)]));
+    assert_eq!(balancer_moves(&node), 0);
+}
+
+#[test]
+fn children_forked_anywhere_are_placed_on_every_kernel() {
+    let node = node_balancing(3, false);
+    // Once the kernels have told each other their loads.
+    std::thread::sleep(Duration::from_millis(100));
+    let on = balance(&node, 9, "any", false);
+    // The parent, runnable on kernel 0 while it forks, counts there.
+    assert_eq!(on.len(), 3, "{on:?}");
+    let (least, most) = (on.values().min().unwrap(), on.values().max().unwrap());
+    assert!(most - least <= 2, "{on:?}");
+}
+
+#[test]
+fn the_tree_sums_what_its_leaves_report() {
+    let node = node_balancing(2, false);
+    let mut spin = job("spin", &[]);
+    spin.kernel = Some(KernelId::new(0, 1));
+    let (pid, _out, _rx) = start(&node, &spin);
+    wait_until(&node, "spin", |p| p.pid == pid);
+    let t = Instant::now();
+    loop {
+        let reports = node.ps().unwrap();
+        let root = reports
+            .iter()
+            .flat_map(|r| &r.tree)
+            .find(|e| e.load.kernels == 2)
+            .map(|e| e.load);
+        if root.is_some_and(|l| l.processes == 1 && l.runnable == 1 && l.busy > 0.5) {
+            break;
+        }
+        assert!(
+            t.elapsed() < HANG,
+            "the root never summed kernel 0.1: {reports:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    node.kill(pid, 9).unwrap();
+}
+
+#[test]
+fn placements_by_load_spread_and_mpi_ranks_use_them() {
+    let node = node_balancing(2, false);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut count: BTreeMap<KernelId, usize> = BTreeMap::new();
+    for _ in 0..4 {
+        *count.entry(node.place().unwrap()).or_default() += 1;
+    }
+    assert_eq!(count.into_values().collect::<Vec<_>>(), [2, 2]);
+    let mut spec = job("pt2pt", &[]);
+    spec.ranks = Some(Ranks {
+        count: 4,
+        map_by: MapBy::Load,
+        tag_output: false,
+    });
+    let (code, out) = run(&node, &spec);
+    assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
+}
