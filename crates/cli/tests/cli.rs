@@ -306,6 +306,52 @@ fn run_ps_and_kill_talk_to_a_running_node() {
 }
 
 #[test]
+fn top_shows_the_load_tree_and_ps_the_pinned_processes() {
+    let node = Daemon::start(2);
+    let mut spinners: Vec<_> = (0..2)
+        .map(|_| {
+            node.atoll(&["run", "--on", "0", "--pin", &guest("spin")])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let pid = node.wait_for("spin");
+    // Both runnable on kernel 0, and the root's sum has them.
+    let t = Instant::now();
+    let rows = loop {
+        let out = node.atoll(&["top", "--json"]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if rows[0]["load"]["runnable"] == 2 {
+            break rows;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "{rows:#}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["subtree"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["kernels 0.0-0.3", "kernel 0.0", "kernel 0.1"]);
+    assert_eq!(rows[1]["load"]["runnable"], 2);
+    let table = text(&node.atoll(&["top", "--once"]).output().unwrap().stdout);
+    assert!(table.contains("\n  kernel 0.1 "), "{table}");
+    // Pinned: two runnable on one kernel and one idle, and still nothing moved.
+    std::thread::sleep(Duration::from_millis(300));
+    let ps = text(&node.atoll(&["ps"]).output().unwrap().stdout);
+    let line = ps.lines().find(|l| l.starts_with(&pid)).unwrap();
+    assert!(line.ends_with("ready, pinned"), "{ps}");
+    assert!(line.contains(" 0.0 "), "{ps}");
+    for s in &mut spinners {
+        s.kill().unwrap();
+        s.wait().unwrap();
+    }
+}
+
+#[test]
 fn a_client_that_hangs_up_ends_its_job() {
     let node = Daemon::start(1);
     let mut client = node.atoll(&["run", &guest("spin")]).spawn().unwrap();

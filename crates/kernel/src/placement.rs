@@ -21,9 +21,11 @@ use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
 /// kernel's node may have been lost), and made here instead.
 const ASK_LIMIT: Duration = Duration::from_secs(2);
 /// The balancer moves a process only once it has been on its kernel this
-/// long: so a process moves at most this often, and one that has just
-/// started, and may be about to end, stays.
-const RESIDENCE: Duration = Duration::from_millis(100);
+/// long: a process that has just started, and may be about to end, stays.
+const SETTLED: Duration = Duration::from_millis(20);
+/// And a process the balancer has moved before only after this long on
+/// its kernel: a process moves at most this often, whatever the loads do.
+const RESIDENCE: Duration = Duration::from_millis(500);
 /// The memory of a kernel's processes is summed every this many ticks (it
 /// walks every process).
 const MEMORY_EVERY: u32 = 50;
@@ -259,7 +261,12 @@ impl Kernel {
                     && !u.wander.enabled
                     && !self.departures.contains_key(&pid)
                     && !self.in_exec(pid)
-                    && now.duration_since(p.arrived) >= RESIDENCE;
+                    && now.duration_since(p.arrived)
+                        >= if u.accounting.balanced == 0 {
+                            SETTLED
+                        } else {
+                            RESIDENCE
+                        };
                 movable.then_some((u.accounting.cpu_ns, pid))
             })
             .collect();

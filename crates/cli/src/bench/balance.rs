@@ -192,8 +192,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
              its CPU time (waiting runnable, or moving), averaged over the processes"
                 .into(),
             "the balancer moves runnable processes from the most to the least loaded child \
-             of each DQDT subtree, every 10 ms at most 16 at a time, none that arrived less \
-             than 100 ms ago"
+             of each DQDT subtree, every 10 ms at most 16 at a time, none that has been on its \
+             kernel less than 20 ms (500 ms once the balancer has moved it)"
                 .into(),
         ],
     })
