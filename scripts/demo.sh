@@ -106,6 +106,16 @@ grep -E '^T/V +N|^WR|PASSED|FAILED' target/demo-hpl.txt
 echo "and the MPI point-to-point suite with every rank moving itself between kernels as it runs:"
 $atoll run -n 4 --tag-output --env ATOLL_MPI_TEST_MOVE=1 build/wasm/pt2pt.wasm 2>/dev/null
 
+step "the DQDT and the balancer: 16 CPU-bound processes forked onto kernel 0, spread while they run"
+$atoll run build/wasm/balance.wasm 16 20000000 0 > target/demo-balance.txt &
+job=$!
+sleep 0.6
+$atoll top --once
+wait $job
+echo "where the 16 processes ended (all started on kernel 0):"
+awk '/ child=/ {print $4}' target/demo-balance.txt | sort | uniq -c
+tail -n 1 target/demo-balance.txt
+
 step "sendrec round trips with one kernel per core: both ends on one kernel, then on two"
 # With more kernels than cores (the daemon above) idle kernels sleep rather
 # than spin, and a message between kernels pays a futex wake-up.
