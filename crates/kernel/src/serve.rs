@@ -7,8 +7,8 @@ use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{GrantTable, IpcState};
 use atoll_prepare::ContentHash;
 use atoll_process::{
-    clock::monotonic_ns, Accounting, CallState, Children, Container, KernelCall, Reply,
-    SpawnModule, SpawnRequest, Stream,
+    clock::monotonic_ns, Accounting, CallState, Children, Container, ContainerError, KernelCall,
+    Reply, SpawnModule, SpawnRequest, Stream,
 };
 
 use crate::kernel::{Kernel, Process};
@@ -167,36 +167,43 @@ impl Kernel {
     fn fork_here(&mut self, parent: Pid) -> Result<Pid, (Errno, String)> {
         let p = self
             .procs
-            .get_mut(&parent)
+            .get(&parent)
             .ok_or((Errno::Srch, "no such process".into()))?;
-        let mut image = p
-            .container
-            .capture()
-            .map_err(|e| (Errno::NotSup, e.to_string()))?;
+        let mut u = p.container.uarea().clone();
         let kin = Kin {
             parent: Some(parent),
-            console: image.uarea.console,
+            console: u.console,
         };
         let child = self
             .homes
             .allocate(kin)
             .map_err(|e| (e, "process table is full".to_string()))?;
-        let u = &mut image.uarea;
         u.pid = child;
         u.parent = Some(parent);
         u.children = Children::default();
         u.ipc = IpcState::new(u.ipc.domain);
         u.call = CallState::Replied(Reply::Forked);
         u.accounting = Accounting::default();
-        self.make_room(&[]);
-        match Container::restore(&self.runtime, image, self.host.clone()) {
+        self.make_room(&[parent]);
+        let host = self.host.clone();
+        let made = self
+            .procs
+            .get_mut(&parent)
+            .expect("kept live")
+            .container
+            .duplicate(u, host);
+        match made {
             Ok(container) => {
                 self.procs.insert(child, Process::new(container));
                 Ok(child)
             }
             Err(e) => {
                 self.homes.release(child);
-                Err((Errno::NoMem, e.to_string()))
+                let errno = match e {
+                    ContainerError::NotPrepared | ContainerError::NotStopped => Errno::NotSup,
+                    _ => Errno::NoMem,
+                };
+                Err((errno, e.to_string()))
             }
         }
     }

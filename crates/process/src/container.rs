@@ -223,6 +223,15 @@ impl Container {
         memory: &MemoryImage,
         fresh: bool,
     ) -> Result<(), ContainerError> {
+        if self.store().data().exports().asyncify.is_none() {
+            return Err(ContainerError::NotPrepared);
+        }
+        self.write_memory(memory, fresh)?;
+        self.set_globals(globals)
+    }
+
+    /// Sets the globals Asyncify and the module keep the process's state in.
+    fn set_globals(&mut self, globals: &[(String, GlobalValue)]) -> Result<(), ContainerError> {
         let asyncify = self
             .store()
             .data()
@@ -230,7 +239,6 @@ impl Container {
             .asyncify
             .clone()
             .ok_or(ContainerError::NotPrepared)?;
-        self.write_memory(memory, fresh)?;
         for (name, value) in globals {
             let global = asyncify
                 .globals
@@ -423,39 +431,53 @@ impl Container {
             // Stopped, since it went dormant.
             State::Dormant(dormant) => return Ok(dormant.0.clone()),
         };
-        let exports = store.data().exports().clone();
-        let asyncify = exports
-            .asyncify
-            .as_ref()
-            .ok_or(ContainerError::NotPrepared)?;
-        let uarea = &store.data().uarea;
-        if uarea.started && uarea.call == CallState::Running {
-            return Err(ContainerError::NotStopped);
-        }
-        let globals = asyncify
-            .globals
-            .iter()
-            .map(|(name, g)| {
-                let v = match g.get(&mut *store) {
-                    Val::I32(v) => GlobalValue::I32(v),
-                    Val::I64(v) => GlobalValue::I64(v),
-                    Val::F32(v) => GlobalValue::F32(v),
-                    Val::F64(v) => GlobalValue::F64(v),
-                    other => {
-                        return Err(ContainerError::BadImage(format!(
-                            "global `{name}` holds {other:?}"
-                        )))
-                    }
-                };
-                Ok((name.clone(), v))
-            })
-            .collect::<Result<_, _>>()?;
-        let memory = memory(exports.memory.data(&*store));
+        let globals = stopped_globals(store)?;
+        let memory = memory(store.data().exports().memory.data(&*store));
         Ok(ProcessImage {
             uarea: store.data().uarea.clone(),
             globals,
             memory,
         })
+    }
+
+    /// A copy of this stopped process as a new process with `uarea`, on
+    /// `host`: what fork makes. Memory goes straight from this instance to
+    /// the new one, non-zero blocks only, without an image between them.
+    ///
+    /// # Errors
+    /// As [`capture`](Self::capture), and [`ContainerError::Instantiate`]
+    /// when no instance is free.
+    pub fn duplicate(&mut self, uarea: UArea, host: Host) -> Result<Container, ContainerError> {
+        let store = match &mut self.state {
+            State::Live(store) => store,
+            State::Dormant(dormant) => {
+                let image = ProcessImage {
+                    uarea,
+                    ..dormant.0.clone()
+                };
+                return Container::restore(&self.runtime, image, host);
+            }
+        };
+        let globals = stopped_globals(store)?;
+        let child = Container::instantiate(&self.runtime, &self.program, uarea, host)?;
+        let mut child = Container {
+            state: State::Live(child),
+            program: self.program.clone(),
+            runtime: self.runtime.clone(),
+        };
+        let from = store.data().exports().memory;
+        let pages = from.size(&*store);
+        let into = child.store().data().exports().memory;
+        let have = into.size(child.store());
+        into.grow(child.store_mut(), pages.saturating_sub(have))
+            .map_err(|e| ContainerError::BadImage(format!("cannot grow memory: {e}")))?;
+        let fresh: &[std::ops::Range<usize>] = match self.program.initialized() {
+            Some(ranges) => ranges,
+            None => &[0..have as usize * PAGE_SIZE],
+        };
+        crate::image::copy_nonzero(from.data(&*store), into.data_mut(child.store_mut()), fresh);
+        child.set_globals(&globals)?;
+        Ok(child)
     }
 
     /// Writes `image` into memory; `fresh`: the instance is new, its memory
@@ -662,6 +684,40 @@ fn demangle(name: &str) -> String {
         .ok()
         .and_then(|cpp| cpp.demangle().ok())
         .unwrap_or_else(|| name.to_owned())
+}
+
+/// The globals of a process stopped at a safepoint (or not yet started),
+/// where Asyncify and the module keep its state.
+fn stopped_globals(
+    store: &mut Store<ProcCtx>,
+) -> Result<Vec<(String, GlobalValue)>, ContainerError> {
+    let exports = store.data().exports().clone();
+    let asyncify = exports
+        .asyncify
+        .as_ref()
+        .ok_or(ContainerError::NotPrepared)?;
+    let uarea = &store.data().uarea;
+    if uarea.started && uarea.call == CallState::Running {
+        return Err(ContainerError::NotStopped);
+    }
+    asyncify
+        .globals
+        .iter()
+        .map(|(name, g)| {
+            let v = match g.get(&mut *store) {
+                Val::I32(v) => GlobalValue::I32(v),
+                Val::I64(v) => GlobalValue::I64(v),
+                Val::F32(v) => GlobalValue::F32(v),
+                Val::F64(v) => GlobalValue::F64(v),
+                other => {
+                    return Err(ContainerError::BadImage(format!(
+                        "global `{name}` holds {other:?}"
+                    )))
+                }
+            };
+            Ok((name.clone(), v))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -180,6 +180,26 @@ impl MemoryImage {
     }
 }
 
+/// Copies the blocks of `from` that are not all zero into `to`, a memory
+/// at least as large that is zero but for the `dirty` ranges (cleared
+/// first): a fresh instance's memory. What [`MemoryImage::capture`] then
+/// [`MemoryImage::write_into`] do, without the image between them.
+pub fn copy_nonzero(from: &[u8], to: &mut [u8], dirty: &[std::ops::Range<usize>]) {
+    for range in dirty {
+        let end = range.end.min(to.len());
+        to[range.start.min(end)..end].fill(0);
+    }
+    let blocks = 0..from.len().div_ceil(BLOCK) as u32;
+    let mapped = mapped_blocks(from, blocks.clone());
+    for b in blocks {
+        let at = b as usize * BLOCK;
+        let block = &from[at..(at + BLOCK).min(from.len())];
+        if mapped.as_ref().is_none_or(|m| m[b as usize]) && !is_zero(block) {
+            to[at..at + block.len()].copy_from_slice(block);
+        }
+    }
+}
+
 /// Which blocks of `range` have a page behind them, in memory or in swap
 /// (`/proc/self/pagemap`, bits 63 and 62). A block without one was never
 /// written since it was mapped, or was given back: it reads as zero. A
@@ -297,6 +317,30 @@ mod tests {
     use crate::fd::FdTable;
     use crate::uarea::ConsoleId;
     use atoll_abi::{KernelId, Pid};
+
+    #[test]
+    fn a_direct_copy_equals_capture_then_write() {
+        let mut from = vec![0u8; 4 * BLOCK + 100];
+        from[10] = 1;
+        from[2 * BLOCK + 5] = 7;
+        from[4 * BLOCK + 99] = 9;
+        // A fresh memory: zero but for a data segment across blocks 1 and 2.
+        let fresh = |len| {
+            let mut m = vec![0u8; len];
+            m[BLOCK + 1..2 * BLOCK + 10].fill(0xAA);
+            m
+        };
+        let dirty = [BLOCK + 1..2 * BLOCK + 10];
+        let mut direct = fresh(5 * BLOCK);
+        copy_nonzero(&from, &mut direct, &dirty);
+        let mut via_image = fresh(5 * BLOCK);
+        MemoryImage::capture(&from)
+            .write_into(&mut via_image, &dirty)
+            .unwrap();
+        assert_eq!(direct, via_image);
+        assert_eq!(&direct[..from.len()], &from[..]);
+        assert!(direct[from.len()..].iter().all(|&b| b == 0));
+    }
 
     fn image() -> ProcessImage {
         let pid = Pid::new(KernelId::new(0, 1), 2, 3);
