@@ -471,9 +471,10 @@ impl Container {
         let have = into.size(child.store());
         into.grow(child.store_mut(), pages.saturating_sub(have))
             .map_err(|e| ContainerError::BadImage(format!("cannot grow memory: {e}")))?;
-        let fresh: &[std::ops::Range<usize>] = match self.program.initialized() {
+        let had = 0..have as usize * PAGE_SIZE;
+        let fresh = match self.program.initialized() {
             Some(ranges) => ranges,
-            None => &[0..have as usize * PAGE_SIZE],
+            None => std::slice::from_ref(&had),
         };
         crate::image::copy_nonzero(from.data(&*store), into.data_mut(child.store_mut()), fresh);
         child.set_globals(&globals)?;

@@ -330,12 +330,13 @@ mod tests {
             m[BLOCK + 1..2 * BLOCK + 10].fill(0xAA);
             m
         };
-        let dirty = [BLOCK + 1..2 * BLOCK + 10];
+        let segment = BLOCK + 1..2 * BLOCK + 10;
+        let dirty = std::slice::from_ref(&segment);
         let mut direct = fresh(5 * BLOCK);
-        copy_nonzero(&from, &mut direct, &dirty);
+        copy_nonzero(&from, &mut direct, dirty);
         let mut via_image = fresh(5 * BLOCK);
         MemoryImage::capture(&from)
-            .write_into(&mut via_image, &dirty)
+            .write_into(&mut via_image, dirty)
             .unwrap();
         assert_eq!(direct, via_image);
         assert_eq!(&direct[..from.len()], &from[..]);
