@@ -9,8 +9,8 @@
  *
  *   balance child=I work=W kernel=K wall_us=T cpu_us=C value=0x...
  *
- * K the kernel it ended on (atoll; -1 on Linux), T from the moment its
- * parent forked it to its end, C its CPU time: T - C is the time it waited,
+ * K the kernel it ended on (atoll: NODE.INDEX; `-` on Linux), T from its
+ * parent's fork to its end, C its CPU time: T - C is the time it waited,
  * runnable, for a CPU (or moved). Once every child
  * has ended, the parent prints
  *
@@ -61,12 +61,11 @@ static void child(long i, long unit, int64_t forked_us)
     uint64_t value = work((uint64_t)(w * unit), 0x9E3779B97F4A7C15ull + (uint64_t)i);
     int64_t wall = clock_us(CLOCK_MONOTONIC) - forked_us;
     int64_t cpu = clock_us(CLOCK_PROCESS_CPUTIME_ID);
+    char kernel[16] = "-";
 #ifdef __wasi__
-    int kernel = atoll_kernel_index();
-#else
-    int kernel = -1;
+    snprintf(kernel, sizeof kernel, "%d.%d", atoll_kernel_node(), atoll_kernel_index());
 #endif
-    printf("balance child=%ld work=%ld kernel=%d wall_us=%" PRId64 " cpu_us=%" PRId64
+    printf("balance child=%ld work=%ld kernel=%s wall_us=%" PRId64 " cpu_us=%" PRId64
            " value=0x%016" PRIx64 "\n",
            i, w, kernel, wall, cpu, value);
     fflush(stdout);
