@@ -2,7 +2,7 @@
  * balance - an unbalanced CPU-bound workload, for the balancer's experiment:
  * N processes of unequal length, all started at once in one place.
  *
- *   balance N UNIT [KERNEL]
+ *   balance N UNIT [KERNEL [PAIRS ROUNDS]]
  *
  * Child i (0 <= i < N) runs (1 + i % 4) * UNIT rounds of xorshift64, with no
  * system call, then prints
@@ -15,6 +15,16 @@
  * has ended, the parent prints
  *
  *   balance n=N unit=UNIT makespan_us=M
+ *
+ * With PAIRS, the workload is mixed: PAIRS pairs of processes are forked
+ * first, in the same place, and each pair makes ROUNDS round trips of one
+ * message (atoll: ipc_sendrec and ipc_receive/ipc_send; Linux: two pipes);
+ * the client of pair P prints, at its end,
+ *
+ *   balance pair=P rounds=R wall_us=T cpu_us=C
+ *
+ * (the server prints the same with side=server before wall_us), and the
+ * makespan covers the pairs too.
  *
  * The same source builds for atoll and for Linux. On atoll, the children are
  * atoll_fork()ed onto KERNEL: an index of this node (default 0, all on one
@@ -55,6 +65,50 @@ static uint64_t work(uint64_t rounds, uint64_t x)
     return x;
 }
 
+/* One end of a ping-pong pair: `server` is 0 in the client. */
+#ifdef __wasi__
+static void pair_end(long p, long rounds, atoll_pid_t server, int64_t forked_us)
+{
+    message m;
+    memset(&m, 0, sizeof m);
+    for (long r = 0; r < rounds; r++) {
+        int err;
+        if (server == 0) {
+            err = ipc_receive(ANY, &m, NULL);
+            if (err == 0)
+                err = ipc_send(m.m_source, &m);
+        } else {
+            m.m_type = (int32_t)r;
+            err = ipc_sendrec(server, &m);
+        }
+        if (err != 0) {
+            fprintf(stderr, "balance: pair %ld: IPC failed (%d)\n", p, err);
+            _exit(1);
+        }
+    }
+#else
+static int pipes[2][2];
+static void pair_end(long p, long rounds, int server, int64_t forked_us)
+{
+    char byte = 0;
+    int in = server == 0 ? pipes[0][0] : pipes[1][0];
+    int out = server == 0 ? pipes[1][1] : pipes[0][1];
+    for (long r = 0; r < rounds; r++) {
+        if (server == 0) {
+            if (read(in, &byte, 1) != 1 || write(out, &byte, 1) != 1)
+                _exit(1);
+        } else if (write(out, &byte, 1) != 1 || read(in, &byte, 1) != 1) {
+            _exit(1);
+        }
+    }
+#endif
+    int64_t wall = clock_us(CLOCK_MONOTONIC) - forked_us;
+    printf("balance pair=%ld rounds=%ld%s wall_us=%" PRId64 " cpu_us=%" PRId64 "\n", p, rounds,
+           server == 0 ? " side=server" : "", wall, clock_us(CLOCK_PROCESS_CPUTIME_ID));
+    fflush(stdout);
+    _exit(0);
+}
+
 static void child(long i, long unit, int64_t forked_us)
 {
     long w = 1 + i % 4;
@@ -74,13 +128,15 @@ static void child(long i, long unit, int64_t forked_us)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: balance N UNIT [KERNEL|any]\n");
+    if (argc != 3 && argc != 4 && argc != 6) {
+        fprintf(stderr, "usage: balance N UNIT [KERNEL|any [PAIRS ROUNDS]]\n");
         return 2;
     }
     long n = strtol(argv[1], NULL, 10), unit = strtol(argv[2], NULL, 10);
-    if (n < 1 || unit < 1) {
-        fprintf(stderr, "balance: N and UNIT must be positive\n");
+    long pairs = argc == 6 ? strtol(argv[4], NULL, 10) : 0;
+    long rounds = argc == 6 ? strtol(argv[5], NULL, 10) : 0;
+    if (n < 1 || unit < 1 || pairs < 0 || rounds < 0) {
+        fprintf(stderr, "balance: N and UNIT must be positive, PAIRS and ROUNDS not negative\n");
         return 2;
     }
 #ifdef __wasi__
@@ -93,6 +149,36 @@ int main(int argc, char **argv)
     }
 #endif
     int64_t start = clock_us(CLOCK_MONOTONIC);
+    for (long p = 0; p < pairs; p++) {
+        int64_t forked = clock_us(CLOCK_MONOTONIC);
+#ifdef __wasi__
+        atoll_pid_t server = atoll_fork(kernel);
+        if (server == 0)
+            pair_end(p, rounds, 0, forked);
+        atoll_pid_t client = server < 0 ? server : atoll_fork(kernel);
+        if (client == 0)
+            pair_end(p, rounds, server, forked);
+#else
+        if (pipe(pipes[0]) != 0 || pipe(pipes[1]) != 0) {
+            fprintf(stderr, "balance: pipe failed\n");
+            return 1;
+        }
+        pid_t server = fork();
+        if (server == 0)
+            pair_end(p, rounds, 0, forked);
+        pid_t client = server < 0 ? server : fork();
+        if (client == 0)
+            pair_end(p, rounds, 1, forked);
+        for (int e = 0; e < 2; e++) {
+            close(pipes[e][0]);
+            close(pipes[e][1]);
+        }
+#endif
+        if (server < 0 || client < 0) {
+            fprintf(stderr, "balance: fork failed\n");
+            return 1;
+        }
+    }
     for (long i = 0; i < n; i++) {
         int64_t forked = clock_us(CLOCK_MONOTONIC);
 #ifdef __wasi__
@@ -108,7 +194,7 @@ int main(int argc, char **argv)
         }
     }
     int failed = 0;
-    for (long i = 0; i < n; i++) {
+    for (long i = 0; i < n + 2 * pairs; i++) {
         int status = 0;
 #ifdef __wasi__
         failed |= atoll_wait(ATOLL_ANY, &status, NULL) != 0 || status != 0;

@@ -1,7 +1,7 @@
 //! The kernel loop and its two dispatchers: node requests and NoC messages.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,6 +26,7 @@ use crate::msg::{
     Control, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo,
 };
 use crate::placement::{AfterPlace, Placement};
+use crate::runqueue::RunQueue;
 
 /// A message looking for its process gives up after this many forwards
 /// (it can only loop while a move is being recorded at the home kernel).
@@ -145,7 +146,7 @@ pub(crate) struct Kernel {
     /// Hashed with FxHash: the IPC paths look processes up several times
     /// per message, and SipHash showed up at 9% of a ping-pong.
     pub procs: FxHashMap<Pid, Process>,
-    pub run_queue: VecDeque<Pid>,
+    pub(crate) run_queue: RunQueue,
     /// Sleeping processes by wake-up time.
     pub timers: BinaryHeap<Reverse<(u64, Pid)>>,
     pub(crate) homes: Homes,
@@ -215,7 +216,7 @@ impl Kernel {
             quantum: p.quantum,
             spin: p.spin,
             procs: FxHashMap::default(),
-            run_queue: VecDeque::new(),
+            run_queue: RunQueue::new(p.quantum),
             timers: BinaryHeap::new(),
             homes: Homes::new(id),
             pending: HashMap::new(),
@@ -295,8 +296,8 @@ impl Kernel {
             }
             let backlog = self.noc.flush();
             self.fire_timers();
-            if let Some(pid) = self.run_queue.pop_front() {
-                self.run_slice(pid);
+            if let Some((pid, woken)) = self.run_queue.pop() {
+                self.run_slice(pid, woken);
                 continue;
             }
             if self.noc.has_loopback() {
@@ -362,13 +363,13 @@ impl Kernel {
                 if matches!(p.container.uarea().call, CallState::Blocked(KernelCall::Sleep { until_ns }) if until_ns == t)
                 {
                     p.container.reply(Reply::Done);
-                    self.run_queue.push_back(pid);
+                    self.run_queue.wake(pid);
                 }
             }
         }
     }
 
-    fn run_slice(&mut self, pid: Pid) {
+    fn run_slice(&mut self, pid: Pid, woken: bool) {
         // The process leaves the table for its slice: its IPC calls come
         // back into this kernel (`KernelLink`), which may then touch every
         // other process.
@@ -387,7 +388,9 @@ impl Kernel {
         self.running = Some(pid);
         let cpu_before = p.container.uarea().accounting.cpu_ns;
         let slice = p.container.run(self.quantum, Some(self));
-        self.placement.busy_ns += p.container.uarea().accounting.cpu_ns - cpu_before;
+        let cpu = p.container.uarea().accounting.cpu_ns - cpu_before;
+        self.placement.busy_ns += cpu;
+        self.run_queue.ran(cpu, woken);
         self.running = None;
         self.procs.insert(pid, p);
         match slice {
@@ -488,7 +491,7 @@ impl Kernel {
         match made {
             Ok(container) => {
                 self.procs.insert(pid, Process::new(container));
-                self.run_queue.push_back(pid);
+                self.run_queue.push(pid);
                 Ok(pid)
             }
             Err(e) => {
@@ -689,7 +692,7 @@ impl Kernel {
         };
         if matches!(&p.container.uarea().call, CallState::Blocked(c) if is_call(c)) {
             p.container.reply(reply);
-            self.run_queue.push_back(pid);
+            self.run_queue.wake(pid);
         }
     }
 
@@ -954,7 +957,7 @@ impl Kernel {
         if let CallState::Blocked(KernelCall::Wait { pid: which }) = u.call {
             if let Ok(Some(done)) = u.children.reap(which) {
                 p.container.reply(Reply::Waited(Ok(done)));
-                self.run_queue.push_back(parent);
+                self.run_queue.wake(parent);
             }
         }
     }
@@ -1192,7 +1195,7 @@ impl Kernel {
         };
         let u = p.container.uarea();
         match u.call.clone() {
-            CallState::Running | CallState::Replied(_) => self.run_queue.push_back(pid),
+            CallState::Running | CallState::Replied(_) => self.run_queue.push(pid),
             CallState::Blocked(KernelCall::Sleep { until_ns }) => {
                 self.timers.push(Reverse((until_ns, pid)))
             }
@@ -1200,12 +1203,12 @@ impl Kernel {
                 let u = p.container.uarea_mut();
                 if let Ok(Some(done)) = u.children.reap(which) {
                     p.container.reply(Reply::Waited(Ok(done)));
-                    self.run_queue.push_back(pid);
+                    self.run_queue.wake(pid);
                 }
             }
-            CallState::Blocked(KernelCall::Yield) => {
+            CallState::Blocked(KernelCall::Yield(_)) => {
                 p.container.reply(Reply::Done);
-                self.run_queue.push_back(pid);
+                self.run_queue.push(pid);
             }
             // It asked to move: it is where it asked to be, or (the move
             // failed and it came back) it stayed.
@@ -1216,7 +1219,7 @@ impl Kernel {
                     Err(Errno::Again)
                 };
                 p.container.reply(Reply::Migrated(result));
-                self.run_queue.push_back(pid);
+                self.run_queue.push(pid);
             }
             // Answers to spawn, fork, kill, IPC and file ops are routed to
             // wherever the process is; bind is answered before a process

@@ -14,7 +14,8 @@
 //! `nodes.rs` (when another node is lost), `placement.rs` (where new
 //! processes go, and the balancer), `files.rs` (files of one node
 //! used from another), `dormancy.rs` (which processes keep an instance),
-//! `loader.rs` (modules prepared and compiled off the kernel's thread).
+//! `loader.rs` (modules prepared and compiled off the kernel's thread),
+//! `runqueue.rs` (which process runs next).
 
 mod dormancy;
 mod files;
@@ -26,6 +27,7 @@ mod migration;
 pub mod msg;
 mod nodes;
 mod placement;
+mod runqueue;
 mod serve;
 
 pub use dormancy::MIN_INSTANCES_PER_KERNEL;

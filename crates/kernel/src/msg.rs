@@ -479,4 +479,8 @@ pub enum NodeEvent {
         console: ConsoleId,
         status: i32,
     },
+    /// Node `node` was lost, after everything it sent: a job whose first
+    /// process was homed there has nobody left to tell its end, so it
+    /// ends here (as a process lost with its node, status 137).
+    Lost { node: u16 },
 }

@@ -26,6 +26,10 @@ const SETTLED: Duration = Duration::from_millis(20);
 /// And a process the balancer has moved before only after this long on
 /// its kernel: a process moves at most this often, whatever the loads do.
 const RESIDENCE: Duration = Duration::from_millis(500);
+/// The balancer moves only processes whose slices last this long on
+/// average: CPU-bound ones. One in IPC ping-pong runs for microseconds at a
+/// time; moving it would part it from its partner and even nothing out.
+const CPU_BOUND_SLICE_NS: u64 = 1_000_000;
 /// The memory of a kernel's processes is summed every this many ticks (it
 /// walks every process).
 const MEMORY_EVERY: u32 = 50;
@@ -250,24 +254,25 @@ impl Kernel {
         if from != Shape::leaf(self.id) {
             return; // it does not know its own subtree yet
         }
+        // Only CPU-bound processes waiting for the CPU (in the ready queue:
+        // their quantum ran out, or they are new): moving one just woken
+        // from IPC would part it from its partner without evening the CPUs.
         let now = Instant::now();
         let mut candidates: Vec<(u64, Pid)> = self
             .run_queue
-            .iter()
-            .filter_map(|&pid| {
+            .ready()
+            .filter_map(|pid| {
                 let p = self.procs.get(&pid)?;
                 let u = p.container.uarea();
+                let a = &u.accounting;
                 let movable = !u.pinned
+                    && a.cpu_ns >= a.slices.saturating_mul(CPU_BOUND_SLICE_NS)
                     && !u.wander.enabled
                     && !self.departures.contains_key(&pid)
                     && !self.in_exec(pid)
                     && now.duration_since(p.arrived)
-                        >= if u.accounting.balanced == 0 {
-                            SETTLED
-                        } else {
-                            RESIDENCE
-                        };
-                movable.then_some((u.accounting.cpu_ns, pid))
+                        >= if a.balanced == 0 { SETTLED } else { RESIDENCE };
+                movable.then_some((a.cpu_ns, pid))
             })
             .collect();
         // The oldest first: a process that has run long is likely to run

@@ -8,7 +8,7 @@ use atoll_ipc::{GrantTable, IpcState};
 use atoll_prepare::ContentHash;
 use atoll_process::{
     clock::monotonic_ns, Accounting, CallState, Children, Container, ContainerError, KernelCall,
-    Reply, SpawnModule, SpawnRequest, Stream,
+    Reply, SpawnModule, SpawnRequest, Stream, Yielding,
 };
 
 use crate::kernel::{Kernel, Process};
@@ -21,7 +21,15 @@ impl Kernel {
     /// Serves `call`, made by `pid` (which runs here and is unwound).
     pub(crate) fn serve(&mut self, pid: Pid, call: KernelCall) {
         match call {
-            KernelCall::Yield => self.reply_now(pid, Reply::Done),
+            // Stopped early for the kernel's messages: it goes on first.
+            KernelCall::Yield(Yielding::Messages) => self.reply_now(pid, Reply::Done),
+            // Its quantum ran out, or it let the others run: after them.
+            KernelCall::Yield(Yielding::Quantum | Yielding::Asked) => {
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.container.reply(Reply::Done);
+                    self.run_queue.push(pid);
+                }
+            }
             KernelCall::Sleep { until_ns } if until_ns <= monotonic_ns() => {
                 self.reply_now(pid, Reply::Done)
             }
@@ -98,7 +106,7 @@ impl Kernel {
     fn reply_now(&mut self, pid: Pid, reply: Reply) {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.container.reply(reply);
-            self.run_queue.push_back(pid);
+            self.run_queue.wake(pid);
         }
     }
 
@@ -324,7 +332,7 @@ impl Kernel {
                 })
                 .is_ok();
         if !moving {
-            self.run_queue.push_back(pid);
+            self.run_queue.push(pid);
         }
     }
 

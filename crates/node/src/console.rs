@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use atoll_abi::{KernelId, Pid};
+use atoll_abi::{status, KernelId, Pid};
 use atoll_kernel::{NocMsg, NodeEvent, Packet};
 use atoll_noc::net::Links;
 use atoll_noc::Uplink;
@@ -23,7 +23,14 @@ pub trait JobSink: Send {
     fn exited(&mut self, pid: Pid, status: i32);
 }
 
-pub(crate) type Sinks = Arc<Mutex<HashMap<ConsoleId, Box<dyn JobSink>>>>;
+/// A job this node's console serves.
+pub(crate) struct Job {
+    pub sink: Box<dyn JobSink>,
+    /// Its first process, once started.
+    pub first: Option<Pid>,
+}
+
+pub(crate) type Sinks = Arc<Mutex<HashMap<ConsoleId, Job>>>;
 
 /// The kernels' side of the console service. Output for a job of another
 /// node goes to that node's console service on the control link, the one
@@ -72,8 +79,8 @@ pub(crate) fn serve(events: Receiver<NodeEvent>, sinks: Sinks) {
                 stream,
                 bytes,
             } => {
-                if let Some(sink) = sinks.lock().expect("sinks").get_mut(&console) {
-                    sink.output(stream, &bytes);
+                if let Some(job) = sinks.lock().expect("sinks").get_mut(&console) {
+                    job.sink.output(stream, &bytes);
                 }
             }
             NodeEvent::Exited {
@@ -81,8 +88,21 @@ pub(crate) fn serve(events: Receiver<NodeEvent>, sinks: Sinks) {
                 console,
                 status,
             } => {
-                if let Some(mut sink) = sinks.lock().expect("sinks").remove(&console) {
-                    sink.exited(pid, status);
+                if let Some(mut job) = sinks.lock().expect("sinks").remove(&console) {
+                    job.sink.exited(pid, status);
+                }
+            }
+            NodeEvent::Lost { node } => {
+                let mut sinks = sinks.lock().expect("sinks");
+                let lost: Vec<(ConsoleId, Pid)> = sinks
+                    .iter()
+                    .filter_map(|(&c, j)| j.first.filter(|p| p.home.node == node).map(|p| (c, p)))
+                    .collect();
+                for (console, pid) in lost {
+                    let mut job = sinks.remove(&console).expect("listed");
+                    let line = format!("atoll: process {pid} ended: its node {node} was lost\n");
+                    job.sink.output(Stream::Stderr, line.as_bytes());
+                    job.sink.exited(pid, status::killed(status::SIGKILL));
                 }
             }
         }

@@ -19,7 +19,7 @@ use atoll_noc::{Doorbell, Incoming, Noc, Remote};
 use atoll_prepare::ContentHash;
 use atoll_process::{ConsoleId, Limits, Preopen, ProcessImage, Runtime, RuntimeConfig};
 
-use crate::console::{self, ChannelConsole, JobSink, Sinks};
+use crate::console::{self, ChannelConsole, Job, JobSink, Sinks};
 use crate::domains::Domains;
 use crate::ranks::{Killer, Ranks};
 
@@ -141,6 +141,7 @@ fn join(
         runtime: node.runtime.clone(),
     });
     let (events, domains, to_kernels) = (node.events, node.domains, kernels.clone());
+    let lost = events.clone();
     let deliver = move |to: KernelId, m: Incoming<Packet>| match m.msg.msg {
         NocMsg::Domain(op) => domains.apply(op, m.from.node),
         NocMsg::Output {
@@ -168,6 +169,7 @@ fn join(
         _ => to_kernels.push(to.index, m),
     };
     let down = move |m: &Member| {
+        let _ = lost.send(NodeEvent::Lost { node: m.node });
         for i in 0..kernels.queues.len() as u16 {
             let msg = NocMsg::NodeDown {
                 node: m.node,
@@ -539,7 +541,10 @@ impl Node {
             self.kernel(kernel)?;
         }
         let console = self.new_console();
-        self.sinks.lock().expect("sinks").insert(console, sink);
+        self.sinks
+            .lock()
+            .expect("sinks")
+            .insert(console, Job { sink, first: None });
         let spec = ProcessSpec {
             module: start.module,
             args: job.args.clone(),
@@ -563,10 +568,22 @@ impl Node {
                 reply,
             })
             .and_then(|r| r.map_err(|e| anyhow!(e)));
-        if started.is_err() {
-            self.sinks.lock().expect("sinks").remove(&console);
-        }
+        self.started(console, &started);
         started
+    }
+
+    /// Records the first process of the job on `console`, or forgets the
+    /// job if it did not start.
+    fn started(&self, console: ConsoleId, result: &anyhow::Result<Pid>) {
+        let mut sinks = self.sinks.lock().expect("sinks");
+        match result {
+            Ok(pid) => {
+                if let Some(job) = sinks.get_mut(&console) {
+                    job.first = Some(*pid);
+                }
+            }
+            Err(_) => drop(sinks.remove(&console)),
+        }
     }
 
     fn new_console(&self) -> ConsoleId {
@@ -697,7 +714,10 @@ impl Node {
             self.kernel(on)?;
         }
         let console = self.new_console();
-        self.sinks.lock().expect("sinks").insert(console, sink);
+        self.sinks
+            .lock()
+            .expect("sinks")
+            .insert(console, Job { sink, first: None });
         // The restored process is the first process of a new job.
         image.uarea.console = console;
         image.uarea.parent = None;
@@ -708,9 +728,7 @@ impl Node {
                 reply,
             })
             .and_then(|r| r.map_err(|e| anyhow!(e)));
-        if restored.is_err() {
-            self.sinks.lock().expect("sinks").remove(&console);
-        }
+        self.started(console, &restored);
         restored
     }
 

@@ -36,3 +36,22 @@ fn two_nodes_share_domains_move_a_process_and_stop() {
     });
     rx.recv_timeout(HANG).expect("the nodes stop");
 }
+
+#[test]
+fn a_job_whose_first_process_was_homed_on_a_lost_node_ends_with_137() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = cluster_pair(dir.path(), 1);
+    let mut spin = job("spin", &[]);
+    spin.kernel = Some(KernelId::new(1, 0));
+    let (pid, out, ended) = start(&a, &spin);
+    assert_eq!(pid.home.node, 1);
+    wait_until(&a, "spin on node 1", |p| p.pid == pid);
+    b.shutdown();
+    // Its home is gone with it: this node's console ends the job.
+    assert_eq!(ended.recv_timeout(HANG).unwrap(), 128 + 9);
+    assert!(
+        out.stderr().contains("its node 1 was lost"),
+        "{}",
+        out.stderr()
+    );
+}

@@ -67,7 +67,10 @@ fn the_balancer_spreads_processes_started_on_one_kernel() {
     let node = node_balancing(2, true);
     let on = balance(&node, 8, "0", false);
     assert!(balancer_moves(&node) > 0, "nothing moved");
-    assert!(on.contains_key("0.1"), "every child ended on kernel 0: {on:?}");
+    assert!(
+        on.contains_key("0.1"),
+        "every child ended on kernel 0: {on:?}"
+    );
 }
 
 #[test]

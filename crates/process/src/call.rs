@@ -28,12 +28,23 @@ pub enum CallState {
     Replied(Reply),
 }
 
+/// Why a process gives up the CPU: the kernel queues it accordingly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Yielding {
+    /// Its quantum ran out (a safepoint found its yield flag set).
+    Quantum,
+    /// Messages came for its kernel while it ran: it stopped early so that
+    /// the kernel handles them, and has not used its quantum.
+    Messages,
+    /// It asked to let the others run (`sched_yield`).
+    Asked,
+}
+
 /// A system call the kernel serves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum KernelCall {
-    /// Give up the CPU (a safepoint that found its yield flag set, or
-    /// `sched_yield`).
-    Yield,
+    /// Give up the CPU, for the reason given.
+    Yield(Yielding),
     /// Sleep until the node's monotonic clock reads `until_ns`.
     Sleep { until_ns: u64 },
     /// Start a process.
@@ -63,7 +74,7 @@ impl KernelCall {
     /// A short description for `atoll ps`.
     pub fn describe(&self) -> String {
         match self {
-            KernelCall::Yield => "ready".into(),
+            KernelCall::Yield(_) => "ready".into(),
             KernelCall::Sleep { .. } => "sleeping".into(),
             KernelCall::Spawn(_) => "spawning".into(),
             KernelCall::Wait { pid: None } => "waiting for any child".into(),

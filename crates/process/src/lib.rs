@@ -29,6 +29,7 @@ mod uarea;
 
 pub use call::{
     CallState, IpcCaller, IpcOutcome, KernelCall, KernelLink, Reply, SpawnModule, SpawnRequest,
+    Yielding,
 };
 pub use container::{Container, ContainerError, Slice};
 pub use ctx::{Console, Host, Stream};

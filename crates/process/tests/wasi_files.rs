@@ -143,7 +143,7 @@ fn run(
         match container.run(Duration::ZERO, None) {
             Slice::Exited(status) => break status,
             Slice::Trapped(why) => panic!("guest trapped: {why}"),
-            Slice::Call(KernelCall::Yield) => {
+            Slice::Call(KernelCall::Yield(_)) => {
                 container.reply(Reply::Done);
                 match between {
                     Between::Stay => {}

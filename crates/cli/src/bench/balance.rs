@@ -2,13 +2,14 @@
 //! 001): an unbalanced CPU-bound workload, `bench/guests/balance.c` (N
 //! processes of lengths 1 to 4 units, all started at once), on atoll with
 //! the balancer off and on, started on one kernel or placed by the DQDT;
-//! beside the same C source under Linux's scheduler.
+//! then the same mixed with pairs of processes in IPC ping-pong; beside the
+//! same C source under Linux's scheduler (pipes for the pairs).
 //!
 //! Each run reports its makespan; the ideal one, from the CPU time the
 //! processes used in that very run (their sum over the CPUs, or the longest
-//! process if that is more); the mean time a process waited, runnable, for
-//! a CPU (its wall time from its fork minus its CPU time); and the
-//! balancer's moves.
+//! process or pair if that is more); the mean time a CPU-bound process
+//! waited, runnable, for a CPU (its wall time from its fork minus its CPU
+//! time); how long the slowest pair took; and the balancer's moves.
 
 use std::path::Path;
 
@@ -31,26 +32,55 @@ pub struct Args {
     /// Kernels of the node (and the CPUs the ideal is counted over)
     #[arg(long, default_value_t = 2)]
     kernels: u16,
+    /// Pairs of processes in IPC ping-pong in the mixed workload
+    #[arg(long, default_value_t = 4)]
+    pairs: u32,
+    /// Round trips each pair makes
+    #[arg(long, default_value_t = 50_000)]
+    rounds: u32,
     /// Runs of each configuration; medians are reported
     #[arg(long, default_value_t = 3)]
     runs: usize,
 }
 
-/// The atoll configurations: label, balancer on, balance.c's KERNEL.
-const ATOLL: [(&str, bool, &str); 4] = [
-    ("atoll, all on kernel 0, balancer off", false, "0"),
-    ("atoll, all on kernel 0, balancer on", true, "0"),
-    ("atoll, placed by the DQDT, balancer off", false, "any"),
-    ("atoll, placed by the DQDT, balancer on", true, "any"),
+/// The atoll configurations: label, balancer on, balance.c's KERNEL,
+/// mixed with IPC pairs.
+const ATOLL: [(&str, bool, &str, bool); 6] = [
+    ("atoll, all on kernel 0, balancer off", false, "0", false),
+    ("atoll, all on kernel 0, balancer on", true, "0", false),
+    (
+        "atoll, placed by the DQDT, balancer off",
+        false,
+        "any",
+        false,
+    ),
+    ("atoll, placed by the DQDT, balancer on", true, "any", false),
+    (
+        "mixed: atoll, all on kernel 0, balancer off",
+        false,
+        "0",
+        true,
+    ),
+    (
+        "mixed: atoll, all on kernel 0, balancer on",
+        true,
+        "0",
+        true,
+    ),
 ];
-const LINUX: &str = "Linux, fork (CFS places and balances)";
+/// The Linux configurations: label, mixed.
+const LINUX: [(&str, bool); 2] = [
+    ("Linux, fork (CFS places and balances)", false),
+    ("mixed: Linux, fork, pipes", true),
+];
 
-const HEAD: [&str; 6] = [
+const HEAD: [&str; 7] = [
     "configuration",
     "makespan (ms)",
     "ideal (ms)",
     "makespan / ideal",
     "mean wait runnable (ms)",
+    "slowest pair (ms)",
     "balancer moves",
 ];
 
@@ -75,6 +105,8 @@ struct Configuration {
     /// Median over runs of makespan / ideal.
     over_ideal: f64,
     wait_ms: f64,
+    /// The slowest IPC pair, for the mixed workloads.
+    pairs_ms: Option<f64>,
     moves: f64,
 }
 
@@ -83,6 +115,7 @@ struct Run {
     makespan_ms: f64,
     ideal_ms: f64,
     wait_ms: f64,
+    pairs_ms: Option<f64>,
     moves: u64,
 }
 
@@ -95,14 +128,19 @@ impl Configuration {
             ideal_ms: m(|r| r.ideal_ms),
             over_ideal: m(|r| r.makespan_ms / r.ideal_ms),
             wait_ms: m(|r| r.wait_ms),
+            pairs_ms: runs
+                .iter()
+                .map(|r| r.pairs_ms)
+                .collect::<Option<Vec<f64>>>()
+                .map(|p| median(&p)),
             moves: m(|r| r.moves as f64),
             runs,
         }
     }
 }
 
-/// Reads one run of balance.c: its makespan, and each child's wall and CPU
-/// time; `cpus` is what the ideal is counted over.
+/// Reads one run of balance.c: its makespan, each child's wall and CPU
+/// time, and each pair end's; `cpus` is what the ideal is counted over.
 fn parse(out: &str, n: u32, cpus: u16, moves: u64) -> anyhow::Result<Run> {
     let value = |line: &str, key: &str| -> anyhow::Result<f64> {
         line.split_whitespace()
@@ -113,8 +151,18 @@ fn parse(out: &str, n: u32, cpus: u16, moves: u64) -> anyhow::Result<Run> {
     };
     let (mut cpu, mut longest, mut wait, mut children) = (0.0, 0.0f64, 0.0, 0);
     let mut makespan = None;
+    // Per pair: both ends' CPU time (they take turns), the client's wall.
+    let mut pairs: std::collections::BTreeMap<u64, (f64, f64)> = Default::default();
     for line in out.lines().filter(|l| l.starts_with("balance ")) {
-        if line.contains(" child=") {
+        if line.contains(" pair=") {
+            let c = value(line, "cpu_us")?;
+            let pair = pairs.entry(value(line, "pair")? as u64).or_default();
+            pair.0 += c;
+            if !line.contains(" side=server") {
+                pair.1 = value(line, "wall_us")?;
+            }
+            cpu += c;
+        } else if line.contains(" child=") {
             let (w, c) = (value(line, "wall_us")?, value(line, "cpu_us")?);
             cpu += c;
             longest = longest.max(c);
@@ -130,10 +178,13 @@ fn parse(out: &str, n: u32, cpus: u16, moves: u64) -> anyhow::Result<Run> {
     if children != n {
         bail!("{children} of {n} children reported");
     }
+    let chain = pairs.values().map(|p| p.0).fold(0.0, f64::max);
     Ok(Run {
         makespan_ms: makespan / 1e3,
-        ideal_ms: (cpu / f64::from(cpus)).max(longest) / 1e3,
+        ideal_ms: (cpu / f64::from(cpus)).max(longest).max(chain) / 1e3,
         wait_ms: wait / f64::from(n) / 1e3,
+        pairs_ms: (!pairs.is_empty())
+            .then(|| pairs.values().map(|p| p.1).fold(0.0, f64::max) / 1e3),
         moves,
     })
 }
@@ -142,15 +193,19 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
     let program = std::path::absolute(artifact(build, "wasm/balance.wasm")?)?;
     let linux = artifact(build, "native/balance")?;
     let (n, unit) = (a.n.to_string(), a.unit.to_string());
+    let mixed = [a.pairs.to_string(), a.rounds.to_string()];
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get()) as u16;
     let mut configurations = Vec::new();
-    for (label, balance, kernel) in ATOLL {
+    for (label, balance, kernel, with_pairs) in ATOLL {
         eprintln!("{label}");
         let mut config = ctx.node_config(Some(a.kernels), 10);
         config.balance = balance;
         let node = atoll_node::Node::start(config)?;
         node.runtime().load_file(&program, true)?;
-        let args = vec!["balance".into(), n.clone(), unit.clone(), kernel.into()];
+        let mut args = vec!["balance".into(), n.clone(), unit.clone(), kernel.into()];
+        if with_pairs {
+            args.extend(mixed.clone());
+        }
         let mut runs = Vec::new();
         for _ in 0..a.runs.max(1) {
             let before = balancer_moves(&node)?;
@@ -161,13 +216,20 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
         node.shutdown();
         configurations.push(Configuration::new(label, runs));
     }
-    eprintln!("{LINUX}");
-    let mut runs = Vec::new();
-    for _ in 0..a.runs.max(1) {
-        let (out, _) = native(&linux, &[n.clone(), unit.clone()])?;
-        runs.push(parse(&out, a.n, cpus, 0)?);
+    for (label, with_pairs) in LINUX {
+        eprintln!("{label}");
+        let mut args = vec![n.clone(), unit.clone()];
+        if with_pairs {
+            args.push("-".into()); // KERNEL: Linux's scheduler places them
+            args.extend(mixed.clone());
+        }
+        let mut runs = Vec::new();
+        for _ in 0..a.runs.max(1) {
+            let (out, _) = native(&linux, &args)?;
+            runs.push(parse(&out, a.n, cpus, 0)?);
+        }
+        configurations.push(Configuration::new(label, runs));
     }
-    configurations.push(Configuration::new(LINUX, runs));
     Ok(BalanceReport {
         name: "balance".into(),
         command: command_line(),
@@ -179,10 +241,13 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
         notes: vec![
             format!(
                 "{} CPU-bound processes of 1 to 4 units of {} xorshift rounds (process i does \
-                 1 + i % 4), forked at once by one process; atoll on {} kernels, Linux on {} \
-                 CPUs; medians of {} runs",
+                 1 + i % 4), forked at once by one process; mixed: {} pairs of processes \
+                 making {} round trips of one message each (atoll IPC sendrec; Linux pipes) \
+                 forked first; atoll on {} kernels, Linux on {} CPUs; medians of {} runs",
                 a.n,
                 a.unit,
+                a.pairs,
+                a.rounds,
                 a.kernels,
                 cpus,
                 a.runs.max(1)
@@ -205,7 +270,7 @@ fn balancer_moves(node: &atoll_node::Node) -> anyhow::Result<u64> {
 }
 
 impl BalanceReport {
-    fn rows(&self) -> Vec<[String; 6]> {
+    fn rows(&self) -> Vec<[String; 7]> {
         self.configurations
             .iter()
             .map(|c| {
@@ -215,6 +280,7 @@ impl BalanceReport {
                     format!("{:.0}", c.ideal_ms),
                     format!("{:.3}", c.over_ideal),
                     format!("{:.0}", c.wait_ms),
+                    c.pairs_ms.map_or("—".into(), |p| format!("{p:.0}")),
                     format!("{:.0}", c.moves),
                 ]
             })
@@ -276,11 +342,19 @@ mod tests {
                    balance child=1 work=2 wall_us=500 cpu_us=200 value=0x2\n\
                    balance n=2 unit=5 makespan_us=600\n";
         let run = parse(out, 2, 2, 3).unwrap();
+        assert_eq!(run.pairs_ms, None);
         assert_eq!(run.makespan_ms, 0.6);
         assert_eq!(run.ideal_ms, 0.2); // the longest process, more than 300/2
         assert_eq!(run.wait_ms, 0.25);
         assert_eq!(run.moves, 3);
         assert!(parse(out, 3, 2, 0).is_err());
         assert!(parse("balance child=0 work=1\n", 1, 1, 0).is_err());
+        let mixed = format!(
+            "{out}balance pair=0 rounds=9 side=server wall_us=900 cpu_us=400\n\
+             balance pair=0 rounds=9 wall_us=1000 cpu_us=350\n"
+        );
+        let run = parse(&mixed, 2, 2, 0).unwrap();
+        assert_eq!(run.pairs_ms, Some(1.0));
+        assert_eq!(run.ideal_ms, 0.75); // the pair's two ends take turns
     }
 }

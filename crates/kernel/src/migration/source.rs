@@ -237,7 +237,7 @@ impl Kernel {
             return;
         };
         d.frames_applied = d.frames_applied.max(frame + 1);
-        if !self.run_queue.contains(&pid) {
+        if !self.run_queue.contains(pid) {
             self.precopy_step(pid);
         }
     }
@@ -289,7 +289,7 @@ impl Kernel {
         let rounds = d.rounds.len() as u32;
         let previous = d.rounds.last().map_or(0, |r| r.blocks) * BLOCK as u64;
         let bytes = dirty.len() as u64 * BLOCK as u64;
-        let runnable = self.run_queue.contains(&pid);
+        let runnable = self.run_queue.contains(pid);
         match self.migration.policy.next(rounds, previous, bytes) {
             Next::Round if runnable => {
                 if let Err(why) = self.send_round(pid, dirty) {
@@ -353,7 +353,7 @@ impl Kernel {
             .transpose()
             .map_err(|e| format!("cannot capture {pid}: {e}"))?;
         let p = self.procs.remove(&pid).expect("checked above");
-        self.run_queue.retain(|&q| q != pid);
+        self.run_queue.remove(pid);
         let d = self.departures.get_mut(&pid).expect("a departure");
         d.frozen_ns = frozen_ns;
         let times = Times {
@@ -583,8 +583,8 @@ impl Kernel {
                 atoll_process::CallState::Replied(_)
             )
         });
-        if waiting && !self.run_queue.contains(&pid) {
-            self.run_queue.push_back(pid);
+        if waiting && !self.run_queue.contains(pid) {
+            self.run_queue.push(pid);
         }
     }
 }

@@ -9,7 +9,7 @@ use atoll_abi::{status, Errno, Pid};
 use wasmtime::{Caller, Linker};
 
 use super::{clear_yield_flag, enter_kernel, take_reply, with_memory, ProcExit};
-use crate::call::{KernelCall, Reply, SpawnModule, SpawnRequest};
+use crate::call::{KernelCall, Reply, SpawnModule, SpawnRequest, Yielding};
 use crate::ctx::ProcCtx;
 use crate::fd::FdTable;
 use crate::memory::GuestMemory;
@@ -46,8 +46,14 @@ fn safepoint(mut c: Caller<'_, ProcCtx>) -> wasmtime::Result<()> {
         return Ok(());
     }
     clear_yield_flag(&mut c)?;
+    let why = if quanta::Instant::now() >= c.data().deadline {
+        Yielding::Quantum
+    } else {
+        Yielding::Messages
+    };
     // Only prepared modules call this, and they can always unwind.
-    enter_kernel(&mut c, KernelCall::Yield).map_err(|e| wasmtime::format_err!("safepoint: {e}"))?;
+    enter_kernel(&mut c, KernelCall::Yield(why))
+        .map_err(|e| wasmtime::format_err!("safepoint: {e}"))?;
     Ok(())
 }
 

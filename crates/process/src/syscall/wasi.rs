@@ -6,7 +6,7 @@ use atoll_abi::Errno;
 use wasmtime::{Caller, Linker, ValType};
 
 use super::{enter_kernel, local_call, take_reply, with_memory, ProcExit};
-use crate::call::KernelCall;
+use crate::call::{KernelCall, Yielding};
 use crate::clock::{monotonic_ns, realtime_ns};
 use crate::ctx::ProcCtx;
 use crate::fd::Fd;
@@ -99,7 +99,7 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
             }
             c.data_mut().uarea.accounting.syscalls += 1;
             // A module that cannot unwind just carries on: yielding is advice.
-            let _ = enter_kernel(&mut c, KernelCall::Yield);
+            let _ = enter_kernel(&mut c, KernelCall::Yield(Yielding::Asked));
             Ok(0)
         },
     )?;
