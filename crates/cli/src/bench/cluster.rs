@@ -281,7 +281,7 @@ fn start(
     identity: Identity,
     join: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<Node> {
-    let mut config = ctx.node_config(Some(1), 10);
+    let mut config = super::bench_node(ctx, Some(1));
     config.pin = false;
     config.cluster = Some(LinkConfig {
         identity,

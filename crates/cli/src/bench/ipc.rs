@@ -118,7 +118,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<IpcReport> {
         bail!("the IPC benchmark needs two cores (one per kernel)");
     }
     let wanted = |t: &str| a.tests.as_ref().is_none_or(|ts| ts.iter().any(|x| x == t));
-    let node = atoll_node::Node::start(ctx.node_config(Some(2), 10))?;
+    let node = atoll_node::Node::start(super::bench_node(ctx, Some(2)))?;
     node.runtime().load_file(&wasm, true)?;
     let bench = Bench {
         node: &node,

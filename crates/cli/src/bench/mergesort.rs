@@ -26,7 +26,7 @@ pub struct Args {
 pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
     let exe = artifact(build, "native/mergesort")?;
     let wasm = std::path::absolute(artifact(build, "wasm/mergesort.wasm")?)?;
-    let node = atoll_node::Node::start(ctx.node_config(Some(1), 10))?;
+    let node = atoll_node::Node::start(super::bench_node(ctx, Some(1)))?;
     let args = vec![a.n.to_string(), "1".into(), a.rounds.to_string()];
     let job = |prepare: bool| atoll_node::JobSpec {
         prepare,

@@ -289,7 +289,9 @@ pub struct MigrateReport {
 pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MigrateReport> {
     let wasm = std::path::absolute(artifact(build, "wasm/dirty.wasm")?)?;
     let plan = Plan::new(&a);
-    let config = ctx.node_config(Some(KERNELS), QUANTUM_MS);
+    let mut config = ctx.node_config(Some(KERNELS), QUANTUM_MS);
+    // It places its processes itself; the balancer would move them.
+    config.balance = false;
     let policy = config.migration.policy;
     let node = Node::start(config)?;
     node.runtime().load_file(&wasm, true)?;

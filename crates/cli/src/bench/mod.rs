@@ -300,6 +300,16 @@ pub fn native(program: &Path, args: &[String]) -> anyhow::Result<(String, Durati
     Ok((String::from_utf8_lossy(&out.stdout).into_owned(), elapsed))
 }
 
+/// The node a benchmark runs on: `kernels` kernels, a 10 ms quantum, and
+/// no balancer, since every benchmark but `balance` places its processes
+/// itself (a migration experiment moves a process away on purpose, and the
+/// balancer would move one back).
+pub fn bench_node(ctx: &Context, kernels: Option<u16>) -> atoll_node::NodeConfig {
+    let mut config = ctx.node_config(kernels, 10);
+    config.balance = false;
+    config
+}
+
 /// A benchmark's job: `program` (prepared) with argv `args`, on kernel 0
 /// of node 0, with no environment or files.
 pub fn job_on_kernel0(program: PathBuf, args: Vec<String>) -> JobSpec {

@@ -264,7 +264,7 @@ impl Runner {
         let dir = job.preopens.first().map(|p| p.host.as_path());
         match self {
             Runner::Atoll { kernels } => {
-                let node = Node::start(ctx.node_config(Some(*kernels), 10))?;
+                let node = Node::start(super::bench_node(ctx, Some(*kernels)))?;
                 node.runtime().load_file(wasm, true)?;
                 let out = atoll_job(&node, job);
                 node.shutdown();
@@ -444,7 +444,7 @@ fn seed002(
         "seed 002: {}, 4 ranks on 2 kernels, migrated while it runs:",
         app.label()
     );
-    let node = Node::start(ctx.node_config(Some(2), 10))?;
+    let node = Node::start(super::bench_node(ctx, Some(2)))?;
     // Prepared before the first run, so that no run pays for it.
     node.runtime()
         .load_file(&AppRun::new(build, app, 4)?.job.program, true)?;

@@ -107,7 +107,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
     let mut atoll = Vec::new();
     for &kernels in &a.kernels {
         eprintln!("{kernels} kernels:");
-        let node = atoll_node::Node::start(ctx.node_config(Some(kernels), 10))?;
+        let node = atoll_node::Node::start(super::bench_node(ctx, Some(kernels)))?;
         let mut targets = vec![("local", "0".to_string())];
         if kernels > 1 {
             targets.push(("remote", (kernels - 1).to_string()));

@@ -71,7 +71,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ScaleReport> 
     let swarm = artifact(build, "wasm/swarm.wasm")?;
     let native = artifact(build, "native/swarm_native")?;
     let linux_n = a.native_n.unwrap_or_else(|| a.n.min(pids_left()));
-    let config = ctx.node_config(a.kernels, 10);
+    let config = super::bench_node(ctx, a.kernels);
     let instances = config.runtime.instances;
     let hold = tempfile::tempdir()?;
     let (mut atoll, mut linux) = (Vec::new(), Vec::new());

@@ -36,7 +36,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
     let spawn_native = artifact(build, "native/spawn_native")?;
     let target = artifact(build, "native/true")?;
     let spawnbench = artifact(build, "wasm/spawnbench.wasm")?;
-    let node = atoll_node::Node::start(ctx.node_config(a.kernels, 10))?;
+    let node = atoll_node::Node::start(super::bench_node(ctx, a.kernels))?;
     node.runtime().load_file(&spawnbench, true)?;
     let job = job_on_kernel0(
         std::path::absolute(&spawnbench)?,
