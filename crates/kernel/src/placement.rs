@@ -254,6 +254,9 @@ impl Kernel {
         if from != Shape::leaf(self.id) {
             return; // it does not know its own subtree yet
         }
+        if !self.placement.balance {
+            return; // its node's balancer is off: nothing leaves it
+        }
         // Only CPU-bound processes waiting for the CPU (in the ready queue:
         // their quantum ran out, or they are new): moving one just woken
         // from IPC would part it from its partner without evening the CPUs.
