@@ -155,24 +155,25 @@ impl Dqdt {
         let hosted = self.shape.hosted(self.me);
         let mut top = (leaf, own);
         for &s in &hosted {
-            let children: Vec<(Subtree, Load)> = self
+            // Its children: this kernel's leaf, the subtrees below that it
+            // hosts too (summed just before, lowest first), and the others
+            // as their hosts last said.
+            let mut children: Vec<(Subtree, Load)> = self
                 .shape
                 .children(s)
                 .into_iter()
                 .filter_map(|c| {
                     let load = if c == leaf {
                         Some(own)
-                    } else if let Some(sum) =
-                        self.sums.get(&c).filter(|_| self.shape.host(c) == self.me)
-                    {
-                        Some(*sum)
                     } else {
-                        self.heard.get(&c).map(|(l, _)| *l)
+                        self.sums
+                            .get(&c)
+                            .copied()
+                            .or_else(|| self.heard.get(&c).map(|(l, _)| *l))
                     };
                     load.map(|l| (c, l))
                 })
                 .collect();
-            let mut children = children;
             self.count_placed(&mut children);
             let mut sum = Load::default();
             for (_, l) in &children {
