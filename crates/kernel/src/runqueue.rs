@@ -35,6 +35,13 @@ impl RunQueue {
         self.woken.push_back(pid);
     }
 
+    /// A running process that stopped early so that the kernel handles its
+    /// messages: it goes on before the other ready ones (after the woken),
+    /// as it had not used its quantum.
+    pub(crate) fn resume(&mut self, pid: Pid) {
+        self.ready.push_front(pid);
+    }
+
     /// A process new here, or whose quantum ran out: it runs after the
     /// others.
     pub(crate) fn push(&mut self, pid: Pid) {
@@ -104,6 +111,8 @@ mod tests {
         q.ran(10_000_000, false);
         assert_eq!(q.pop(), Some((pid(3), true)));
         q.push(pid(1));
+        q.resume(pid(4));
+        assert_eq!(q.pop(), Some((pid(4), false)));
         assert_eq!(q.pop(), Some((pid(2), false)));
         assert_eq!(q.pop(), Some((pid(1), false)));
         assert_eq!(q.pop(), None);

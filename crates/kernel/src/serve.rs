@@ -21,13 +21,16 @@ impl Kernel {
     /// Serves `call`, made by `pid` (which runs here and is unwound).
     pub(crate) fn serve(&mut self, pid: Pid, call: KernelCall) {
         match call {
-            // Stopped early for the kernel's messages: it goes on first.
-            KernelCall::Yield(Yielding::Messages) => self.reply_now(pid, Reply::Done),
-            // Its quantum ran out, or it let the others run: after them.
-            KernelCall::Yield(Yielding::Quantum | Yielding::Asked) => {
+            KernelCall::Yield(why) => {
                 if let Some(p) = self.procs.get_mut(&pid) {
                     p.container.reply(Reply::Done);
-                    self.run_queue.push(pid);
+                    match why {
+                        // Stopped early for the kernel's messages: it goes
+                        // on before the other ready ones.
+                        Yielding::Messages => self.run_queue.resume(pid),
+                        // Its quantum ran out, or it let the others run.
+                        Yielding::Quantum | Yielding::Asked => self.run_queue.push(pid),
+                    }
                 }
             }
             KernelCall::Sleep { until_ns } if until_ns <= monotonic_ns() => {

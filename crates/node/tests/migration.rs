@@ -105,8 +105,7 @@ fn a_compute_program_migrated_100_times_mid_run_prints_what_an_unmigrated_run_pr
 
 #[test]
 fn pre_copy_misses_no_block_a_program_writes_while_it_is_copied() {
-    let mut config = atoll_node::NodeConfig::new(Some(support::cache_dir()));
-    config.kernels = 2;
+    let mut config = config(2);
     // Small enough that the 1 MiB working set takes pre-copy rounds.
     config.migration.policy.small_bytes = 64 << 10;
     let node = Node::start(config).unwrap();
@@ -146,10 +145,7 @@ fn grants_and_pending_notifications_move_with_their_processes() {
     // times and moves twice itself; the child finds one notification and
     // copies through the grant. Both modes, as the node's default.
     for mode in MODES {
-        let mut config = atoll_node::NodeConfig::new(Some(support::cache_dir()));
-        config.kernels = 3;
-        config.migration.mode = mode;
-        let node = Node::start(config).unwrap();
+        let node = node_in(mode, 3);
         for place in ["same", "other"] {
             let (status, out) = run(&node, &on(job("ipc", &["moved", place]), 0));
             assert_eq!(status, 0, "{mode} {place}: {}", out.stderr());

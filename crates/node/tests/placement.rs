@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use atoll_abi::KernelId;
-use atoll_node::{MapBy, Node, NodeConfig, Ranks};
+use atoll_node::{MapBy, Node, Ranks};
 use common::*;
 
 /// Rounds of xorshift in a unit of balance.c's work: tens of milliseconds,
@@ -16,17 +16,18 @@ use common::*;
 const UNIT: &str = "20000000";
 
 fn node_balancing(kernels: u16, balance: bool) -> Node {
-    let mut config = NodeConfig::new(Some(support::cache_dir()));
-    config.kernels = kernels;
+    let mut config = config(kernels);
     config.balance = balance;
     Node::start(config).expect("node starts")
 }
 
-/// Runs `balance N UNIT KERNEL`; returns how many children ended on each
+/// Runs `balance N UNIT KERNEL` on kernel 0.0; returns how many children ended on each
 /// kernel (NODE.INDEX), after checking that every child printed the value
 /// an unmoved run computes.
 fn balance(node: &Node, n: usize, kernel: &str, pin: bool) -> BTreeMap<String, usize> {
     let mut spec = job("balance", &[&n.to_string(), UNIT, kernel]);
+    // The parent on kernel 0.0: KERNEL is an index on its node.
+    spec.kernel = Some(KernelId::new(0, 0));
     spec.pin = pin;
     let (code, out) = run(node, &spec);
     let stdout = out.stdout();
@@ -150,7 +151,9 @@ fn placements_by_load_spread_and_mpi_ranks_use_them() {
 #[test]
 fn between_nodes_the_balancer_moves_processes_by_copy() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, _b) = cluster_pair(dir.path(), 1);
+    let mut both = config(1);
+    both.balance = true;
+    let (a, _b) = cluster_pair_of(dir.path(), both);
     let on = balance(&a, 6, "0", false);
     assert!(balancer_moves(&a) > 0, "nothing moved: {on:?}");
     assert!(on.contains_key("1.0"), "no child ended on node 1: {on:?}");

@@ -12,10 +12,11 @@ use crate::tree::{Shape, Subtree};
 /// How often a kernel measures its load and tells the tree.
 pub const PERIOD: Duration = Duration::from_millis(10);
 /// A load that has not changed is told again this often, so that a host
-/// can tell a quiet child from a lost one.
-const HEARTBEAT: Duration = Duration::from_secs(1);
+/// can tell a quiet child from a lost one, and one that missed a message
+/// (it came before the host knew its sender's node) hears it again soon.
+const HEARTBEAT: Duration = Duration::from_millis(250);
 /// A child not heard from for this long is left out of its parent's sum.
-const STALE: Duration = Duration::from_millis(3500);
+const STALE: Duration = Duration::from_secs(1);
 /// After the balancer moves processes out of a subtree's child, it waits
 /// this long for the moves to show in the reports before it judges that
 /// subtree again.
@@ -132,11 +133,6 @@ impl Dqdt {
         self.view.retain(|s, _| path.contains(s));
         let hosted = shape.hosted(self.me);
         self.sums.retain(|s, _| hosted.contains(s));
-        self.heard.retain(|c, _| {
-            shape
-                .parent(*c)
-                .is_some_and(|p| hosted.contains(&p) && shape.exists(*c))
-        });
         self.sent.clear();
         self.shape = shape;
     }
@@ -238,18 +234,13 @@ impl Dqdt {
     /// What another kernel told this one.
     pub fn on_msg(&mut self, msg: DqdtMsg, now: Instant) {
         match msg {
+            // Kept even if this kernel's tree does not have that subtree
+            // yet (its node has just joined): `tick` sums only the children
+            // the tree has, and what is not heard again goes stale.
             DqdtMsg::Up { subtree, load } => {
-                let hosted = self.shape.hosted(self.me);
-                if self.shape.exists(subtree)
-                    && self
-                        .shape
-                        .parent(subtree)
-                        .is_some_and(|p| hosted.contains(&p))
-                {
-                    self.heard.insert(subtree, (load, now));
-                    self.placed
-                        .retain(|(s, at)| *s != subtree || now.duration_since(*at) < ARRIVAL);
-                }
+                self.heard.insert(subtree, (load, now));
+                self.placed
+                    .retain(|(s, at)| *s != subtree || now.duration_since(*at) < ARRIVAL);
             }
             DqdtMsg::Down { views } => {
                 for (s, mut children) in views {
@@ -664,6 +655,47 @@ mod tests {
                 .unwrap()
                 .descend(between.from, Toward::Heaviest, now);
         assert!(matches!(step, Step::At(kernel) if kernel.node == 0));
+    }
+
+    #[test]
+    fn two_nodes_of_one_kernel_balance_too() {
+        let mut sim = Sim::new(&[(0, 1), (1, 1)]);
+        sim.set(k(0, 0), 6);
+        sim.settle(4);
+        let now = sim.now;
+        let moves = sim.parts.get_mut(&k(0, 0)).unwrap().imbalances(now);
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        assert_eq!(moves[0].count, 3);
+    }
+
+    #[test]
+    fn a_report_that_comes_before_its_node_is_known_counts_once_it_is() {
+        let now = Instant::now();
+        let mut host = Dqdt::new(k(0, 0), Shape::new([(0, 1)]));
+        let busy = Load {
+            kernels: 1,
+            runnable: 3,
+            ..Load::default()
+        };
+        let up = DqdtMsg::Up {
+            subtree: Shape::leaf(k(1, 0)),
+            load: busy,
+        };
+        host.on_msg(up, now);
+        host.reshape(Shape::new([(0, 1), (1, 1)]));
+        let idle = Load {
+            kernels: 1,
+            ..Load::default()
+        };
+        host.tick(idle, now + PERIOD);
+        let root = host.shape().root();
+        let sum = host
+            .entries()
+            .into_iter()
+            .find(|e| e.subtree == root)
+            .unwrap();
+        assert_eq!((sum.load.kernels, sum.load.runnable), (2, 3));
+        assert!(host.knows());
     }
 
     #[test]

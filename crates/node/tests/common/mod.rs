@@ -20,17 +20,24 @@ use atoll_process::Stream;
 /// Long enough for anything these tests run; only guards against hangs.
 pub const HANG: Duration = Duration::from_secs(120);
 
-pub fn node(kernels: u16) -> Node {
+/// A node's configuration for the tests: `kernels` kernels, and no
+/// balancer, since the tests place their processes and move them on
+/// purpose (the balancer's own tests, placement.rs, turn it on).
+pub fn config(kernels: u16) -> NodeConfig {
     let mut config = NodeConfig::new(Some(support::cache_dir()));
     config.kernels = kernels;
-    Node::start(config).expect("node starts")
+    config.balance = false;
+    config
+}
+
+pub fn node(kernels: u16) -> Node {
+    Node::start(config(kernels)).expect("node starts")
 }
 
 /// A node whose kernels move processes that ask to move (`kmigrate_to`,
 /// `--wander`) in `mode`.
 pub fn node_in(mode: atoll_migration::Mode, kernels: u16) -> Node {
-    let mut config = NodeConfig::new(Some(support::cache_dir()));
-    config.kernels = kernels;
+    let mut config = config(kernels);
     config.migration.mode = mode;
     Node::start(config).expect("node starts")
 }
@@ -38,13 +45,21 @@ pub fn node_in(mode: atoll_migration::Mode, kernels: u16) -> Node {
 /// A node of a cluster on loopback, with an identity issued from the CA
 /// in `dir`; it starts the cluster, or joins it through `join`.
 pub fn cluster_node(dir: &Path, name: &str, join: Option<SocketAddr>, kernels: u16) -> Node {
+    cluster_node_of(dir, name, join, config(kernels))
+}
+
+/// As [`cluster_node`], from `config`.
+pub fn cluster_node_of(
+    dir: &Path,
+    name: &str,
+    join: Option<SocketAddr>,
+    mut config: NodeConfig,
+) -> Node {
     identity::issue(dir, name).unwrap();
-    let mut config = NodeConfig::new(Some(support::cache_dir()));
-    config.kernels = kernels;
     config.cluster = Some(LinkConfig {
         identity: Identity::load(dir, name).unwrap(),
         node: None,
-        kernels,
+        kernels: config.kernels,
         listen: "127.0.0.1:0".parse().unwrap(),
         advertise: None,
         join,
@@ -55,9 +70,14 @@ pub fn cluster_node(dir: &Path, name: &str, join: Option<SocketAddr>, kernels: u
 /// Two nodes of `kernels` kernels each, `n0` and `n1`, joined on loopback
 /// with a CA made in `dir`; returns once each lists the other.
 pub fn cluster_pair(dir: &Path, kernels: u16) -> (Node, Node) {
+    cluster_pair_of(dir, config(kernels))
+}
+
+/// As [`cluster_pair`], both nodes from `config`.
+pub fn cluster_pair_of(dir: &Path, config: NodeConfig) -> (Node, Node) {
     identity::init_ca(dir).unwrap();
-    let a = cluster_node(dir, "n0", None, kernels);
-    let b = cluster_node(dir, "n1", Some(a.members()[0].addr), kernels);
+    let a = cluster_node_of(dir, "n0", None, config.clone());
+    let b = cluster_node_of(dir, "n1", Some(a.members()[0].addr), config);
     let t = Instant::now();
     while a.members().len() < 2 || b.members().len() < 2 {
         assert!(t.elapsed() < HANG, "the nodes never joined");
