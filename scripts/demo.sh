@@ -107,9 +107,9 @@ echo "and the MPI point-to-point suite with every rank moving itself between ker
 $atoll run -n 4 --tag-output --env ATOLL_MPI_TEST_MOVE=1 build/wasm/pt2pt.wasm 2>/dev/null
 
 step "the DQDT and the balancer: 16 CPU-bound processes forked onto kernel 0, spread while they run"
-$atoll run build/wasm/balance.wasm 16 20000000 0 > target/demo-balance.txt &
+$atoll run build/wasm/balance.wasm 16 40000000 0 > target/demo-balance.txt &
 job=$!
-sleep 0.6
+sleep 0.4
 $atoll top --once
 wait $job
 echo "where the 16 processes ended (all started on kernel 0):"

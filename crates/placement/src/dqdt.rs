@@ -330,8 +330,9 @@ impl Dqdt {
     }
 
     /// The balancer's decisions at this kernel: in each subtree it hosts,
-    /// runnable processes to move from the most to the least loaded child,
-    /// so that the two are even. A subtree just balanced is left to settle.
+    /// runnable processes to move from the most loaded children to the
+    /// least loaded, at most [`MOST_MOVES`] at a time, so that they are
+    /// even. A subtree just balanced is left to settle.
     pub fn imbalances(&mut self, now: Instant) -> Vec<Imbalance> {
         self.settling.retain(|_, until| *until > now);
         let mut out = Vec::new();
@@ -342,31 +343,55 @@ impl Dqdt {
             let Some(children) = self.view.get_mut(&s) else {
                 continue;
             };
-            let (Some(from), Some(to)) = (
-                extreme(children, Toward::Heaviest, self.me),
-                extreme(children, Toward::Lightest, self.me),
-            ) else {
-                continue;
-            };
-            let count = children[from]
-                .1
-                .excess_over(&children[to].1)
-                .min(MOST_MOVES);
-            if from == to || count == 0 {
-                continue;
-            }
-            for _ in 0..count {
-                children[from].1.lose_one();
-                children[to].1.expect_one();
-            }
-            let (from, to) = (children[from].0, children[to].0);
-            self.settling.insert(s, now + SETTLE);
-            out.push(Imbalance {
-                subtree: s,
-                from,
-                to,
-                count,
+            // Pair off the heaviest child with the lightest until they are
+            // even, each move counted in the loads, so one decision evens
+            // all the children. A child that takes does not give in the
+            // same decision: what it takes has not arrived yet.
+            let mut took = vec![false; children.len()];
+            let mut moved = 0;
+            // Runnable processes per kernel, were they spread evenly.
+            let (runnable, kernels) = children.iter().fold((0.0, 0.0), |(r, k), (_, l)| {
+                (r + f64::from(l.runnable), k + f64::from(l.kernels.max(1)))
             });
+            let even = runnable / kernels;
+            let beyond = |l: &Load| f64::from(l.runnable) - even * f64::from(l.kernels.max(1));
+            while moved < MOST_MOVES {
+                let giver = (0..children.len()).filter(|&i| !took[i]).max_by(|&a, &b| {
+                    let (ka, kb) = (children[a].1.order_key(), children[b].1.order_key());
+                    ka.partial_cmp(&kb).unwrap_or(std::cmp::Ordering::Equal)
+                });
+                let (Some(from), Some(to)) = (giver, extreme(children, Toward::Lightest, self.me))
+                else {
+                    break;
+                };
+                // No more than the giver has beyond its even share, nor
+                // than the taker lacks of its own.
+                let (give, lack) = (beyond(&children[from].1), -beyond(&children[to].1));
+                let count = children[from]
+                    .1
+                    .excess_over(&children[to].1)
+                    .min(give.max(0.0).floor() as u32)
+                    .min(lack.max(0.0).floor() as u32)
+                    .min(MOST_MOVES - moved);
+                if from == to || count == 0 {
+                    break;
+                }
+                for _ in 0..count {
+                    children[from].1.lose_one();
+                    children[to].1.expect_one();
+                }
+                took[to] = true;
+                moved += count;
+                out.push(Imbalance {
+                    subtree: s,
+                    from: children[from].0,
+                    to: children[to].0,
+                    count,
+                });
+            }
+            if moved > 0 {
+                self.settling.insert(s, now + SETTLE);
+            }
         }
         out
     }
@@ -655,6 +680,21 @@ mod tests {
                 .unwrap()
                 .descend(between.from, Toward::Heaviest, now);
         assert!(matches!(step, Step::At(kernel) if kernel.node == 0));
+    }
+
+    #[test]
+    fn one_decision_evens_four_kernels() {
+        let mut sim = Sim::new(&[(0, 4)]);
+        sim.set(k(0, 0), 16);
+        sim.settle(3);
+        let now = sim.now;
+        let moves = sim.parts.get_mut(&k(0, 0)).unwrap().imbalances(now);
+        let mut to: BTreeMap<Subtree, u32> = BTreeMap::new();
+        for m in &moves {
+            assert_eq!(m.from, Shape::leaf(k(0, 0)), "{moves:?}");
+            *to.entry(m.to).or_default() += m.count;
+        }
+        assert_eq!(to.into_values().collect::<Vec<_>>(), [4, 4, 4], "{moves:?}");
     }
 
     #[test]
