@@ -109,7 +109,12 @@ $atoll run -n 4 --tag-output --env ATOLL_MPI_TEST_MOVE=1 build/wasm/pt2pt.wasm 2
 step "the DQDT and the balancer: 16 CPU-bound processes forked onto kernel 0, spread while they run"
 $atoll run build/wasm/balance.wasm 16 40000000 0 > target/demo-balance.txt &
 job=$!
-sleep 0.4
+# Once the parent and its children are running (the module compiles first).
+for _ in $(seq 200); do
+    [ "$($atoll ps 2>/dev/null | grep -c balance)" -ge 12 ] && break
+    sleep 0.05
+done
+sleep 0.1
 $atoll top --once
 wait $job
 echo "where the 16 processes ended (all started on kernel 0):"

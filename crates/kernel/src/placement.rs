@@ -32,7 +32,7 @@ const RESIDENCE: Duration = Duration::from_millis(500);
 const CPU_BOUND_SLICE_NS: u64 = 1_000_000;
 /// The memory of a kernel's processes is summed every this many ticks (it
 /// walks every process).
-const MEMORY_EVERY: u32 = 50;
+const MEMORY_EVERY: u32 = 10;
 
 /// What to do once a placement has found its kernel.
 pub(crate) enum AfterPlace {
