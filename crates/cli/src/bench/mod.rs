@@ -62,7 +62,7 @@ enum Which {
     Scale(scale::Args),
     /// MPI latency, bandwidth and Allreduce (OSU-style) vs Open MPI over shared memory and TCP
     Mpi(mpi::Args),
-    /// spawn, fork, exec and kill, local and remote, as kernels grow, vs Linux fork, fork+exec, kill
+    /// spawn, fork, exec and kill, local and remote, 1 to 64 kernels, vs Linux fork, fork+exec, kill
     Placement(placement::Args),
     /// An unbalanced CPU-bound workload with the balancer off and on, vs Linux's scheduler
     Balance(balance::Args),

@@ -22,7 +22,7 @@ use crate::commands::Context;
 #[derive(clap::Args)]
 pub struct Args {
     /// Kernel counts of the nodes measured
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16, 64])]
     kernels: Vec<u16>,
     /// Iterations per run
     #[arg(long, default_value_t = 300)]
@@ -139,7 +139,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
                 a.heap_kib,
                 a.runs.max(1)
             ),
-            "atoll fork: a capture of the parent restored as the child on the caller's \
+            "atoll fork: the parent's memory copied into a new instance on the caller's \
              kernel, then (remote) a migration before the child's first instruction; exec: \
              a new instance of the module from the same UArea, then the same move"
                 .into(),
