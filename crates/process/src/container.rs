@@ -14,6 +14,7 @@
 //! it); its memory is reachable again after [`Container::wake`]. This is
 //! what lets a node hold far more processes than it has instances.
 
+use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -466,17 +467,9 @@ impl Container {
             runtime: self.runtime.clone(),
         };
         let from = store.data().exports().memory;
-        let pages = from.size(&*store);
+        let dirty = child.grow_to(from.size(&*store), true)?;
         let into = child.store().data().exports().memory;
-        let have = into.size(child.store());
-        into.grow(child.store_mut(), pages.saturating_sub(have))
-            .map_err(|e| ContainerError::BadImage(format!("cannot grow memory: {e}")))?;
-        let had = 0..have as usize * PAGE_SIZE;
-        let fresh = match self.program.initialized() {
-            Some(ranges) => ranges,
-            None => std::slice::from_ref(&had),
-        };
-        crate::image::copy_nonzero(from.data(&*store), into.data_mut(child.store_mut()), fresh);
+        crate::image::copy_nonzero(from.data(&*store), into.data_mut(child.store_mut()), &dirty);
         child.set_globals(&globals)?;
         Ok(child)
     }
@@ -484,30 +477,36 @@ impl Container {
     /// Writes `image` into memory; `fresh`: the instance is new, its memory
     /// as instantiation left it.
     fn write_memory(&mut self, image: &MemoryImage, fresh: bool) -> Result<(), ContainerError> {
+        let dirty = self.grow_to(image.pages as u64, fresh)?;
+        let store = self.store_mut();
+        let memory = store.data().exports().memory;
+        let bytes = memory.data_mut(store);
+        image
+            .write_into(bytes, &dirty)
+            .map_err(ContainerError::BadImage)
+    }
+
+    /// Grows memory to `pages` (an image's size; memory never shrinks) and
+    /// says which bytes may not be zero: pages just grown are zero, and a
+    /// `fresh` instance is zero but for its data segments when the module
+    /// says where they are; otherwise, everything it had.
+    fn grow_to(&mut self, pages: u64, fresh: bool) -> Result<Vec<Range<usize>>, ContainerError> {
         let program = self.program.clone();
         let store = self.store_mut();
         let memory = store.data().exports().memory;
         let have = memory.size(&*store);
-        if (image.pages as u64) < have {
+        if pages < have {
             return Err(ContainerError::BadImage(format!(
-                "image has {} pages, the process has {have}",
-                image.pages
+                "image has {pages} pages, the process has {have}"
             )));
         }
         memory
-            .grow(&mut *store, image.pages as u64 - have)
+            .grow(&mut *store, pages - have)
             .map_err(|e| ContainerError::BadImage(format!("cannot grow memory: {e}")))?;
-        let bytes = memory.data_mut(store);
-        // Pages just grown are zero, and a new instance is zero but for its
-        // data segments: a complete image need only clear those.
-        let had = 0..have as usize * PAGE_SIZE;
-        let dirty = match (fresh, program.initialized()) {
-            (true, Some(ranges)) => ranges,
-            _ => std::slice::from_ref(&had),
-        };
-        image
-            .write_into(bytes, dirty)
-            .map_err(ContainerError::BadImage)
+        Ok(match (fresh, program.initialized()) {
+            (true, Some(ranges)) => ranges.to_vec(),
+            _ => vec![0..have as usize * PAGE_SIZE],
+        })
     }
 
     /// Points the process at the kernel it now runs on (after a move); a

@@ -85,17 +85,7 @@ impl MemoryImage {
     /// Captures the blocks of `range` that are not all zero, as a delta.
     /// Blocks with no page behind them are zero without being read.
     pub fn capture_nonzero(bytes: &[u8], range: std::ops::Range<u32>) -> Self {
-        let mapped = mapped_blocks(bytes, range.clone());
-        let blocks = range.clone().filter(|&b| {
-            let at = b as usize * BLOCK;
-            mapped
-                .as_ref()
-                .is_none_or(|m| m[(b - range.start) as usize])
-                && bytes
-                    .get(at..(at + BLOCK).min(bytes.len()))
-                    .is_some_and(|block| !is_zero(block))
-        });
-        MemoryImage::capture_blocks(bytes, blocks)
+        MemoryImage::capture_blocks(bytes, nonzero_blocks(bytes, range))
     }
 
     /// Captures the given blocks of `bytes` (ascending) as a delta.
@@ -164,10 +154,7 @@ impl MemoryImage {
         dirty: &[std::ops::Range<usize>],
     ) -> Result<(), String> {
         if self.complete {
-            for range in dirty {
-                let end = range.end.min(memory.len());
-                memory[range.start.min(end)..end].fill(0);
-            }
+            clear(memory, dirty);
         }
         for run in &self.runs {
             let at = run.at as usize;
@@ -185,19 +172,34 @@ impl MemoryImage {
 /// first): a fresh instance's memory. What [`MemoryImage::capture`] then
 /// [`MemoryImage::write_into`] do, without the image between them.
 pub fn copy_nonzero(from: &[u8], to: &mut [u8], dirty: &[std::ops::Range<usize>]) {
-    for range in dirty {
-        let end = range.end.min(to.len());
-        to[range.start.min(end)..end].fill(0);
-    }
-    let blocks = 0..from.len().div_ceil(BLOCK) as u32;
-    let mapped = mapped_blocks(from, blocks.clone());
-    for b in blocks {
+    clear(to, dirty);
+    for b in nonzero_blocks(from, 0..from.len().div_ceil(BLOCK) as u32) {
         let at = b as usize * BLOCK;
-        let block = &from[at..(at + BLOCK).min(from.len())];
-        if mapped.as_ref().is_none_or(|m| m[b as usize]) && !is_zero(block) {
-            to[at..at + block.len()].copy_from_slice(block);
-        }
+        let end = (at + BLOCK).min(from.len());
+        to[at..end].copy_from_slice(&from[at..end]);
     }
+}
+
+/// Zeroes the `dirty` ranges of `memory` (clipped to it).
+fn clear(memory: &mut [u8], dirty: &[std::ops::Range<usize>]) {
+    for range in dirty {
+        let end = range.end.min(memory.len());
+        memory[range.start.min(end)..end].fill(0);
+    }
+}
+
+/// The blocks of `range` that are not all zero. Blocks with no page behind
+/// them are zero without being read.
+fn nonzero_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> impl Iterator<Item = u32> + '_ {
+    let mapped = mapped_blocks(bytes, range.clone());
+    let start = range.start;
+    range.filter(move |&b| {
+        let at = b as usize * BLOCK;
+        mapped.as_ref().is_none_or(|m| m[(b - start) as usize])
+            && bytes
+                .get(at..(at + BLOCK).min(bytes.len()))
+                .is_some_and(|block| !is_zero(block))
+    })
 }
 
 /// Which blocks of `range` have a page behind them, in memory or in swap
