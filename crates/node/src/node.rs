@@ -540,11 +540,7 @@ impl Node {
         if kernel.node == self.id {
             self.kernel(kernel)?;
         }
-        let console = self.new_console();
-        self.sinks
-            .lock()
-            .expect("sinks")
-            .insert(console, Job { sink, first: None });
+        let console = self.open_job(sink);
         let spec = ProcessSpec {
             module: start.module,
             args: job.args.clone(),
@@ -572,6 +568,17 @@ impl Node {
         started
     }
 
+    /// A new console for a job whose output and end go to `sink`; its first
+    /// process is recorded once it has started ([`started`](Self::started)).
+    fn open_job(&self, sink: Box<dyn JobSink>) -> ConsoleId {
+        let console = ConsoleId::new(self.id, self.next_console.fetch_add(1, Ordering::Relaxed));
+        self.sinks
+            .lock()
+            .expect("sinks")
+            .insert(console, Job { sink, first: None });
+        console
+    }
+
     /// Records the first process of the job on `console`, or forgets the
     /// job if it did not start.
     fn started(&self, console: ConsoleId, result: &anyhow::Result<Pid>) {
@@ -584,10 +591,6 @@ impl Node {
             }
             Err(_) => drop(sinks.remove(&console)),
         }
-    }
-
-    fn new_console(&self) -> ConsoleId {
-        ConsoleId::new(self.id, self.next_console.fetch_add(1, Ordering::Relaxed))
     }
 
     /// The processes of every kernel of this node and of the nodes linked
@@ -713,11 +716,7 @@ impl Node {
         if on.node == self.id {
             self.kernel(on)?;
         }
-        let console = self.new_console();
-        self.sinks
-            .lock()
-            .expect("sinks")
-            .insert(console, Job { sink, first: None });
+        let console = self.open_job(sink);
         // The restored process is the first process of a new job.
         image.uarea.console = console;
         image.uarea.parent = None;
