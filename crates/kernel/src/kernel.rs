@@ -291,7 +291,7 @@ impl Kernel {
             while let Ok(loaded) = self.loader.done.try_recv() {
                 self.on_loaded(loaded);
             }
-            if Instant::now() >= self.placement.next_tick() {
+            if self.placement.until_tick().is_zero() {
                 self.placement_tick();
             }
             let backlog = self.noc.flush();
@@ -306,10 +306,7 @@ impl Kernel {
             if self.spin_before_sleep() {
                 continue;
             }
-            let next_tick = self
-                .placement
-                .next_tick()
-                .saturating_duration_since(Instant::now());
+            let next_tick = self.placement.until_tick();
             let next_timer = self
                 .timers
                 .peek()

@@ -53,8 +53,10 @@ pub(crate) struct Placement {
     /// Whether this kernel's balancer moves processes (`atoll node
     /// --no-balance` turns it off).
     pub balance: bool,
-    next_tick: Instant,
-    last_tick: Instant,
+    /// On quanta's clock, which the loop reads at every turn (cheaper than
+    /// the system's).
+    next_tick: quanta::Instant,
+    last_tick: quanta::Instant,
     ticks: u32,
     /// Nanoseconds spent running processes since the last tick.
     pub busy_ns: u64,
@@ -70,7 +72,7 @@ pub(crate) struct Placement {
 
 impl Placement {
     pub(crate) fn new(me: KernelId, nodes: Vec<(u16, u16)>, balance: bool) -> Placement {
-        let now = Instant::now();
+        let now = quanta::Instant::now();
         Placement {
             dqdt: Dqdt::new(me, Shape::new(nodes)),
             balance,
@@ -86,9 +88,10 @@ impl Placement {
         }
     }
 
-    /// When the next tick is due.
-    pub(crate) fn next_tick(&self) -> Instant {
+    /// How long until the next tick is due (zero: it is).
+    pub(crate) fn until_tick(&self) -> Duration {
         self.next_tick
+            .saturating_duration_since(quanta::Instant::now())
     }
 }
 
@@ -96,11 +99,11 @@ impl Kernel {
     /// Measures this kernel's load, tells the tree, acts on the balancer's
     /// decisions, and gives up placements asked too long ago.
     pub(crate) fn placement_tick(&mut self) {
-        let now = Instant::now();
+        let (now, tick) = (Instant::now(), quanta::Instant::now());
         let shape = Shape::new(self.noc_nodes());
         let p = &mut self.placement;
         p.dqdt.reshape(shape);
-        let window = now.duration_since(p.last_tick).as_nanos().max(1) as f64;
+        let window = tick.duration_since(p.last_tick).as_nanos().max(1) as f64;
         if p.ticks.is_multiple_of(MEMORY_EVERY) {
             p.memory = self
                 .procs
@@ -116,9 +119,9 @@ impl Kernel {
             memory: p.memory,
         };
         p.busy_ns = 0;
-        p.last_tick = now;
+        p.last_tick = tick;
         p.ticks = p.ticks.wrapping_add(1);
-        p.next_tick = now + PERIOD;
+        p.next_tick = tick + PERIOD;
         for (to, msg) in p.dqdt.tick(own, now) {
             self.send(to, NocMsg::Dqdt(msg));
         }
