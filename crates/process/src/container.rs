@@ -503,9 +503,10 @@ impl Container {
         memory
             .grow(&mut *store, pages - have)
             .map_err(|e| ContainerError::BadImage(format!("cannot grow memory: {e}")))?;
+        let had = 0..have as usize * PAGE_SIZE;
         Ok(match (fresh, program.initialized()) {
             (true, Some(ranges)) => ranges.to_vec(),
-            _ => vec![0..have as usize * PAGE_SIZE],
+            _ => vec![had],
         })
     }
 
