@@ -13,9 +13,11 @@ use atoll_ipc::DomainInfo;
 use atoll_migration::Mode;
 use atoll_noc::net::{identity, LinkConfig};
 use atoll_node::daemon::{self, Client, Request, Response};
-use atoll_node::{JobSink, JobSpec, MapBy, Node, NodeConfig, Ranks};
+use atoll_node::{InputAnswer, JobSink, JobSpec, MapBy, Node, NodeConfig, Ranks};
 use atoll_process::{Limits, Preopen, Stream};
 use clap::Args;
+
+use crate::stdin::StdinReader;
 
 /// What every subcommand shares: where the cache and the socket are.
 pub struct Context {
@@ -242,7 +244,7 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
     config.balance = !a.no_balance;
     let node = Node::start(config)?;
     let (tx, rx) = mpsc::channel();
-    node.run_job(&job, Box::new(TerminalSink { done: tx }))?;
+    node.run_job(&job, Box::new(TerminalSink::new(tx)))?;
     let status = rx
         .recv()
         .context("the node stopped before the program ended")?;
@@ -254,9 +256,17 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
 /// until it ends; returns its exit status.
 fn follow_job(mut client: Client, request: &Request) -> anyhow::Result<i32> {
     client.send(request)?;
+    let mut stdin = StdinReader::default();
     loop {
         match client.recv()? {
             Response::Output { stream, bytes } => write_out(stream, &bytes),
+            Response::ReadInput { max } => {
+                let mut to_node = client.try_clone()?;
+                stdin.read(max as usize, move |bytes| {
+                    // A node that hung up has ended the job: nothing to tell.
+                    let _ = to_node.send(&Request::Input(bytes));
+                });
+            }
             Response::Exited { status } => return Ok(status & 0xff),
             Response::Error(e) => bail!(e),
             other => bail!("unexpected answer from the node: {other:?}"),
@@ -264,20 +274,40 @@ fn follow_job(mut client: Client, request: &Request) -> anyhow::Result<i32> {
     }
 }
 
+/// Shows a job's output. When whoever reads atoll's output has gone (`atoll
+/// run prog | head`), atoll ends as a writer to a closed pipe does, with
+/// SIGPIPE's status; that hangs up on the node, which ends the job.
 fn write_out(stream: Stream, bytes: &[u8]) {
-    // A closed terminal is not the program's failure: ignore write errors.
-    let _ = match stream {
-        Stream::Stdout => std::io::stdout()
-            .lock()
-            .write_all(bytes)
-            .and_then(|()| std::io::stdout().flush()),
+    let written = match stream {
+        Stream::Stdout => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(bytes).and_then(|()| out.flush())
+        }
         Stream::Stderr => std::io::stderr().lock().write_all(bytes),
     };
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(status::killed(libc::SIGPIPE))
+        }
+        // Any other failure of the terminal is not the program's: carry on.
+        _ => {}
+    }
 }
 
-/// An embedded job's output goes to atoll's own stdout and stderr.
+/// An embedded job's output goes to atoll's own stdout and stderr, and its
+/// input comes from atoll's stdin.
 struct TerminalSink {
     done: mpsc::Sender<i32>,
+    stdin: StdinReader,
+}
+
+impl TerminalSink {
+    fn new(done: mpsc::Sender<i32>) -> Self {
+        TerminalSink {
+            done,
+            stdin: StdinReader::default(),
+        }
+    }
 }
 
 impl JobSink for TerminalSink {
@@ -287,6 +317,11 @@ impl JobSink for TerminalSink {
 
     fn exited(&mut self, _pid: Pid, status: i32) {
         let _ = self.done.send(status);
+    }
+
+    fn input(&mut self, answer: InputAnswer) {
+        self.stdin
+            .read(answer.max(), move |bytes| answer.send(bytes));
     }
 }
 

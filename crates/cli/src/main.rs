@@ -5,6 +5,7 @@
 
 mod bench;
 mod commands;
+mod stdin;
 mod top;
 
 use std::path::PathBuf;

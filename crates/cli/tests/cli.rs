@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_stderr, atoll, guest, pid_of, support, text, NodeProcess};
+use common::{assert_stderr, atoll, guest, pid_of, support, text, Daemon};
 
 fn run(args: &[&str]) -> Output {
     atoll(args).output().expect("atoll runs")
@@ -250,34 +250,6 @@ fn ps_and_kill_without_a_node_say_so() {
 }
 
 /// A node daemon on a private socket, stopped when dropped.
-struct Daemon {
-    node: NodeProcess,
-    _dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    fn start(kernels: u16) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("node.sock");
-        let child = atoll(&["node", "--kernels", &kernels.to_string()])
-            .env("ATOLL_SOCKET", &socket)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Daemon {
-            node: NodeProcess::started(child, socket),
-            _dir: dir,
-        }
-    }
-}
-
-impl std::ops::Deref for Daemon {
-    type Target = NodeProcess;
-    fn deref(&self) -> &NodeProcess {
-        &self.node
-    }
-}
-
 #[test]
 fn run_ps_and_kill_talk_to_a_running_node() {
     let node = Daemon::start(2);

@@ -870,12 +870,18 @@ impl Kernel {
             NocMsg::Placed { token, kernel } => self.on_placed(token, kernel),
             NocMsg::Shed { from, to, count } => self.shed(from, to, count),
             NocMsg::File { pid } => self.on_file_op(pid, bulk),
-            m @ (NocMsg::Output { .. } | NocMsg::JobEnded { .. } | NocMsg::Domain(_)) => {
+            m @ (NocMsg::Output { .. }
+            | NocMsg::ReadInput { .. }
+            | NocMsg::Drain { .. }
+            | NocMsg::JobEnded { .. }
+            | NocMsg::Domain(_)) => {
                 unreachable!("for the node, which the links hand it to: {m:?}")
             }
             m @ (NocMsg::Spawned { .. }
             | NocMsg::ChildExited { .. }
             | NocMsg::FileDone { .. }
+            | NocMsg::Input { .. }
+            | NocMsg::Drained { .. }
             | NocMsg::Kill { .. }
             | NocMsg::Migrate { .. }
             | NocMsg::Ipc(_)) => {
@@ -917,6 +923,14 @@ impl Kernel {
             }
             NocMsg::Ipc(m) => self.on_ipc(m, packet.bulk),
             NocMsg::FileDone { .. } => self.on_file_done(pid, packet.bulk),
+            NocMsg::Input { bytes, .. } => self.reply_if_blocked(
+                pid,
+                |c| matches!(c, KernelCall::Input { .. }),
+                Reply::Input(bytes),
+            ),
+            NocMsg::Drained { .. } => {
+                self.reply_if_blocked(pid, |c| *c == KernelCall::Drain, Reply::Drained)
+            }
             other => tracing::error!(kernel = %self.id, "not a message for a process: {other:?}"),
         }
     }
@@ -1075,6 +1089,10 @@ impl Kernel {
                     self.end(pid, status::killed(status::SIGKILL));
                 }
             }
+            Control::Route(msg) => match msg.target() {
+                Some(pid) => self.route(pid, msg),
+                None => tracing::error!(kernel = %self.id, "not a message for a process: {msg:?}"),
+            },
             Control::Shutdown => unreachable!("handled by the loop"),
         }
     }
@@ -1218,8 +1236,8 @@ impl Kernel {
                 p.container.reply(Reply::Migrated(result));
                 self.run_queue.push(pid);
             }
-            // Answers to spawn, fork, kill, IPC and file ops are routed to
-            // wherever the process is; bind is answered before a process
+            // Answers to spawn, fork, kill, IPC, file ops and the console
+            // are routed to wherever the process is; bind is answered before a process
             // can move, and exec keeps it where it is until it is done.
             CallState::Blocked(
                 KernelCall::Spawn(_)
@@ -1228,6 +1246,8 @@ impl Kernel {
                 | KernelCall::Kill { .. }
                 | KernelCall::Ipc(_)
                 | KernelCall::File { .. }
+                | KernelCall::Input { .. }
+                | KernelCall::Drain
                 | KernelCall::Bind { .. },
             ) => {}
         }

@@ -227,6 +227,23 @@ pub enum NocMsg {
         stream: Stream,
         bytes: Vec<u8>,
     },
+    /// A process reads the standard input of a job whose terminal is on
+    /// another node: for that node's console service, which answers with
+    /// `Input`.
+    ReadInput {
+        console: ConsoleId,
+        pid: Pid,
+        max: u32,
+    },
+    /// A process waits until its output so far has been passed on: for the
+    /// console service of its job's node, after that output (same link),
+    /// which answers with `Drained`.
+    Drain { console: ConsoleId, pid: Pid },
+    /// The answer to `ReadInput` (or to a read on this node's console), for
+    /// `pid` wherever it runs: at most the bytes asked; none at the end.
+    Input { pid: Pid, bytes: Vec<u8> },
+    /// The answer to `Drain`, for `pid` wherever it runs.
+    Drained { pid: Pid },
     /// A domain changed on another node: for this node's table (the links
     /// hand it to the node, which gives its kernels the new table).
     Domain(DomainOp),
@@ -254,7 +271,9 @@ impl NocMsg {
     pub fn target(&self) -> Option<Pid> {
         match self {
             NocMsg::Spawned { parent, .. } | NocMsg::ChildExited { parent, .. } => Some(*parent),
-            NocMsg::FileDone { pid } => Some(*pid),
+            NocMsg::FileDone { pid } | NocMsg::Input { pid, .. } | NocMsg::Drained { pid } => {
+                Some(*pid)
+            }
             NocMsg::Kill { target, .. } => Some(*target),
             NocMsg::Killed {
                 reply_to: ReplyTo::Process(p),
@@ -460,6 +479,9 @@ pub enum Control {
     /// The node's domains changed: this is the new table. Processes of
     /// domains no longer in it are ended.
     Domains(Arc<DomainTable>),
+    /// Route `msg` to the process it is for, wherever it runs: the console
+    /// service's answers (`Input`, `Drained`).
+    Route(NocMsg),
     /// Stop the kernel thread.
     Shutdown,
 }
@@ -479,6 +501,14 @@ pub enum NodeEvent {
         console: ConsoleId,
         status: i32,
     },
+    /// A process reads its job's standard input (at most `max` bytes).
+    ReadInput {
+        console: ConsoleId,
+        pid: Pid,
+        max: u32,
+    },
+    /// A process waits until its output so far has been passed on.
+    Drain { console: ConsoleId, pid: Pid },
     /// Node `node` was lost, after everything it sent: a job whose first
     /// process was homed there has nobody left to tell its end, so it
     /// ends here (as a process lost with its node, status 137).

@@ -76,6 +76,7 @@ impl Kernel {
                 }
             }
             KernelCall::File { owner, op } => self.send_file_op(pid, owner, &op),
+            KernelCall::Input { .. } | KernelCall::Drain => self.ask_console(pid),
             KernelCall::Bind { domain } => {
                 let result = self.bind(pid, domain.as_deref());
                 self.reply_now(pid, Reply::Ipc(result));
@@ -104,6 +105,24 @@ impl Kernel {
             }
         }
         Ok(())
+    }
+
+    /// Hands `pid`'s console call (a stdin read, a drain) to its job's
+    /// console service, which answers it wherever `pid` runs by then. Also
+    /// for a restored process captured in one: the job it was restored into
+    /// has another console, which has not been asked.
+    pub(crate) fn ask_console(&mut self, pid: Pid) {
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let u = p.container.uarea();
+        match u.call {
+            CallState::Blocked(KernelCall::Input { max }) => {
+                self.console().read(u.console, pid, max)
+            }
+            CallState::Blocked(KernelCall::Drain) => self.console().drain(u.console, pid),
+            _ => {}
+        }
     }
 
     fn reply_now(&mut self, pid: Pid, reply: Reply) {

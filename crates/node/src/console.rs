@@ -1,38 +1,153 @@
-//! The console service: processes' output and jobs' ends, in order.
+//! The console service: processes' output, input and jobs' ends, in order.
 //!
-//! Kernels send output and exit events on one channel; a single node thread
-//! hands them to the sink of the job they belong to. Because everything goes
-//! through one FIFO channel, output a process wrote before it ended (or
-//! before a parent learned that it ended) reaches the job before the job's
-//! end: output written is output shown.
+//! Kernels send output, stdin reads, drains and exit events on one channel;
+//! a single node thread hands each to the job it belongs to. Each job has a
+//! thread of its own that passes them to the job's sink (a terminal, a
+//! client connection) in the order they came, so a slow terminal holds up
+//! its own job and no other. Because everything goes through FIFO channels,
+//! output a process wrote before it ended (or before a parent learned that
+//! it ended) reaches the job before the job's end: output written is output
+//! shown.
+//!
+//! **Backpressure.** A process may have [`CONSOLE_WINDOW`] bytes of output
+//! on their way; then it waits (`Drain`) until its job's thread has passed
+//! everything before the drain to the sink, so the memory output takes is
+//! bounded per process whatever the terminal does. Input is pulled: the
+//! sink reads its source only when a process asks, at most the bytes asked.
+//! A job's reads reach its sink in order with its output, so a read waits
+//! while the terminal has yet to take the output before it, as a filter
+//! whose reader stalls would wait in a pipeline.
+//!
+//! [`CONSOLE_WINDOW`]: atoll_process::CONSOLE_WINDOW
 
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
 use atoll_abi::{status, KernelId, Pid};
-use atoll_kernel::{NocMsg, NodeEvent, Packet};
+use atoll_kernel::{Control, NocMsg, NodeEvent, Packet};
 use atoll_noc::net::Links;
 use atoll_noc::Uplink;
 use atoll_process::{Console, ConsoleId, Stream};
 
-/// Where a job's output and end go: a terminal, a client connection.
+use crate::node::KernelDoors;
+
+/// Where a job's output and end go, and its input comes from: a terminal,
+/// a client connection.
 pub trait JobSink: Send {
+    /// Passes output on. It may block (a terminal that does not keep up):
+    /// that holds up this job's processes once their windows are full.
     fn output(&mut self, stream: Stream, bytes: &[u8]);
     /// The job's first process ended; nothing more is sent to this sink.
     fn exited(&mut self, pid: Pid, status: i32);
+    /// A process of the job reads its standard input: `answer` it, now or
+    /// later and from any thread, without blocking here (output goes on
+    /// meanwhile). The default is a job without input: end of file.
+    fn input(&mut self, answer: InputAnswer) {
+        answer.send(Vec::new());
+    }
+}
+
+/// The answer to one read of a job's standard input, for the process that
+/// asked, wherever it runs when it is sent.
+pub struct InputAnswer {
+    pid: Pid,
+    max: u32,
+    router: Router,
+}
+
+impl InputAnswer {
+    /// The most bytes the process asked for.
+    pub fn max(&self) -> usize {
+        self.max as usize
+    }
+
+    /// Sends `bytes` (at most [`max`](Self::max); the rest is dropped) to
+    /// the process; none means end of file.
+    pub fn send(self, mut bytes: Vec<u8>) {
+        bytes.truncate(self.max());
+        self.router.route(NocMsg::Input {
+            pid: self.pid,
+            bytes,
+        });
+    }
+}
+
+/// The console service's way to answer a process: through its home kernel
+/// (or kernel 0, for a process homed on another node), which routes the
+/// answer to wherever the process runs.
+#[derive(Clone)]
+pub(crate) struct Router {
+    pub doors: KernelDoors,
+    pub node: u16,
+}
+
+impl Router {
+    fn route(&self, msg: NocMsg) {
+        let Some(pid) = msg.target() else {
+            return tracing::error!("the console answers only processes: {msg:?}");
+        };
+        let kernel = if pid.home.node == self.node {
+            pid.home.index as usize
+        } else {
+            0
+        };
+        self.doors.tell(kernel, Control::Route(msg));
+    }
+}
+
+/// What a job's thread is given, in order.
+enum JobEvent {
+    Output(Stream, Vec<u8>),
+    Input { pid: Pid, max: u32 },
+    Drain(Pid),
+    Exited { pid: Pid, status: i32 },
 }
 
 /// A job this node's console serves.
 pub(crate) struct Job {
-    pub sink: Box<dyn JobSink>,
+    events: Sender<JobEvent>,
     /// Its first process, once started.
     pub first: Option<Pid>,
 }
 
+impl Job {
+    /// Starts the thread that serves `sink`.
+    pub fn open(console: ConsoleId, sink: Box<dyn JobSink>, router: Router) -> Job {
+        let (events, rx) = mpsc::channel();
+        let name = format!("atoll-job-{}", console.0 & ((1 << 48) - 1));
+        let serve = move || serve_job(sink, rx, router);
+        if let Err(e) = std::thread::Builder::new().name(name).spawn(serve) {
+            // Its events then find no receiver, and are answered as for a
+            // job that ended: output dropped, end of file, drained.
+            tracing::error!("no thread for the job of console {console:?}: {e}");
+        }
+        Job {
+            events,
+            first: None,
+        }
+    }
+}
+
+/// A job's thread: its events to its sink, until the job ends.
+fn serve_job(mut sink: Box<dyn JobSink>, events: Receiver<JobEvent>, router: Router) {
+    for event in events {
+        match event {
+            JobEvent::Output(stream, bytes) => sink.output(stream, &bytes),
+            JobEvent::Input { pid, max } => sink.input(InputAnswer {
+                pid,
+                max,
+                router: router.clone(),
+            }),
+            JobEvent::Drain(pid) => router.route(NocMsg::Drained { pid }),
+            JobEvent::Exited { pid, status } => return sink.exited(pid, status),
+        }
+    }
+}
+
 pub(crate) type Sinks = Arc<Mutex<HashMap<ConsoleId, Job>>>;
 
-/// The kernels' side of the console service. Output for a job of another
+/// The kernels' side of the console service. What is for a job of another
 /// node goes to that node's console service on the control link, the one
 /// its job's end will take too (so it arrives first).
 pub(crate) struct ChannelConsole {
@@ -41,56 +156,93 @@ pub(crate) struct ChannelConsole {
     pub links: Option<Arc<Links<Packet>>>,
 }
 
-impl Console for ChannelConsole {
-    fn write(&self, console: ConsoleId, stream: Stream, bytes: &[u8]) {
-        let bytes = bytes.to_vec();
+impl ChannelConsole {
+    fn send(&self, console: ConsoleId, event: NodeEvent) {
         match &self.links {
             Some(links) if console.node() != self.node => {
-                let msg = NocMsg::Output {
-                    console,
-                    stream,
-                    bytes,
-                };
                 let (from, to) = (
                     KernelId::new(self.node, 0),
                     KernelId::new(console.node(), 0),
                 );
+                let msg = match event {
+                    NodeEvent::Output {
+                        console,
+                        stream,
+                        bytes,
+                    } => NocMsg::Output {
+                        console,
+                        stream,
+                        bytes,
+                    },
+                    NodeEvent::ReadInput { console, pid, max } => {
+                        NocMsg::ReadInput { console, pid, max }
+                    }
+                    NodeEvent::Drain { console, pid } => NocMsg::Drain { console, pid },
+                    other => unreachable!("not a process's console event: {other:?}"),
+                };
                 if let Err(e) = links.send(from, to, Packet::new(msg), None) {
-                    tracing::warn!("output for console {console:?} is lost: {e}");
+                    tracing::warn!("console {console:?} is out of reach: {e}");
                 }
             }
             _ => {
-                let _ = self.tx.send(NodeEvent::Output {
-                    console,
-                    stream,
-                    bytes,
-                });
+                let _ = self.tx.send(event);
             }
         }
     }
 }
 
-/// Runs the console service until every sender is gone.
-pub(crate) fn serve(events: Receiver<NodeEvent>, sinks: Sinks) {
-    for event in events {
-        match event {
+impl Console for ChannelConsole {
+    fn write(&self, console: ConsoleId, stream: Stream, bytes: &[u8]) {
+        let bytes = bytes.to_vec();
+        self.send(
+            console,
             NodeEvent::Output {
                 console,
                 stream,
                 bytes,
-            } => {
-                if let Some(job) = sinks.lock().expect("sinks").get_mut(&console) {
-                    job.sink.output(stream, &bytes);
-                }
+            },
+        );
+    }
+
+    fn read(&self, console: ConsoleId, pid: Pid, max: u32) {
+        self.send(console, NodeEvent::ReadInput { console, pid, max });
+    }
+
+    fn drain(&self, console: ConsoleId, pid: Pid) {
+        self.send(console, NodeEvent::Drain { console, pid });
+    }
+}
+
+/// Runs the console service until every sender is gone. What comes for a
+/// job that has ended (a child still running after it) is answered here:
+/// its output is dropped, its reads find end of file, its drains are done.
+pub(crate) fn serve(events: Receiver<NodeEvent>, sinks: Sinks, router: Router) {
+    let to_job = |console: &ConsoleId, event: JobEvent| -> Option<JobEvent> {
+        let sinks = sinks.lock().expect("sinks");
+        match sinks.get(console) {
+            Some(job) => job.events.send(event).err().map(|e| e.0),
+            None => Some(event),
+        }
+    };
+    for event in events {
+        let unserved = match event {
+            NodeEvent::Output {
+                console,
+                stream,
+                bytes,
+            } => to_job(&console, JobEvent::Output(stream, bytes)),
+            NodeEvent::ReadInput { console, pid, max } => {
+                to_job(&console, JobEvent::Input { pid, max })
             }
+            NodeEvent::Drain { console, pid } => to_job(&console, JobEvent::Drain(pid)),
             NodeEvent::Exited {
                 pid,
                 console,
                 status,
             } => {
-                if let Some(mut job) = sinks.lock().expect("sinks").remove(&console) {
-                    job.sink.exited(pid, status);
-                }
+                let job = sinks.lock().expect("sinks").remove(&console);
+                job.and_then(|j| j.events.send(JobEvent::Exited { pid, status }).err())
+                    .map(|e| e.0)
             }
             NodeEvent::Lost { node } => {
                 let mut sinks = sinks.lock().expect("sinks");
@@ -99,12 +251,21 @@ pub(crate) fn serve(events: Receiver<NodeEvent>, sinks: Sinks) {
                     .filter_map(|(&c, j)| j.first.filter(|p| p.home.node == node).map(|p| (c, p)))
                     .collect();
                 for (console, pid) in lost {
-                    let mut job = sinks.remove(&console).expect("listed");
+                    let job = sinks.remove(&console).expect("listed");
                     let line = format!("atoll: process {pid} ended: its node {node} was lost\n");
-                    job.sink.output(Stream::Stderr, line.as_bytes());
-                    job.sink.exited(pid, status::killed(status::SIGKILL));
+                    let _ = job
+                        .events
+                        .send(JobEvent::Output(Stream::Stderr, line.into()));
+                    let status = status::killed(status::SIGKILL);
+                    let _ = job.events.send(JobEvent::Exited { pid, status });
                 }
+                None
             }
+        };
+        match unserved {
+            Some(JobEvent::Input { pid, .. }) => router.route(NocMsg::Input { pid, bytes: vec![] }),
+            Some(JobEvent::Drain(pid)) => router.route(NocMsg::Drained { pid }),
+            _ => {}
         }
     }
 }

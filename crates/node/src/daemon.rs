@@ -4,7 +4,9 @@
 //! Protocol: each message is a frame — a u32 little-endian length, then a
 //! postcard-encoded [`Request`] (client to node) or [`Response`] (node to
 //! client). A `Run` is answered by `Started`, then `Output` frames, then
-//! `Exited`. A client that hangs up before its job ended has its job killed.
+//! `Exited`. Meanwhile each `ReadInput` (a process of the job reads stdin)
+//! is answered by the client with one `Input` from its own stdin, in order.
+//! A client that hangs up before its job ended has its job killed.
 //!
 //! Access: the node runs programs, reads and writes files (checkpoints) as
 //! the user it runs as, so only that user and root may use it. The socket's
@@ -12,13 +14,14 @@
 //! or could replace the socket in it; the socket is 0600; and every
 //! connection's peer credentials are checked before its request is read.
 
+use std::collections::VecDeque;
 use std::io::{BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
 use atoll_abi::{status, KernelId, Pid};
@@ -28,7 +31,7 @@ use atoll_migration::{MigrationReport, Mode};
 use atoll_process::Stream;
 use serde::{Deserialize, Serialize};
 
-use crate::{JobSink, JobSpec, Node, NodeStatus};
+use crate::{InputAnswer, JobSink, JobSpec, Node, NodeStatus};
 
 /// Largest frame accepted (a `ps` of many processes fits easily).
 const MAX_FRAME: u32 = 64 << 20;
@@ -65,6 +68,9 @@ pub enum Request {
         name: String,
     },
     Domains,
+    /// The answer to a `ReadInput` of the job this connection runs: at
+    /// most the bytes it asked for; none at the end of the client's input.
+    Input(Vec<u8>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -76,6 +82,11 @@ pub enum Response {
     },
     Exited {
         status: i32,
+    },
+    /// A process of the job reads stdin: send at most `max` bytes of it
+    /// (`Request::Input`).
+    ReadInput {
+        max: u32,
     },
     /// Every kernel's report, the domains (to name them), and the nodes of
     /// the cluster (empty for a node alone).
@@ -267,6 +278,7 @@ fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
         Request::DomainCreate { name } => node.domain_create(&name).map(|_| Response::Done),
         Request::DomainEnd { name } => node.domain_end(&name).map(|_| Response::Done),
         Request::Domains => Ok(Response::Domains(node.domains())),
+        Request::Input(_) => Err(anyhow::anyhow!("input, but no job runs for it")),
     };
     write_frame(
         &mut writer,
@@ -284,9 +296,11 @@ fn run(
     mut writer: UnixStream,
 ) -> anyhow::Result<()> {
     let ended = Arc::new(AtomicBool::new(false));
+    let reads = Reads::default();
     let sink = SocketSink {
         stream: writer.try_clone()?,
         ended: ended.clone(),
+        reads: reads.clone(),
     };
     let pid = match start(Box::new(sink)) {
         Ok(pid) => pid,
@@ -297,19 +311,38 @@ fn run(
             )?)
         }
     };
-    // Wait for the client to hang up; if the job still runs, end it.
-    let mut buf = [0u8; 64];
-    while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
+    // The client's input, until it hangs up; then, if the job still runs,
+    // end it. Reads it did not answer find end of file.
+    loop {
+        match read_frame::<Request>(&mut reader) {
+            Ok(Some(Request::Input(bytes))) => match reads.lock().expect("reads").pop_front() {
+                Some(answer) => answer.send(bytes),
+                None => tracing::warn!("a client sent input nobody asked for"),
+            },
+            Ok(Some(other)) => {
+                tracing::warn!("a client sent {other:?} while its job runs: hanging up");
+                break;
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    for answer in reads.lock().expect("reads").drain(..) {
+        answer.send(Vec::new());
+    }
     if !ended.load(Ordering::Acquire) {
         let _ = node.kill(pid, status::SIGKILL);
     }
     Ok(())
 }
 
-/// Sends a job's output and end to its client.
+/// The stdin reads of a job that its client has yet to answer, in order.
+type Reads = Arc<Mutex<VecDeque<InputAnswer>>>;
+
+/// Sends a job's output and end to its client, and asks it for input.
 struct SocketSink {
     stream: UnixStream,
     ended: Arc<AtomicBool>,
+    reads: Reads,
 }
 
 impl JobSink for SocketSink {
@@ -327,6 +360,12 @@ impl JobSink for SocketSink {
         self.ended.store(true, Ordering::Release);
         let _ = write_frame(&mut self.stream, &Response::Exited { status });
     }
+
+    fn input(&mut self, answer: InputAnswer) {
+        let max = answer.max() as u32;
+        self.reads.lock().expect("reads").push_back(answer);
+        let _ = write_frame(&mut self.stream, &Response::ReadInput { max });
+    }
 }
 
 /// A connection to a running node.
@@ -340,6 +379,14 @@ impl Client {
         UnixStream::connect(socket)
             .ok()
             .map(|stream| Client { stream })
+    }
+
+    /// A second handle on the same connection, to send from another thread
+    /// (a job's input) while this one receives.
+    pub fn try_clone(&self) -> std::io::Result<Client> {
+        Ok(Client {
+            stream: self.stream.try_clone()?,
+        })
     }
 
     pub fn send(&mut self, request: &Request) -> anyhow::Result<()> {

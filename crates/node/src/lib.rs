@@ -13,6 +13,6 @@ mod domains;
 mod node;
 mod ranks;
 
-pub use console::JobSink;
+pub use console::{InputAnswer, JobSink};
 pub use node::{JobSpec, Node, NodeConfig, NodeStatus};
 pub use ranks::{MapBy, Ranks};

@@ -19,7 +19,7 @@ use atoll_noc::{Doorbell, Incoming, Noc, Remote};
 use atoll_prepare::ContentHash;
 use atoll_process::{ConsoleId, Limits, Preopen, ProcessImage, Runtime, RuntimeConfig};
 
-use crate::console::{self, ChannelConsole, Job, JobSink, Sinks};
+use crate::console::{self, ChannelConsole, Job, JobSink, Router, Sinks};
 use crate::domains::Domains;
 use crate::ranks::{Killer, Ranks};
 
@@ -124,8 +124,8 @@ struct NodeServices {
 }
 
 /// Joins the cluster `config` describes: the links, and each kernel's lanes
-/// to them. What comes for a kernel is queued for it and wakes it; output
-/// and job ends go straight to the console service, so that they keep the
+/// to them. What comes for a kernel is queued for it and wakes it; output,
+/// stdin reads, drains and job ends go straight to the console service, so that they keep the
 /// order in which the other node sent them, and domain changes to the
 /// node's table. Every kernel hears that a member is down (`NodeDown`),
 /// after everything that member sent it.
@@ -154,6 +154,12 @@ fn join(
                 stream,
                 bytes,
             });
+        }
+        NocMsg::ReadInput { console, pid, max } => {
+            let _ = events.send(NodeEvent::ReadInput { console, pid, max });
+        }
+        NocMsg::Drain { console, pid } => {
+            let _ = events.send(NodeEvent::Drain { console, pid });
         }
         NocMsg::JobEnded {
             pid,
@@ -246,11 +252,16 @@ impl KernelDoors {
         true
     }
 
+    /// Tells kernel `i` (it wakes if asleep; no process is preempted).
+    pub(crate) fn tell(&self, i: usize, control: Control) {
+        let _ = self.controls[i].send(control);
+        self.doorbells[i].ring();
+    }
+
     /// Tells every kernel (those asleep wake; no process is preempted).
     pub(crate) fn tell_all(&self, make: impl Fn() -> Control) {
-        for (c, d) in self.controls.iter().zip(self.doorbells.iter()) {
-            let _ = c.send(make());
-            d.ring();
+        for i in 0..self.len() {
+            self.tell(i, make());
         }
     }
 }
@@ -267,6 +278,8 @@ pub struct Node {
     kernels: Vec<JoinHandle<()>>,
     console: Option<JoinHandle<()>>,
     sinks: Sinks,
+    /// How the console service answers processes.
+    router: Router,
     next_console: AtomicU64,
     /// The node's domains; each kernel has a copy of the latest table.
     domains: Arc<Domains>,
@@ -320,9 +333,14 @@ impl Node {
         let endpoints = Noc::build_with_remotes(id, 256, doorbells.clone(), remotes);
         let sinks = Sinks::default();
         let console_sinks = sinks.clone();
+        let router = Router {
+            doors: doors.clone(),
+            node: id,
+        };
+        let console_router = router.clone();
         let console = std::thread::Builder::new()
             .name("atoll-console".into())
-            .spawn(move || console::serve(events_rx, console_sinks))?;
+            .spawn(move || console::serve(events_rx, console_sinks, console_router))?;
         let console_impl = Arc::new(ChannelConsole {
             tx: events_tx.clone(),
             node: id,
@@ -357,6 +375,7 @@ impl Node {
             kernels,
             console: Some(console),
             sinks,
+            router,
             next_console: AtomicU64::new(1),
             domains,
             links,
@@ -572,10 +591,8 @@ impl Node {
     /// process is recorded once it has started ([`started`](Self::started)).
     fn open_job(&self, sink: Box<dyn JobSink>) -> ConsoleId {
         let console = ConsoleId::new(self.id, self.next_console.fetch_add(1, Ordering::Relaxed));
-        self.sinks
-            .lock()
-            .expect("sinks")
-            .insert(console, Job { sink, first: None });
+        let job = Job::open(console, sink, self.router.clone());
+        self.sinks.lock().expect("sinks").insert(console, job);
         console
     }
 

@@ -16,7 +16,7 @@ use atoll_kernel::Control;
 use atoll_process::Stream;
 use serde::{Deserialize, Serialize};
 
-use crate::console::JobSink;
+use crate::console::{InputAnswer, JobSink};
 use crate::node::{JobSpec, JobStart, KernelDoors, Node};
 
 /// The shape of an MPI job.
@@ -227,6 +227,15 @@ impl JobSink for RankSink {
             .lock()
             .expect("group")
             .exited(self.rank, pid, status);
+    }
+
+    /// The job's input goes to rank 0, as mpirun's does; the other ranks'
+    /// reads find end of file.
+    fn input(&mut self, answer: InputAnswer) {
+        match self.rank {
+            0 => self.group.lock().expect("group").sink.input(answer),
+            _ => answer.send(Vec::new()),
+        }
     }
 }
 

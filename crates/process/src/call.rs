@@ -68,6 +68,12 @@ pub enum KernelCall {
     /// Replace this process's program (`atoll_exec`), then run on `kernel`
     /// if given (`None`: the kernel chooses).
     Exec(SpawnRequest),
+    /// Read at most `max` bytes of the job's standard input, from the
+    /// console service of the node that started the job.
+    Input { max: u32 },
+    /// Wait until the console service has passed on everything this
+    /// process wrote to its console ([`crate::CONSOLE_WINDOW`]).
+    Drain,
 }
 
 impl KernelCall {
@@ -86,6 +92,8 @@ impl KernelCall {
             KernelCall::File { owner, .. } => format!("in a file call served by kernel {owner}"),
             KernelCall::Fork { .. } => "forking".into(),
             KernelCall::Exec(_) => "executing".into(),
+            KernelCall::Input { .. } => "reading stdin".into(),
+            KernelCall::Drain => "waiting for its console".into(),
         }
     }
 }
@@ -130,6 +138,10 @@ pub enum Reply {
     /// `Exec` failed; the process goes on with its old program. (One that
     /// succeeds never returns.)
     ExecFailed(Errno),
+    /// Bytes of standard input, at most the `max` asked; none at its end.
+    Input(Vec<u8>),
+    /// Everything written before the `Drain` has been passed on.
+    Drained,
 }
 
 /// The kernel, as a running process's IPC calls see it.

@@ -6,11 +6,10 @@ use std::sync::Arc;
 
 use std::ptr::NonNull;
 
-use atoll_abi::KernelId;
+use atoll_abi::{KernelId, Pid};
 use wasmtime::{Global, Memory, StoreLimits, TypedFunc};
 
-use crate::call::KernelLink;
-use crate::fs::op::FileAnswer;
+use crate::call::{KernelLink, Reply};
 use crate::uarea::{ConsoleId, UArea};
 
 /// Which output stream of a console.
@@ -20,12 +19,28 @@ pub enum Stream {
     Stderr,
 }
 
-/// Where processes' output goes. The node implements it; a process only
-/// knows its [`ConsoleId`], so its output reaches the same terminal from any
-/// kernel.
+/// Where processes' output goes and their input comes from. The node
+/// implements it; a process only knows its [`ConsoleId`], so its output
+/// reaches the same terminal from any kernel.
+///
+/// The console service answers `read` and `drain` by routing
+/// [`Reply::Input`](crate::Reply::Input) and
+/// [`Reply::Drained`](crate::Reply::Drained) to the process, wherever it runs
+/// by then. What one kernel hands to a console is handled in the order it
+/// was handed: a `drain` is answered after the writes before it.
 pub trait Console: Send + Sync {
     fn write(&self, console: ConsoleId, stream: Stream, bytes: &[u8]);
+    /// `pid` reads at most `max` bytes of its job's standard input.
+    fn read(&self, console: ConsoleId, pid: Pid, max: u32);
+    /// `pid` waits until its writes so far have been passed on.
+    fn drain(&self, console: ConsoleId, pid: Pid);
 }
+
+/// Bytes a process may have written to its console that the console
+/// service has not passed on yet; past them, a write waits (at a safepoint,
+/// holding no thread) until they are. The node's memory for output is so
+/// bounded by this much per writing process, whatever its terminal does.
+pub const CONSOLE_WINDOW: u64 = 64 << 10;
 
 /// The kernel a process currently runs on, as its system calls see it.
 #[derive(Clone)]
@@ -70,9 +85,10 @@ pub struct ProcCtx {
     /// Open host files behind the UArea's descriptors; a cache, reopened on
     /// demand from the descriptor's host path (so it never needs to move).
     pub(crate) files: HashMap<u32, std::fs::File>,
-    /// The owner's answer to a file call's op, while the call, rewound, runs
-    /// again to apply it (`crate::fs::op`).
-    pub(crate) file_answer: Option<Result<FileAnswer, atoll_abi::Errno>>,
+    /// The kernel's answer to a file call that had to wait for it (a remote
+    /// file's op, stdin, the console's drain), while the call, rewound, runs
+    /// again to apply it (`crate::fs`).
+    pub(crate) answer: Option<Reply>,
     /// Shared, because every slice and kernel call needs them and cloning
     /// wasmtime handles (typed functions) is not free.
     pub(crate) exports: Option<Arc<Exports>>,
@@ -100,7 +116,7 @@ impl ProcCtx {
             uarea,
             host,
             files: HashMap::new(),
-            file_answer: None,
+            answer: None,
             exports: None,
             slice_start: quanta::Instant::now(),
             deadline: quanta::Instant::now(),
@@ -119,6 +135,12 @@ impl ProcCtx {
         self.exports
             .as_ref()
             .expect("exports are bound at instantiation")
+    }
+
+    /// Whether the process can wait in the kernel: only a prepared module
+    /// can unwind its stack.
+    pub(crate) fn can_wait(&self) -> bool {
+        self.exports().asyncify.is_some()
     }
 }
 

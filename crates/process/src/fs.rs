@@ -22,8 +22,17 @@
 //! opened with `O_NOFOLLOW` on the resolved path, and only regular files and
 //! directories can be opened (`O_NONBLOCK`, so a FIFO cannot block a kernel).
 //!
-//! **Limits.** stdin reads return end of file: atoll does not forward a
-//! terminal's input yet. One call moves at most [`MAX_IO`] bytes (a short
+//! **Standard streams.** stdin is the job's: a read asks the console service
+//! of the node that started the job for at most as many bytes as the call
+//! can take, and waits for them at a safepoint (`KernelCall::Input`);
+//! nothing is read from the terminal before a process asks, which is the
+//! backpressure. stdout and stderr go to the console; a process may have
+//! [`CONSOLE_WINDOW`](crate::CONSOLE_WINDOW) bytes on their way, then its
+//! write waits until the console has passed them on (`KernelCall::Drain`).
+//! A module run unprepared cannot wait: its stdin reads fail with `ENOTSUP`
+//! and its writes are not held back.
+//!
+//! **Limits.** One call moves at most [`MAX_IO`] bytes (a short
 //! read or write, which wasi-libc retries), so that a guest cannot make a
 //! kernel copy gigabytes in one system call. A file is reopened by path, so
 //! one that is unlinked or replaced while open cannot be used after the
@@ -46,8 +55,9 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
-use atoll_abi::{Errno, KernelId};
+use atoll_abi::Errno;
 
+use crate::call::{KernelCall, Reply};
 use crate::ctx::ProcCtx;
 use crate::fd::{FileFd, FileId};
 use op::{FileAnswer, FileOp, Handles};
@@ -62,9 +72,10 @@ pub(crate) use resolve::{resolve, resolve_entry, Follow};
 pub(crate) enum Fail {
     /// It failed, with this errno for the guest.
     Errno(Errno),
-    /// Its op must run on the node of kernel `owner`: the call enters the
-    /// kernel with it, and runs again with the answer.
-    Remote { owner: KernelId, op: Box<FileOp> },
+    /// It must wait for the kernel (a file op for the node of another
+    /// kernel, stdin, the console): the call enters the kernel with this,
+    /// and runs again with the answer ([`ProcCtx::answer`]).
+    Wait(KernelCall),
 }
 
 impl From<Errno> for Fail {
@@ -75,20 +86,20 @@ impl From<Errno> for Fail {
 
 impl ProcCtx {
     /// Has `op` executed: here, if this node owns its files, else by the
-    /// owner (`Fail::Remote`). When the call is being run again with the
+    /// owner (`Fail::Wait`). When the call is being run again with the
     /// owner's answer, that answer is the result.
     pub(crate) fn file(&mut self, op: FileOp) -> Result<FileAnswer, Fail> {
-        if let Some(answer) = self.file_answer.take() {
+        if let Some(Reply::File(answer)) = self.answer.take() {
             return Ok(answer?);
         }
         let owner = op.owner()?;
         if owner.node == self.host.kernel.node {
             Ok(op.execute(Handles::Cache(&mut self.files))?)
         } else {
-            Err(Fail::Remote {
+            Err(Fail::Wait(KernelCall::File {
                 owner,
                 op: Box::new(op),
-            })
+            }))
         }
     }
 }

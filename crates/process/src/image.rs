@@ -31,7 +31,10 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 5: open files and directories name the kernel that owns them, and files
 ///    their device and inode.
 /// 6: the UArea holds the process's resource limits.
-const VERSION: u16 = 7;
+/// 7: it says whether the balancer may move the process, and counts its moves.
+/// 8: it counts the console output not yet passed on; calls wait for stdin
+///    and for the console.
+const VERSION: u16 = 8;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

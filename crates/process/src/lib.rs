@@ -32,7 +32,7 @@ pub use call::{
     Yielding,
 };
 pub use container::{Container, ContainerError, Slice};
-pub use ctx::{Console, Host, Stream};
+pub use ctx::{Console, Host, Stream, CONSOLE_WINDOW};
 pub use fd::{DirFd, Fd, FdTable, FileFd, FileId, Preopen, Rights};
 pub use fs::op::{FileAnswer, FileOp};
 pub use image::{GlobalValue, ImageError, MemoryImage, ProcessImage, Run, BLOCK, PAGE_SIZE};

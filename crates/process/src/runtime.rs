@@ -383,6 +383,8 @@ fn provided_imports(engine: &Engine, linker: &Linker<ProcCtx>) -> HashSet<(Strin
     struct Nowhere;
     impl crate::ctx::Console for Nowhere {
         fn write(&self, _: crate::uarea::ConsoleId, _: crate::ctx::Stream, _: &[u8]) {}
+        fn read(&self, _: crate::uarea::ConsoleId, _: atoll_abi::Pid, _: u32) {}
+        fn drain(&self, _: crate::uarea::ConsoleId, _: atoll_abi::Pid) {}
     }
     let pid = atoll_abi::Pid::new(atoll_abi::KernelId::new(0, 0), 0, 0);
     let uarea = crate::uarea::UArea::new(

@@ -74,6 +74,10 @@ pub struct UArea {
     /// Whether the balancer leaves the process where it is (`atoll run
     /// --pin`); children inherit it. Explicit moves still work.
     pub pinned: bool,
+    /// Bytes written to the console that the console service may not have
+    /// passed on yet: at [`crate::CONSOLE_WINDOW`] the next write waits for
+    /// it (`KernelCall::Drain`), so a job cannot outrun its terminal.
+    pub console_backlog: u64,
 }
 
 /// Resource limits of one process (`atoll run --memory`, `--cpu-time`).
@@ -117,6 +121,7 @@ impl UArea {
             wander: Wander::default(),
             limits: Limits::default(),
             pinned: false,
+            console_backlog: 0,
         }
     }
 

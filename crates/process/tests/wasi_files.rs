@@ -44,6 +44,9 @@ impl Console for Capture {
             Stream::Stderr => self.stderr.lock().unwrap().extend_from_slice(bytes),
         }
     }
+    // Served by `run` below, from the container's kernel calls.
+    fn read(&self, _: ConsoleId, _: Pid, _: u32) {}
+    fn drain(&self, _: ConsoleId, _: Pid) {}
 }
 
 /// How a run ended.
@@ -163,6 +166,9 @@ fn run(
                 remote_ops += 1;
                 container.reply(Reply::File(op.serve()));
             }
+            // Everything written is captured at once; stdin is empty.
+            Slice::Call(KernelCall::Drain) => container.reply(Reply::Drained),
+            Slice::Call(KernelCall::Input { .. }) => container.reply(Reply::Input(vec![])),
             Slice::Call(other) => panic!("unexpected kernel call {other:?}"),
         }
     };

@@ -7,7 +7,7 @@
 pub mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The `atoll` binary with the tests' module cache, talking to no node
@@ -99,5 +99,35 @@ pub fn wait_for(socket: &Path, name: &str) -> String {
             "{name} never showed in ps"
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An `atoll node` of `kernels` kernels for one test, on a socket of its
+/// own in a temporary directory.
+pub struct Daemon {
+    node: NodeProcess,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    pub fn start(kernels: u16) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("node.sock");
+        let child = atoll(&["node", "--kernels", &kernels.to_string()])
+            .env("ATOLL_SOCKET", &socket)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Daemon {
+            node: NodeProcess::started(child, socket),
+            _dir: dir,
+        }
+    }
+}
+
+impl std::ops::Deref for Daemon {
+    type Target = NodeProcess;
+    fn deref(&self) -> &NodeProcess {
+        &self.node
     }
 }

@@ -323,6 +323,7 @@ impl Kernel {
             (Arrival::Restored(asker), Ok(())) => {
                 self.procs.insert(pid, process);
                 self.schedule(pid);
+                self.ask_console(pid);
                 self.answer_start(asker, Ok(pid));
             }
             (Arrival::Restored(asker), Err(why)) => self.answer_start(asker, Err(why)),

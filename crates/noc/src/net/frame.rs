@@ -17,7 +17,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// The frame format this atoll speaks. A peer speaking another is refused.
 /// 2: remote file ops; open files name their owner.
 /// 3: a process's spec and UArea carry its resource limits.
-pub const VERSION: u16 = 4;
+/// 4: the DQDT's messages; UAreas say whether a process is pinned.
+/// 5: stdin and the console's drain cross nodes; UAreas count the backlog.
+pub const VERSION: u16 = 5;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;

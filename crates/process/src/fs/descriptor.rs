@@ -12,7 +12,8 @@ use super::op::{FileOp, FileRef, Target};
 use super::stat::{self, filetype};
 use super::times::Times;
 use super::{fdflags, rights, Fail, MAX_IO, MAX_IOVS};
-use crate::ctx::{ProcCtx, Stream};
+use crate::call::{KernelCall, Reply};
+use crate::ctx::{ProcCtx, Stream, CONSOLE_WINDOW};
 use crate::fd::{Fd, FdTable, FileFd, Rights};
 use crate::memory::GuestMemory;
 
@@ -60,6 +61,61 @@ fn read(
     Ok(data.len())
 }
 
+/// Bytes one read of stdin asks for at most: they travel inside a NoC
+/// message (and a daemon frame), not through a portal.
+const MAX_INPUT: u32 = 64 << 10;
+
+/// Reads the job's standard input into `iovs`: the answer of the console
+/// service when the call runs again with it, else the call waits for one.
+fn read_stdin(
+    mem: &mut GuestMemory<'_>,
+    ctx: &mut ProcCtx,
+    iovs: &[(u32, u32)],
+) -> Result<usize, Fail> {
+    let max = iovs.iter().map(|i| i.1).sum::<u32>().min(MAX_INPUT);
+    if max == 0 {
+        return Ok(0);
+    }
+    match ctx.answer.take() {
+        Some(Reply::Input(mut bytes)) => {
+            // The service sends at most `max`, which the call asked for
+            // from the same memory; more would be a bug there, not data.
+            bytes.truncate(max as usize);
+            scatter(mem, iovs, &bytes)?;
+            Ok(bytes.len())
+        }
+        _ => Err(Fail::Wait(KernelCall::Input { max })),
+    }
+}
+
+/// Writes `iovs` to the console: as much as the process's window takes
+/// (a short write, which wasi-libc completes), or, with the window full,
+/// nothing until the console service has passed the backlog on.
+fn write_console(
+    mem: &mut GuestMemory<'_>,
+    ctx: &mut ProcCtx,
+    iovs: &[(u32, u32)],
+    stream: Stream,
+) -> Result<usize, Fail> {
+    if let Some(Reply::Drained) = ctx.answer.take() {
+        ctx.uarea.console_backlog = 0;
+    }
+    let room = CONSOLE_WINDOW.saturating_sub(ctx.uarea.console_backlog);
+    let mut data = mem.gather(iovs)?;
+    if data.is_empty() {
+        return Ok(0);
+    }
+    if ctx.can_wait() {
+        if room == 0 {
+            return Err(Fail::Wait(KernelCall::Drain));
+        }
+        data.truncate(room.min(data.len() as u64) as usize);
+        ctx.uarea.console_backlog += data.len() as u64;
+    }
+    ctx.host.console.write(ctx.uarea.console, stream, &data);
+    Ok(data.len())
+}
+
 /// The file behind descriptor `fd`, if it is open for `access`.
 fn open_for(fds: &FdTable, fd: u32, access: fn(&FileFd) -> bool) -> Result<FileRef, Errno> {
     match fds.get(fd)? {
@@ -95,7 +151,8 @@ fn set_offset(ctx: &mut ProcCtx, fd: u32, to: u64) -> Result<(), Errno> {
     }
 }
 
-/// `fd_read`: stdin is at end of file (atoll forwards no input yet).
+/// `fd_read`: stdin waits for the job's input (`crate::fs`, "Standard
+/// streams").
 pub(crate) fn fd_read(
     mem: &mut GuestMemory<'_>,
     ctx: &mut ProcCtx,
@@ -107,7 +164,7 @@ pub(crate) fn fd_read(
     let iovs = iovecs(mem, iovs, iovs_len)?;
     out(mem, nread, 4)?;
     let n = match ctx.uarea.fds.get(fd)? {
-        Fd::Stdin => 0,
+        Fd::Stdin => read_stdin(mem, ctx, &iovs)?,
         Fd::Dir(_) => return Err(Errno::IsDir.into()),
         _ => {
             let file = open_for(&ctx.uarea.fds, fd, readable).map_err(|e| match e {
@@ -139,19 +196,14 @@ pub(crate) fn fd_write(
         Fd::Stderr => Some(Stream::Stderr),
         _ => None,
     };
-    let data = mem.gather(&iovs)?;
     let n = match stream {
-        Some(stream) => {
-            if !data.is_empty() {
-                ctx.host.console.write(ctx.uarea.console, stream, &data);
-            }
-            data.len()
-        }
+        Some(stream) => write_console(mem, ctx, &iovs, stream)?,
         None => {
             let file = open_for(&ctx.uarea.fds, fd, writable).map_err(|e| match e {
                 Errno::Spipe | Errno::IsDir => Errno::Badf,
                 e => e,
             })?;
+            let data = mem.gather(&iovs)?;
             let append = file.file.flags & fdflags::APPEND != 0;
             let at = (!append).then_some(file.file.offset);
             let (at, n) = ctx.file(FileOp::Write { file, at, data })?.written()?;

@@ -164,8 +164,9 @@ enum Sub {
 }
 
 /// `poll_oneoff`: descriptors are always ready (files never block; stdin is
-/// at end of file), so the call only ever waits for clocks, and then the
-/// process sleeps in the kernel, holding no thread.
+/// reported ready, and a read of it then waits for input), so the call only
+/// ever waits for clocks, and then the process sleeps in the kernel,
+/// holding no thread.
 fn poll_oneoff(
     mut c: Caller<'_, ProcCtx>,
     subs_ptr: u32,

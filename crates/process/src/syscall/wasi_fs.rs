@@ -12,7 +12,7 @@
 use wasmtime::{Caller, Linker};
 
 use super::{enter_kernel, take_reply, wander, wandered, with_memory};
-use crate::call::{KernelCall, Reply};
+use crate::call::Reply;
 use crate::ctx::ProcCtx;
 use crate::fs::{self, Fail};
 use crate::memory::GuestMemory;
@@ -85,33 +85,36 @@ pub(crate) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves a file call: at once if its file is on this node, else by
-/// entering the kernel with its op (the process blocks until the owner's
-/// answer comes back), then, rewound with the answer, by running `f` again
-/// to apply it. Wander mode then moves the process, as after any call
+/// Serves a file call: at once if it can be (its file is on this node),
+/// else by entering the kernel with what it waits for (another node's
+/// answer to its op, stdin, the console's drain; the process blocks until
+/// the answer comes back), then, rewound with the answer, by running `f`
+/// again to apply it. Wander mode then moves the process, as after any call
 /// answered in place.
 fn file_call(
     caller: &mut Caller<'_, ProcCtx>,
     f: impl Fn(&mut GuestMemory<'_>, &mut ProcCtx) -> Result<(), Fail>,
 ) -> wasmtime::Result<i32> {
     match take_reply(caller)? {
-        Some(Reply::File(answer)) => caller.data_mut().file_answer = Some(answer),
+        Some(answer @ (Reply::File(_) | Reply::Input(_) | Reply::Drained)) => {
+            caller.data_mut().answer = Some(answer)
+        }
         Some(_) => return wandered(caller),
         None => {}
     }
-    let mut remote = None;
+    let mut wait = None;
     let rc = with_memory(caller, |mem, ctx| match f(mem, ctx) {
         Ok(()) => Ok(()),
         Err(Fail::Errno(e)) => Err(e),
-        Err(Fail::Remote { owner, op }) => {
-            remote = Some(KernelCall::File { owner, op });
+        Err(Fail::Wait(call)) => {
+            wait = Some(call);
             Ok(())
         }
     });
     // An answer the call did not reach its op to take is not the next
     // call's (it cannot happen: the call decodes the same memory again).
-    caller.data_mut().file_answer = None;
-    if let Some(call) = remote {
+    caller.data_mut().answer = None;
+    if let Some(call) = wait {
         // A module that cannot unwind (run unprepared) cannot wait.
         return Ok(enter_kernel(caller, call).map_or_else(|e| e.raw() as i32, |()| 0));
     }
