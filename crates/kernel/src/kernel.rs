@@ -488,6 +488,7 @@ impl Kernel {
         match made {
             Ok(container) => {
                 self.procs.insert(pid, Process::new(container));
+                self.placement.arrivals += 1;
                 self.run_queue.push(pid);
                 Ok(pid)
             }

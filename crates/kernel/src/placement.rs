@@ -68,6 +68,8 @@ pub(crate) struct Placement {
     next_target: u16,
     /// Moves this kernel's balancer started.
     pub moves: u64,
+    /// Processes created here or arrived (the DQDT's `Load::arrivals`).
+    pub arrivals: u64,
 }
 
 impl Placement {
@@ -85,6 +87,7 @@ impl Placement {
             next_token: 0,
             next_target: me.index,
             moves: 0,
+            arrivals: 0,
         }
     }
 
@@ -117,6 +120,7 @@ impl Kernel {
             processes: self.procs.len() as u32,
             busy: (p.busy_ns as f64 / window).min(1.0) as f32,
             memory: p.memory,
+            arrivals: p.arrivals,
         };
         p.busy_ns = 0;
         p.last_tick = tick;

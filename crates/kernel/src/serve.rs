@@ -225,6 +225,7 @@ impl Kernel {
         match made {
             Ok(container) => {
                 self.procs.insert(child, Process::new(container));
+                self.placement.arrivals += 1;
                 Ok(child)
             }
             Err(e) => {

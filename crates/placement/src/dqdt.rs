@@ -21,12 +21,11 @@ const STALE: Duration = Duration::from_secs(1);
 /// this long for the moves to show in the reports before it judges that
 /// subtree again.
 const SETTLE: Duration = Duration::from_millis(60);
-/// A process placed in a subtree is counted there until the subtree's
-/// next report (one sent at least `ARRIVAL` after the placement), and at
-/// most for `PLACED_FOR` when this kernel does not hear that subtree's
-/// reports itself.
-const PLACED_FOR: Duration = Duration::from_millis(50);
-const ARRIVAL: Duration = Duration::from_millis(1);
+/// A process placed in a subtree is counted there until a report of the
+/// subtree's load has it (its [`Load::arrivals`] have passed the
+/// placement's), and at most for `PLACED_FOR`, in case it never arrives
+/// (its spawn failed).
+const PLACED_FOR: Duration = Duration::from_millis(250);
 /// The most processes one decision of the balancer moves.
 const MOST_MOVES: u32 = 16;
 
@@ -98,9 +97,26 @@ pub struct Dqdt {
     sent: HashMap<KernelId, (DqdtMsg, Instant)>,
     /// Subtrees the balancer leaves alone until then.
     settling: HashMap<Subtree, Instant>,
-    /// Subtrees processes were placed or moved in (one entry each), and
-    /// when: counted in their loads for [`PLACED_FOR`].
-    placed: Vec<(Subtree, Instant)>,
+    /// Processes placed and not yet in their subtree's reports: counted
+    /// in its loads meanwhile.
+    placed: Vec<Placed>,
+}
+
+/// A process placed in a subtree, on its way there.
+#[derive(Clone, Copy, Debug)]
+struct Placed {
+    subtree: Subtree,
+    at: Instant,
+    /// The subtree's arrivals once it has arrived: those last reported,
+    /// plus the placements there still on their way, this one included.
+    arrived_at: u64,
+}
+
+impl Placed {
+    /// Whether `load`, reported by `subtree`, still lacks this process.
+    fn pending_in(&self, subtree: Subtree, load: &Load) -> bool {
+        self.subtree != subtree || load.arrivals < self.arrived_at
+    }
 }
 
 impl Dqdt {
@@ -147,7 +163,7 @@ impl Dqdt {
         // This kernel's own load has what was placed on it: it is made here.
         let leaf = Shape::leaf(self.me);
         self.placed
-            .retain(|(s, at)| *s != leaf && now.duration_since(*at) < PLACED_FOR);
+            .retain(|p| p.pending_in(leaf, &own) && now.duration_since(p.at) < PLACED_FOR);
         let hosted = self.shape.hosted(self.me);
         let mut top = (leaf, own);
         for &s in &hosted {
@@ -170,6 +186,9 @@ impl Dqdt {
                     load.map(|l| (c, l))
                 })
                 .collect();
+            for (c, load) in &children {
+                self.placed.retain(|p| p.pending_in(*c, load));
+            }
             self.count_placed(&mut children);
             let mut sum = Load::default();
             for (_, l) in &children {
@@ -239,8 +258,7 @@ impl Dqdt {
             // the tree has, and what is not heard again goes stale.
             DqdtMsg::Up { subtree, load } => {
                 self.heard.insert(subtree, (load, now));
-                self.placed
-                    .retain(|(s, at)| *s != subtree || now.duration_since(*at) < ARRIVAL);
+                self.placed.retain(|p| p.pending_in(subtree, &load));
             }
             DqdtMsg::Down { views } => {
                 for (s, mut children) in views {
@@ -248,6 +266,9 @@ impl Dqdt {
                     // node joined or was lost): what it names that this
                     // kernel does not know is left out.
                     children.retain(|(c, _)| self.shape.exists(*c));
+                    for (c, load) in &children {
+                        self.placed.retain(|p| p.pending_in(*c, load));
+                    }
                     if self.shape.exists(s)
                         && Shape::contains(s, self.me)
                         && self.shape.host(s) != self.me
@@ -262,8 +283,8 @@ impl Dqdt {
 
     /// Adds the processes placed lately to the loads of `children`.
     fn count_placed(&self, children: &mut [(Subtree, Load)]) {
-        for (placed, _) in &self.placed {
-            if let Some(c) = children.iter_mut().find(|c| c.0 == *placed) {
+        for p in &self.placed {
+            if let Some(c) = children.iter_mut().find(|c| c.0 == p.subtree) {
                 c.1.expect_one();
             }
         }
@@ -293,7 +314,13 @@ impl Dqdt {
                 Some(known) => {
                     let c = pick(known, toward, self.me);
                     if let (Some(c), Toward::Lightest) = (c, toward) {
-                        self.placed.push((c, now));
+                        let reported = known.iter().find(|k| k.0 == c).map(|k| k.1.arrivals);
+                        let on_the_way = self.placed.iter().filter(|p| p.subtree == c).count();
+                        self.placed.push(Placed {
+                            subtree: c,
+                            at: now,
+                            arrived_at: reported.unwrap_or(0) + on_the_way as u64 + 1,
+                        });
                     }
                     c
                 }
@@ -459,6 +486,7 @@ fn extreme(known: &[(Subtree, Load)], toward: Toward, me: KernelId) -> Option<us
 fn differs(a: &DqdtMsg, b: &DqdtMsg) -> bool {
     let close = |x: &Load, y: &Load| {
         x.kernels == y.kernels
+            && x.arrivals == y.arrivals
             && x.runnable == y.runnable
             && x.processes == y.processes
             && (x.busy - y.busy).abs() < 0.05 * x.kernels.max(1) as f32
@@ -609,8 +637,31 @@ mod tests {
             let (to, asked) = sim.place(from);
             assert_eq!(to, k(0, 13), "from {from}");
             assert!(asked <= 2);
-            sim.settle(6); // the count of the placed process lapses
+            // It arrives (and ends at once): once reported, it is not
+            // counted any more.
+            sim.loads.get_mut(&to).unwrap().arrivals += 1;
+            sim.settle(4);
         }
+    }
+
+    #[test]
+    fn a_placement_is_counted_until_a_report_has_it_however_late_it_arrives() {
+        let mut sim = Sim::new(&[(0, 2)]);
+        sim.settle(3);
+        let (first, _) = sim.place(k(0, 0));
+        sim.settle(10); // 100 ms, and it has not arrived yet
+        let (second, _) = sim.place(k(0, 0));
+        assert_ne!(first, second, "the first is still counted where it goes");
+        // Both arrive and run: the reports have them, and the counts go.
+        for to in [first, second] {
+            let l = sim.loads.get_mut(&to).unwrap();
+            (l.runnable, l.processes, l.arrivals) = (1, 1, 1);
+        }
+        sim.settle(3);
+        let root = sim.parts[&k(0, 0)].shape().root();
+        let entries = sim.parts[&k(0, 0)].entries();
+        let sum = entries.iter().find(|e| e.subtree == root).unwrap().load;
+        assert_eq!((sum.runnable, sum.arrivals), (2, 2));
     }
 
     #[test]

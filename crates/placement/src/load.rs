@@ -14,6 +14,10 @@ pub struct Load {
     pub busy: f32,
     /// Bytes of linear memory of the processes.
     pub memory: u64,
+    /// Processes created on or moved to the subtree's kernels since they
+    /// started. It only grows, so a placer can tell the first report that
+    /// has its placement in it, however late the process arrives.
+    pub arrivals: u64,
 }
 
 impl Load {
@@ -24,6 +28,7 @@ impl Load {
         self.processes += other.processes;
         self.busy += other.busy;
         self.memory += other.memory;
+        self.arrivals += other.arrivals;
     }
 
     /// Counts one more process, about to arrive: placed there but not yet

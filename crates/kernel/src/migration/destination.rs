@@ -322,6 +322,7 @@ impl Kernel {
         match (arrival, result) {
             (Arrival::Restored(asker), Ok(())) => {
                 self.procs.insert(pid, process);
+                self.placement.arrivals += 1;
                 self.schedule(pid);
                 self.ask_console(pid);
                 self.answer_start(asker, Ok(pid));
@@ -340,6 +341,7 @@ impl Kernel {
                 let u = process.container.uarea_mut();
                 u.accounting.moves += 1;
                 self.procs.insert(pid, process);
+                self.placement.arrivals += 1;
                 self.schedule(pid);
                 let now = monotonic_ns();
                 report.downtime_us = now.saturating_sub(times.frozen_ns) / 1000;
