@@ -266,8 +266,9 @@ static inline int atoll_argv_buffer_(const char *module, char *const argv[], cha
  *           ATOLL_KERNEL_ANY.
  *   pid     receives the child's pid; may be NULL.
  * Returns 0, or EINVAL, ENOMEM, ENOENT (no such module), ENOTSUP (a module
- * in a directory of another node than the one this process runs on), ...
- * from the runtime.
+ * in a directory of another node than the one this process runs on),
+ * EAGAIN (the job or the domain has its --max-processes alive), ... from
+ * the runtime.
  */
 static inline int atoll_spawn(const char *module, char *const argv[], int kernel,
                               atoll_pid_t *pid)
@@ -317,7 +318,8 @@ static inline int atoll_exec(const char *module, char *const argv[], int kernel)
  * ATOLL_KERNEL_ANY) and returns from this same call.
  * Returns the child's pid in the parent, 0 in the child, or -errno in the
  * parent when there is no child (-ENOMEM, -EINVAL for a kernel that does not
- * exist, -ENOTSUP in a module run without `atoll prepare`).
+ * exist, -ENOTSUP in a module run without `atoll prepare`, -EAGAIN when the
+ * job or the domain has its --max-processes alive).
  * Unlike POSIX, parent and child do not share file offsets: kernels share
  * nothing, so each process has its own copy of every descriptor. A child
  * that cannot be moved to `kernel` runs on its parent's (the parent is told

@@ -133,6 +133,10 @@ pub struct RunArgs {
     /// process ends with 152 (128 + SIGXCPU)
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     cpu_time: Option<Duration>,
+    /// Most processes the job may have alive at once, its first included:
+    /// past it a spawn or fork fails with EAGAIN (a fork bomb stops there)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_processes: Option<u32>,
     /// For testing: move the process to the next kernel after every system
     /// call answered in place (files, clocks, args, random); its output and
     /// files must be exactly those of an unmoved run
@@ -212,6 +216,7 @@ impl RunArgs {
                 cpu_ns: self
                     .cpu_time
                     .map(|t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)),
+                processes: self.max_processes,
             },
             pin: self.pin,
         })
@@ -629,7 +634,14 @@ pub struct DomainArgs {
 #[derive(clap::Subcommand)]
 enum DomainAction {
     /// Create a domain; `atoll run --domain NAME` runs programs in it
-    Create { name: String },
+    Create {
+        name: String,
+        /// Processes the domain's processes may make and have alive at
+        /// once: past it a spawn or fork fails with EAGAIN (a fork bomb
+        /// stops there). Jobs started in the domain are not counted
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        max_processes: Option<u32>,
+    },
     /// List the domains
     List {
         /// Print JSON instead of a table
@@ -643,8 +655,14 @@ enum DomainAction {
 /// Domains are the node's: they need a running node.
 pub fn domain(ctx: &Context, a: DomainArgs) -> anyhow::Result<()> {
     let (request, what) = match &a.action {
-        DomainAction::Create { name } => (
-            Request::DomainCreate { name: name.clone() },
+        DomainAction::Create {
+            name,
+            max_processes,
+        } => (
+            Request::DomainCreate {
+                name: name.clone(),
+                max_processes: *max_processes,
+            },
             "domain create",
         ),
         DomainAction::End { name } => (Request::DomainEnd { name: name.clone() }, "domain end"),
@@ -658,14 +676,24 @@ pub fn domain(ctx: &Context, a: DomainArgs) -> anyhow::Result<()> {
         }
         (Response::Domains(list), _) => {
             let (reports, _, _) = reports(ctx, what)?;
-            println!("{:<6} {:<20} {:>9}", "ID", "NAME", "PROCESSES");
+            println!(
+                "{:<6} {:<20} {:>9} {:>13}",
+                "ID", "NAME", "PROCESSES", "MAX-PROCESSES"
+            );
             for d in list {
                 let n = reports
                     .iter()
                     .flat_map(|r| &r.processes)
                     .filter(|p| p.domain == Some(d.id))
                     .count();
-                println!("{:<6} {:<20} {:>9}", d.id.to_string(), d.name, n);
+                let max = d.max_processes.map_or("-".into(), |m| m.to_string());
+                println!(
+                    "{:<6} {:<20} {:>9} {:>13}",
+                    d.id.to_string(),
+                    d.name,
+                    n,
+                    max
+                );
             }
             Ok(())
         }

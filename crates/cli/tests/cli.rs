@@ -162,7 +162,7 @@ fn a_trap_exits_134_with_the_reason() {
 }
 
 #[test]
-fn memory_and_cpu_time_limits_from_the_command_line() {
+fn memory_cpu_time_and_process_limits_from_the_command_line() {
     let out = run(&["run", "--memory", "16MiB", &guest("hog"), "40"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
@@ -173,7 +173,19 @@ fn memory_and_cpu_time_limits_from_the_command_line() {
     let out = run(&["run", "--cpu-time", "100ms", &guest("spin")]);
     assert_eq!(out.status.code(), Some(152), "{}", text(&out.stderr));
     assert_stderr(&out, "used up its CPU time limit (0.100 s)");
-    for (flag, value) in [("--memory", "lots"), ("--cpu-time", "soon")] {
+    let out = run(&["run", "--max-processes", "4", &guest("bomb"), "500"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("bomb: made 3;"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_stderr(&out, "its job has reached --max-processes 4");
+    for (flag, value) in [
+        ("--memory", "lots"),
+        ("--cpu-time", "soon"),
+        ("--max-processes", "0"),
+    ] {
         let out = run(&["run", flag, value, &guest("hog"), "1"]);
         assert_eq!(out.status.code(), Some(2), "{flag} {value}");
         assert_stderr(&out, &format!("invalid value '{value}' for '{flag}"));
@@ -356,7 +368,7 @@ fn domains_are_made_listed_and_ended_on_a_running_node() {
         );
         text(&out.stdout)
     };
-    ok(&["domain", "create", "lab"]);
+    ok(&["domain", "create", "lab", "--max-processes", "3"]);
     let err = node.atoll(&["domain", "create", "lab"]).output().unwrap();
     assert_stderr(&err, "domain `lab` already exists");
     let list: serde_json::Value = serde_json::from_str(&ok(&["domain", "list", "--json"])).unwrap();
@@ -367,6 +379,7 @@ fn domains_are_made_listed_and_ended_on_a_running_node() {
         .map(|d| d["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["default", "lab"]);
+    assert_eq!(list[1]["max_processes"], 3);
 
     // IPC runs in the new domain; `atoll ipc` counts it.
     let out = node
@@ -398,9 +411,13 @@ fn domains_are_made_listed_and_ended_on_a_running_node() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(ok(&["domain", "list"])
-        .lines()
-        .any(|l| l.contains("lab") && l.trim_end().ends_with('1')));
+    let listed = ok(&["domain", "list"]);
+    let lab = listed.lines().find(|l| l.contains(" lab ")).unwrap();
+    assert_eq!(
+        lab.split_whitespace().skip(1).collect::<Vec<_>>(),
+        ["lab", "1", "3"],
+        "{listed}"
+    );
     ok(&["domain", "end", "lab"]);
     assert_eq!(sleeper.wait().unwrap().code(), Some(137));
     let out = node

@@ -20,6 +20,11 @@ pub struct DomainId(pub u32);
 impl DomainId {
     /// The domain of jobs started without `--domain`.
     pub const DEFAULT: DomainId = DomainId(0);
+
+    /// The node that made it.
+    pub fn node(self) -> u16 {
+        (self.0 >> 16) as u16
+    }
 }
 
 impl fmt::Display for DomainId {
@@ -33,6 +38,9 @@ impl fmt::Display for DomainId {
 pub struct DomainInfo {
     pub id: DomainId,
     pub name: String,
+    /// Processes its processes may make and have alive at once
+    /// (`atoll domain create --max-processes`).
+    pub max_processes: Option<u32>,
 }
 
 /// Why a domain request was refused.
@@ -63,25 +71,36 @@ pub enum DomainOp {
 /// copy to resolve `bind` by name, updated whenever the table changes.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DomainTable {
-    by_name: BTreeMap<String, DomainId>,
+    by_name: BTreeMap<String, DomainInfo>,
     next: u32,
 }
 
 impl Default for DomainTable {
     fn default() -> Self {
+        let default = DomainInfo {
+            id: DomainId::DEFAULT,
+            name: "default".into(),
+            max_processes: None,
+        };
         DomainTable {
-            by_name: BTreeMap::from([("default".to_string(), DomainId::DEFAULT)]),
+            by_name: BTreeMap::from([(default.name.clone(), default)]),
             next: 1,
         }
     }
 }
 
 impl DomainTable {
-    /// Creates a domain, made by node `node`.
+    /// Creates a domain, made by node `node`, whose processes may make
+    /// `max_processes` processes.
     ///
     /// # Errors
     /// [`DomainError::Exists`] or [`DomainError::BadName`].
-    pub fn create(&mut self, name: &str, node: u16) -> Result<DomainId, DomainError> {
+    pub fn create(
+        &mut self,
+        name: &str,
+        node: u16,
+        max_processes: Option<u32>,
+    ) -> Result<DomainInfo, DomainError> {
         let valid = (1..=64).contains(&name.len())
             && name
                 .bytes()
@@ -92,10 +111,14 @@ impl DomainTable {
         if self.by_name.contains_key(name) {
             return Err(DomainError::Exists(name.to_string()));
         }
-        let id = DomainId(u32::from(node) << 16 | (self.next & 0xFFFF));
+        let info = DomainInfo {
+            id: DomainId(u32::from(node) << 16 | (self.next & 0xFFFF)),
+            name: name.to_string(),
+            max_processes,
+        };
         self.next += 1;
-        self.by_name.insert(name.to_string(), id);
-        Ok(id)
+        self.by_name.insert(info.name.clone(), info.clone());
+        Ok(info)
     }
 
     /// Takes in a domain another node made; returns whether the table
@@ -103,9 +126,9 @@ impl DomainTable {
     /// other's processes are then ended, as for an ended domain).
     pub fn merge(&mut self, d: &DomainInfo) -> bool {
         match self.by_name.get(&d.name) {
-            Some(&id) if id <= d.id => false,
+            Some(kept) if kept.id <= d.id => false,
             _ => {
-                self.by_name.insert(d.name.clone(), d.id);
+                self.by_name.insert(d.name.clone(), d.clone());
                 true
             }
         }
@@ -113,7 +136,7 @@ impl DomainTable {
 
     /// Removes a domain another node ended, if it is still that one.
     pub fn remove(&mut self, d: &DomainInfo) -> bool {
-        if d.id != DomainId::DEFAULT && self.by_name.get(&d.name) == Some(&d.id) {
+        if d.id != DomainId::DEFAULT && self.by_name.get(&d.name).map(|k| k.id) == Some(d.id) {
             self.by_name.remove(&d.name);
             return true;
         }
@@ -124,38 +147,34 @@ impl DomainTable {
     ///
     /// # Errors
     /// [`DomainError::Unknown`], or [`DomainError::Default`] for the default domain.
-    pub fn end(&mut self, name: &str) -> Result<DomainId, DomainError> {
-        match self.by_name.get(name) {
-            Some(&DomainId::DEFAULT) => Err(DomainError::Default),
+    pub fn end(&mut self, name: &str) -> Result<DomainInfo, DomainError> {
+        match self.by_name.get(name).map(|d| d.id) {
+            Some(DomainId::DEFAULT) => Err(DomainError::Default),
             Some(_) => Ok(self.by_name.remove(name).expect("present")),
             None => Err(DomainError::Unknown(name.to_string())),
         }
     }
 
     pub fn lookup(&self, name: &str) -> Option<DomainId> {
-        self.by_name.get(name).copied()
+        self.by_name.get(name).map(|d| d.id)
+    }
+
+    /// The domain `id`, if it exists.
+    pub fn get(&self, id: DomainId) -> Option<&DomainInfo> {
+        self.by_name.values().find(|d| d.id == id)
     }
 
     pub fn contains(&self, id: DomainId) -> bool {
-        self.by_name.values().any(|&d| d == id)
+        self.get(id).is_some()
     }
 
     /// The domains, by name.
     pub fn list(&self) -> Vec<DomainInfo> {
-        self.by_name
-            .iter()
-            .map(|(name, &id)| DomainInfo {
-                id,
-                name: name.clone(),
-            })
-            .collect()
+        self.by_name.values().cloned().collect()
     }
 
     pub fn name(&self, id: DomainId) -> Option<&str> {
-        self.by_name
-            .iter()
-            .find(|(_, &d)| d == id)
-            .map(|(n, _)| n.as_str())
+        self.get(id).map(|d| d.name.as_str())
     }
 }
 
@@ -167,27 +186,39 @@ mod tests {
     fn lifecycle() {
         let mut t = DomainTable::default();
         assert_eq!(t.lookup("default"), Some(DomainId::DEFAULT));
-        let a = t.create("web", 0).unwrap();
-        assert_eq!(t.create("web", 0), Err(DomainError::Exists("web".into())));
-        assert!(matches!(t.create("a b", 0), Err(DomainError::BadName(_))));
-        assert!(matches!(t.create("", 0), Err(DomainError::BadName(_))));
+        let a = t.create("web", 0, Some(8)).unwrap().id;
+        assert_eq!(t.get(a).unwrap().max_processes, Some(8));
+        assert_eq!(
+            t.create("web", 0, None),
+            Err(DomainError::Exists("web".into()))
+        );
+        assert!(matches!(
+            t.create("a b", 0, None),
+            Err(DomainError::BadName(_))
+        ));
+        assert!(matches!(
+            t.create("", 0, None),
+            Err(DomainError::BadName(_))
+        ));
         assert_eq!(t.end("default"), Err(DomainError::Default));
-        assert_eq!(t.end("web"), Ok(a));
+        assert_eq!(t.end("web").map(|d| d.id), Ok(a));
         assert!(!t.contains(a));
         assert_eq!(t.end("web"), Err(DomainError::Unknown("web".into())));
         // Ids are never reused, so a stale id never names a new domain.
-        assert_ne!(t.create("web", 0).unwrap(), a);
+        assert_ne!(t.create("web", 0, None).unwrap().id, a);
     }
 
     #[test]
     fn nodes_agree_on_domains_made_at_once() {
         let (mut a, mut b) = (DomainTable::default(), DomainTable::default());
-        let on_a = a.create("lab", 1).unwrap();
-        let on_b = b.create("lab", 2).unwrap();
+        let on_a = a.create("lab", 1, None).unwrap().id;
+        let on_b = b.create("lab", 2, None).unwrap().id;
         assert_ne!(on_a, on_b, "ids carry their node");
+        assert_eq!((on_a.node(), on_b.node()), (1, 2));
         let info = |name: &str, id| DomainInfo {
             id,
             name: name.into(),
+            max_processes: None,
         };
         // Each hears of the other's: both keep the smaller id.
         assert!(!a.merge(&info("lab", on_b)));

@@ -182,6 +182,8 @@ pub(crate) struct Kernel {
     pub(crate) live_budget: usize,
     /// This kernel's copy of the node's domain table.
     pub(crate) domains: Arc<DomainTable>,
+    /// The process quotas this kernel keeps (`quota.rs`).
+    pub(crate) quotas: crate::quota::Counts,
     /// The process whose slice is running (it is out of `procs` meanwhile),
     /// and messages for it that arrive during the slice.
     running: Option<Pid>,
@@ -235,6 +237,7 @@ impl Kernel {
             messages: 0,
             live_budget,
             domains: Arc::new(DomainTable::default()),
+            quotas: Default::default(),
             running: None,
             deferred: Vec::new(),
             ipc: IpcCounters::default(),
@@ -436,8 +439,30 @@ impl Kernel {
         true
     }
 
-    /// Creates a process here. The caller has loaded its program.
+    /// Creates a process here, counted in the quotas that granted it a
+    /// place (freed if it cannot be made). The caller has loaded its
+    /// program.
     pub(crate) fn create(
+        &mut self,
+        mut spec: ProcessSpec,
+        parent: Option<Pid>,
+    ) -> Result<Pid, (Errno, String)> {
+        let counted = std::mem::take(&mut spec.counted);
+        match self.instantiate(spec, parent) {
+            Ok(pid) => {
+                let p = self.procs.get_mut(&pid).expect("just made");
+                p.container.uarea_mut().quotas.counted = counted;
+                Ok(pid)
+            }
+            Err(e) => {
+                self.release(counted);
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes a process of `spec` here and queues it to run.
+    fn instantiate(
         &mut self,
         spec: ProcessSpec,
         parent: Option<Pid>,
@@ -509,6 +534,9 @@ impl Kernel {
         let mut p = self.procs.remove(&pid).expect("checked above");
         let ipc = std::mem::replace(&mut p.container.uarea_mut().ipc, IpcState::new(None));
         self.ipc_ended(pid, ipc, &p.container.uarea().call);
+        let quotas = std::mem::take(&mut p.container.uarea_mut().quotas);
+        self.release(quotas.counted);
+        self.release(quotas.granted);
         let u = p.container.uarea();
         tracing::debug!(kernel = %self.id, %pid, code, "process ended");
         let kin = Kin {
@@ -645,6 +673,11 @@ impl Kernel {
                 self.answer_migration(reply_to, Err(format!("no process {pid}")))
             }
             NocMsg::Ipc(m) => self.ipc_undeliverable(m),
+            NocMsg::Admitted {
+                quota,
+                granted: true,
+                ..
+            } => self.release(vec![quota]),
             other => {
                 tracing::debug!(kernel = %self.id, "dropping message for a process that ended: {other:?}")
             }
@@ -871,6 +904,8 @@ impl Kernel {
             NocMsg::Placed { token, kernel } => self.on_placed(token, kernel),
             NocMsg::Shed { from, to, count } => self.shed(from, to, count),
             NocMsg::File { pid } => self.on_file_op(pid, bulk),
+            NocMsg::Admit { quota, max, pid } => self.on_admit(quota, max, pid),
+            NocMsg::Release { quota } => self.on_release(quota),
             m @ (NocMsg::Output { .. }
             | NocMsg::ReadInput { .. }
             | NocMsg::Drain { .. }
@@ -883,6 +918,7 @@ impl Kernel {
             | NocMsg::FileDone { .. }
             | NocMsg::Input { .. }
             | NocMsg::Drained { .. }
+            | NocMsg::Admitted { .. }
             | NocMsg::Kill { .. }
             | NocMsg::Migrate { .. }
             | NocMsg::Ipc(_)) => {
@@ -932,6 +968,13 @@ impl Kernel {
             NocMsg::Drained { .. } => {
                 self.reply_if_blocked(pid, |c| *c == KernelCall::Drain, Reply::Drained)
             }
+            NocMsg::Admitted {
+                quota,
+                max,
+                granted,
+                report,
+                ..
+            } => self.on_admitted(pid, quota, max, granted, report),
             other => tracing::error!(kernel = %self.id, "not a message for a process: {other:?}"),
         }
     }

@@ -27,6 +27,7 @@ mod migration;
 pub mod msg;
 mod nodes;
 mod placement;
+mod quota;
 mod runqueue;
 mod serve;
 

@@ -14,7 +14,7 @@ use atoll_ipc::{DomainId, DomainOp, DomainTable, IpcStats};
 use atoll_migration::{MigrationReport, Mode};
 use atoll_placement::{Subtree, TreeEntry};
 use atoll_prepare::ContentHash;
-use atoll_process::{ConsoleId, Container, Preopen, ProcessImage, Stream};
+use atoll_process::{ConsoleId, Container, Preopen, ProcessImage, Quota, Stream};
 
 use crate::homes::Kin;
 use serde::{Deserialize, Serialize};
@@ -38,6 +38,8 @@ pub struct ProcessSpec {
     pub limits: atoll_process::Limits,
     /// Left where it is by the balancer.
     pub pinned: bool,
+    /// The quotas that granted it a place (`quota.rs`).
+    pub counted: Vec<Quota>,
 }
 
 /// Who is waiting for the answer to a request.
@@ -244,6 +246,20 @@ pub enum NocMsg {
     Input { pid: Pid, bytes: Vec<u8> },
     /// The answer to `Drain`, for `pid` wherever it runs.
     Drained { pid: Pid },
+    /// For the keeper of `quota`: a place for a child of `pid`, if fewer
+    /// than `max` are taken (`quota.rs`).
+    Admit { quota: Quota, max: u32, pid: Pid },
+    /// The keeper's answer to `Admit`, for `pid` wherever it runs; a
+    /// refusal says whether it is the first (`report`).
+    Admitted {
+        pid: Pid,
+        quota: Quota,
+        max: u32,
+        granted: bool,
+        report: bool,
+    },
+    /// For the keeper of `quota`: a place is free again.
+    Release { quota: Quota },
     /// A domain changed on another node: for this node's table (the links
     /// hand it to the node, which gives its kernels the new table).
     Domain(DomainOp),
@@ -271,9 +287,10 @@ impl NocMsg {
     pub fn target(&self) -> Option<Pid> {
         match self {
             NocMsg::Spawned { parent, .. } | NocMsg::ChildExited { parent, .. } => Some(*parent),
-            NocMsg::FileDone { pid } | NocMsg::Input { pid, .. } | NocMsg::Drained { pid } => {
-                Some(*pid)
-            }
+            NocMsg::FileDone { pid }
+            | NocMsg::Input { pid, .. }
+            | NocMsg::Drained { pid }
+            | NocMsg::Admitted { pid, .. } => Some(*pid),
             NocMsg::Kill { target, .. } => Some(*target),
             NocMsg::Killed {
                 reply_to: ReplyTo::Process(p),

@@ -35,7 +35,8 @@ impl Kernel {
             return self.undeliverable(packet.msg);
         }
         match packet.msg {
-            NocMsg::Spawn { parent, .. } => {
+            NocMsg::Spawn { parent, spec } => {
+                self.release(spec.counted);
                 let result = Err(Errno::Again);
                 self.route(parent, NocMsg::Spawned { parent, result });
             }

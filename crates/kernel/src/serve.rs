@@ -8,7 +8,7 @@ use atoll_ipc::{GrantTable, IpcState};
 use atoll_prepare::ContentHash;
 use atoll_process::{
     clock::monotonic_ns, Accounting, CallState, Children, Container, ContainerError, KernelCall,
-    Reply, SpawnModule, SpawnRequest, Stream, Yielding,
+    Quotas, Reply, SpawnModule, SpawnRequest, Stream, Yielding,
 };
 
 use crate::kernel::{Kernel, Process};
@@ -37,8 +37,17 @@ impl Kernel {
                 self.reply_now(pid, Reply::Done)
             }
             KernelCall::Sleep { until_ns } => self.timers.push(Reverse((until_ns, pid))),
-            KernelCall::Spawn(req) => self.spawn(pid, req),
-            KernelCall::Fork { kernel } => self.fork(pid, kernel),
+            // Each waits first for a place in the quotas it is under.
+            KernelCall::Spawn(req) => {
+                if self.admitted(pid) {
+                    self.spawn(pid, req)
+                }
+            }
+            KernelCall::Fork { kernel } => {
+                if self.admitted(pid) {
+                    self.fork(pid, kernel)
+                }
+            }
             KernelCall::Exec(req) => self.exec(pid, req),
             // The host function reaped what it could; wait for a ChildExited.
             KernelCall::Wait { .. } => {}
@@ -125,6 +134,16 @@ impl Kernel {
         }
     }
 
+    /// Fails `parent`'s spawn or fork with `errno`, freeing the places its
+    /// quotas granted for the child.
+    fn refuse_child(&mut self, parent: Pid, errno: Errno) {
+        if let Some(p) = self.procs.get_mut(&parent) {
+            let granted = std::mem::take(&mut p.container.uarea_mut().quotas.granted);
+            self.release(granted);
+        }
+        self.reply_now(parent, Reply::Spawned(Err(errno)));
+    }
+
     fn reply_now(&mut self, pid: Pid, reply: Reply) {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.container.reply(reply);
@@ -133,13 +152,13 @@ impl Kernel {
     }
 
     fn spawn(&mut self, parent: Pid, req: SpawnRequest) {
+        if req.kernel.is_some_and(|k| !self.noc_reaches(k)) {
+            return self.refuse_child(parent, Errno::Inval);
+        }
         let spec = match self.spawn_spec(parent, &req.args) {
             Ok(spec) => spec,
             Err(errno) => return self.reply_now(parent, Reply::Spawned(Err(errno))),
         };
-        if req.kernel.is_some_and(|k| !self.noc_reaches(k)) {
-            return self.reply_now(parent, Reply::Spawned(Err(Errno::Inval)));
-        }
         match req.module {
             SpawnModule::Same => self.spawn_on(parent, spec, req.kernel),
             // Prepared and compiled off this thread; the parent waits.
@@ -165,13 +184,13 @@ impl Kernel {
     /// spawn, at once: messages to the child wait for it wherever it goes.
     fn fork(&mut self, parent: Pid, kernel: Option<KernelId>) {
         if kernel.is_some_and(|k| !self.noc_reaches(k)) {
-            return self.reply_now(parent, Reply::Spawned(Err(Errno::Inval)));
+            return self.refuse_child(parent, Errno::Inval);
         }
         let child = match self.fork_here(parent) {
             Ok(child) => child,
             Err((errno, why)) => {
                 self.diagnose(parent, &format!("fork failed: {why}"));
-                return self.reply_now(parent, Reply::Spawned(Err(errno)));
+                return self.refuse_child(parent, errno);
             }
         };
         // Until it is where it was asked to be, the child does not run.
@@ -214,6 +233,10 @@ impl Kernel {
         u.ipc = IpcState::new(u.ipc.domain);
         u.call = CallState::Replied(Reply::Forked);
         u.accounting = Accounting::default();
+        u.quotas = Quotas {
+            counted: u.quotas.granted.clone(),
+            granted: Vec::new(),
+        };
         self.make_room(&[parent]);
         let host = self.host.clone();
         let made = self
@@ -226,6 +249,9 @@ impl Kernel {
             Ok(container) => {
                 self.procs.insert(child, Process::new(container));
                 self.placement.arrivals += 1;
+                // Its places are the child's now.
+                let p = self.procs.get_mut(&parent).expect("kept live");
+                p.container.uarea_mut().quotas.granted.clear();
                 Ok(child)
             }
             Err(e) => {
@@ -257,6 +283,7 @@ impl Kernel {
                 }
                 Err(why) => {
                     self.diagnose(parent, &format!("cannot spawn {why}"));
+                    self.release(spec.counted);
                     let result = Err(Errno::NoExec);
                     self.route(parent, NocMsg::Spawned { parent, result });
                 }
@@ -376,10 +403,13 @@ impl Kernel {
     }
 
     /// What the child inherits: environment, console and preopened
-    /// directories (not open files: spawn is not fork). Its module is the
-    /// parent's until a spawn by path has loaded its own.
+    /// directories (not open files: spawn is not fork), and the places its
+    /// quotas granted it. Its module is the parent's until a spawn by path
+    /// has loaded its own.
     fn spawn_spec(&mut self, parent: Pid, args: &[String]) -> Result<ProcessSpec, Errno> {
-        let p = self.procs.get(&parent).ok_or(Errno::Srch)?;
+        let p = self.procs.get_mut(&parent).ok_or(Errno::Srch)?;
+        // The places granted for the child are its own from here on.
+        let counted = std::mem::take(&mut p.container.uarea_mut().quotas.granted);
         let program = p.container.program().clone();
         let u = p.container.uarea();
         let (env, console, domain, wander, limits, pinned) = (
@@ -412,12 +442,13 @@ impl Kernel {
             wander,
             limits,
             pinned,
+            counted,
         })
     }
 
     /// Writes a line about `pid` on its job's stderr, so the user sees why a
     /// call failed and not only its errno.
-    fn diagnose(&self, pid: Pid, what: &str) {
+    pub(crate) fn diagnose(&self, pid: Pid, what: &str) {
         if let Some(p) = self.procs.get(&pid) {
             let u = p.container.uarea();
             let line = format!("atoll: {pid} ({}): {what}\n", u.name());

@@ -63,6 +63,7 @@ pub enum Request {
     },
     DomainCreate {
         name: String,
+        max_processes: Option<u32>,
     },
     DomainEnd {
         name: String,
@@ -275,7 +276,12 @@ fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
         } => node
             .checkpoint(pid, &path, leave_running)
             .map(Response::Checkpointed),
-        Request::DomainCreate { name } => node.domain_create(&name).map(|_| Response::Done),
+        Request::DomainCreate {
+            name,
+            max_processes,
+        } => node
+            .domain_create(&name, max_processes)
+            .map(|_| Response::Done),
         Request::DomainEnd { name } => node.domain_end(&name).map(|_| Response::Done),
         Request::Domains => Ok(Response::Domains(node.domains())),
         Request::Input(_) => Err(anyhow::anyhow!("input, but no job runs for it")),

@@ -67,21 +67,27 @@ impl Domains {
         self.table.lock().expect("domains").list()
     }
 
-    pub(crate) fn create(&self, name: &str) -> Result<DomainId, DomainError> {
+    pub(crate) fn create(
+        &self,
+        name: &str,
+        max_processes: Option<u32>,
+    ) -> Result<DomainId, DomainError> {
         let mut table = self.table.lock().expect("domains");
-        let id = table.create(name, self.node())?;
+        let made = table.create(name, self.node(), max_processes)?;
         self.publish(&table);
         drop(table);
-        self.tell_all(DomainOp::Created(info(name, id)));
+        let id = made.id;
+        self.tell_all(DomainOp::Created(made));
         Ok(id)
     }
 
     pub(crate) fn end(&self, name: &str) -> Result<DomainId, DomainError> {
         let mut table = self.table.lock().expect("domains");
-        let id = table.end(name)?;
+        let ended = table.end(name)?;
         self.publish(&table);
         drop(table);
-        self.tell_all(DomainOp::Ended(info(name, id)));
+        let id = ended.id;
+        self.tell_all(DomainOp::Ended(ended));
         Ok(id)
     }
 
@@ -127,12 +133,5 @@ impl Domains {
         if let Err(e) = links.send(from, to, Packet::new(NocMsg::Domain(op)), None) {
             tracing::warn!("node {node} does not hear of a domain change: {e}");
         }
-    }
-}
-
-fn info(name: &str, id: DomainId) -> DomainInfo {
-    DomainInfo {
-        id,
-        name: name.to_owned(),
     }
 }

@@ -573,6 +573,8 @@ impl Node {
             wander: job.wander,
             limits: job.limits,
             pinned: job.pin,
+            // A job's first process counts in no quota.
+            counted: Vec::new(),
         };
         // A kernel of another node is asked through kernel 0 of this one;
         // the job's output and end come back here.
@@ -734,9 +736,11 @@ impl Node {
             self.kernel(on)?;
         }
         let console = self.open_job(sink);
-        // The restored process is the first process of a new job.
+        // The restored process is the first process of a new job, counted
+        // in no quota (its old places were freed when it was checkpointed).
         image.uarea.console = console;
         image.uarea.parent = None;
+        image.uarea.quotas = Default::default();
         let restored = self
             .ask_within(self.asker(on), START_ANSWER, |reply| Control::Restore {
                 image: Box::new(image),
@@ -785,9 +789,14 @@ impl Node {
         Ok(())
     }
 
-    /// Creates a domain, on every kernel of every node.
-    pub fn domain_create(&self, name: &str) -> anyhow::Result<DomainId> {
-        Ok(self.domains.create(name)?)
+    /// Creates a domain, on every kernel of every node; its processes may
+    /// make `max_processes` processes (`None`: as many as the node holds).
+    pub fn domain_create(
+        &self,
+        name: &str,
+        max_processes: Option<u32>,
+    ) -> anyhow::Result<DomainId> {
+        Ok(self.domains.create(name, max_processes)?)
     }
 
     /// Ends a domain: every kernel of every node ends the domain's processes.

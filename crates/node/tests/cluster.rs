@@ -14,7 +14,7 @@ fn two_nodes_share_domains_move_a_process_and_stop() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = cluster_pair(dir.path(), 1);
     assert_eq!((a.id(), b.id()), (0, 1));
-    a.domain_create("lab").unwrap();
+    a.domain_create("lab", None).unwrap();
     let t = std::time::Instant::now();
     while !b.domains().iter().any(|d| d.name == "lab") {
         assert!(t.elapsed() < HANG, "the domain never reached node 1");
@@ -54,4 +54,24 @@ fn a_job_whose_first_process_was_homed_on_a_lost_node_ends_with_137() {
         "{}",
         out.stderr()
     );
+}
+
+#[test]
+fn a_domains_limit_made_on_one_node_holds_for_its_processes_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = cluster_pair(dir.path(), 1);
+    a.domain_create("lab", Some(3)).unwrap();
+    let t = std::time::Instant::now();
+    while !b.domains().iter().any(|d| d.name == "lab") {
+        assert!(t.elapsed() < HANG, "the domain never reached node 1");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Started from node 1, on its kernel: the count is kept on node 0.
+    let mut bomb = job("bomb", &["500"]);
+    bomb.domain = Some("lab".into());
+    let (code, out) = run(&b, &bomb);
+    assert_eq!(code, 0, "{}", out.stderr());
+    assert!(out.stdout().contains("bomb: made 3;"), "{}", out.stdout());
+    b.shutdown();
+    a.shutdown();
 }

@@ -64,7 +64,7 @@ fn grants_rule_every_copy_of_sixteen_mebibytes() {
 #[test]
 fn ipc_across_domains_is_refused() {
     let node = node(3);
-    node.domain_create("other").unwrap();
+    node.domain_create("other", None).unwrap();
     both_ways(&node, "domain", &[]);
 }
 
@@ -115,7 +115,7 @@ fn ps_shows_who_sends_to_and_receives_from_whom() {
 #[test]
 fn ending_a_domain_ends_its_processes_on_every_kernel() {
     let node = node(2);
-    node.domain_create("lab").unwrap();
+    node.domain_create("lab", None).unwrap();
     let mut lab = job("ipc", &["sleeper", "same"]);
     lab.domain = Some("lab".into());
     let mut jobs = Vec::new();

@@ -32,8 +32,8 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 ///    their device and inode.
 /// 6: the UArea holds the process's resource limits.
 /// 7: it says whether the balancer may move the process, and counts its moves.
-/// 8: it counts the console output not yet passed on; calls wait for stdin
-///    and for the console.
+/// 8: it counts the console output not yet passed on and the process quotas
+///    it counts in; calls wait for stdin and for the console.
 const VERSION: u16 = 8;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
@@ -388,14 +388,17 @@ mod tests {
     }
 
     #[test]
-    fn limits_travel_in_the_image() {
+    fn limits_and_quotas_travel_in_the_image() {
         let mut img = image();
         img.uarea.limits = crate::uarea::Limits {
             memory: Some(16 << 20),
             cpu_ns: Some(250_000_000),
+            processes: Some(8),
         };
+        img.uarea.quotas.counted = vec![crate::Quota::Job(crate::ConsoleId(3))];
         let back = ProcessImage::decode(&img.encode()).unwrap();
         assert_eq!(back.uarea.limits, img.uarea.limits);
+        assert_eq!(back.uarea.quotas, img.uarea.quotas);
     }
 
     #[test]

@@ -78,9 +78,31 @@ pub struct UArea {
     /// passed on yet: at [`crate::CONSOLE_WINDOW`] the next write waits for
     /// it (`KernelCall::Drain`), so a job cannot outrun its terminal.
     pub console_backlog: u64,
+    /// The process quotas it counts in, and those granted for the child it
+    /// is making.
+    pub quotas: Quotas,
 }
 
-/// Resource limits of one process (`atoll run --memory`, `--cpu-time`).
+/// A count of live processes with a ceiling (`--max-processes`), kept by
+/// one kernel: that of a job, or of a domain.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum Quota {
+    Job(ConsoleId),
+    Domain(DomainId),
+}
+
+/// A process's part in the quotas.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quotas {
+    /// Those it counts in: its end frees its place in each.
+    pub counted: Vec<Quota>,
+    /// Places granted for the child it is making (a spawn or fork waiting
+    /// for every quota to admit it): the child counts in them.
+    pub granted: Vec<Quota>,
+}
+
+/// Resource limits of one process (`atoll run --memory`, `--cpu-time`), and
+/// of its job (`--max-processes`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     /// Bytes of linear memory: a `memory.grow` past it fails (malloc returns
@@ -89,6 +111,10 @@ pub struct Limits {
     /// Nanoseconds of CPU time: past it the process ends with
     /// 128 + SIGXCPU, as under `ulimit -t`.
     pub cpu_ns: Option<u64>,
+    /// Processes its job may have alive at once, the first included: a
+    /// spawn or fork past it fails with `EAGAIN`.
+    #[serde(default)]
+    pub processes: Option<u32>,
 }
 
 impl UArea {
@@ -122,6 +148,7 @@ impl UArea {
             limits: Limits::default(),
             pinned: false,
             console_backlog: 0,
+            quotas: Quotas::default(),
         }
     }
 
