@@ -215,6 +215,37 @@ impl<'de> Deserialize<'de> for Pid {
     }
 }
 
+/// In JSON a kernel is the string the CLI takes: `NODE.INDEX`.
+impl schemars::JsonSchema for KernelId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "KernelId".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A kernel, NODE.INDEX, as the commands take it: \"0.1\".",
+            "type": "string",
+            "pattern": r"^[0-9]+\.[0-9]+$"
+        })
+    }
+}
+
+/// In JSON a PID is the string the CLI takes: `NODE.INDEX:SLOT:GENERATION`.
+impl schemars::JsonSchema for Pid {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Pid".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A process, NODE.INDEX:SLOT:GENERATION (its home kernel, then its \
+                            slot there), as the commands take it: \"0.1:5:0\".",
+            "type": "string",
+            "pattern": r"^[0-9]+\.[0-9]+:[0-9]+:[0-9]+$"
+        })
+    }
+}
+
 /// A PID or kernel id that could not be parsed; the message says what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]

@@ -17,6 +17,7 @@ use atoll_node::{InputAnswer, JobSink, JobSpec, MapBy, Node, NodeConfig, Ranks};
 use atoll_process::{Limits, Preopen, Stream};
 use clap::Args;
 
+use crate::json::{Checkpointed, KernelIpc};
 use crate::stdin::StdinReader;
 
 /// What every subcommand shares: where the cache and the socket are.
@@ -578,16 +579,30 @@ pub struct CheckpointArgs {
     /// job ends with status 128+SIGSTOP)
     #[arg(long)]
     leave_running: bool,
+    /// Print JSON instead of a line
+    #[arg(long)]
+    json: bool,
 }
 
 /// Writes a process to a file, in the format of the migration stream.
 pub fn checkpoint(ctx: &Context, a: CheckpointArgs) -> anyhow::Result<()> {
+    let file = std::path::absolute(&a.output)?;
     let request = Request::Checkpoint {
         pid: a.pid,
-        path: std::path::absolute(&a.output)?,
+        path: file.clone(),
         leave_running: a.leave_running,
     };
     match ctx.ask(&request, &format!("no process {}", a.pid))? {
+        Response::Checkpointed(bytes) if a.json => {
+            let done = Checkpointed {
+                pid: a.pid,
+                file,
+                bytes,
+                left_running: a.leave_running,
+            };
+            println!("{}", serde_json::to_string_pretty(&done)?);
+            Ok(())
+        }
         Response::Checkpointed(bytes) => {
             println!("{} -> {} ({} KiB)", a.pid, a.output.display(), bytes / 1024);
             Ok(())
@@ -714,7 +729,10 @@ pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
     if a.json {
         let counters: Vec<_> = reports
             .iter()
-            .map(|r| serde_json::json!({ "kernel": r.kernel, "ipc": r.ipc }))
+            .map(|r| KernelIpc {
+                kernel: r.kernel,
+                ipc: r.ipc.clone(),
+            })
             .collect();
         println!("{}", serde_json::to_string_pretty(&counters)?);
         return Ok(());

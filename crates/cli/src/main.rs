@@ -5,6 +5,7 @@
 
 mod bench;
 mod commands;
+mod json;
 mod stdin;
 mod top;
 
@@ -61,6 +62,8 @@ enum Command {
     Ca(commands::CaArgs),
     /// Measure atoll against the Linux alternatives, side by side
     Bench(bench::BenchArgs),
+    /// The JSON Schema of a `--json` output (docs/json/)
+    Schema(json::SchemaArgs),
 }
 
 fn main() {
@@ -92,6 +95,7 @@ fn main() {
         Command::Prepare(a) => commands::prepare(a).map(|()| 0),
         Command::Ca(a) => commands::ca(a).map(|()| 0),
         Command::Bench(a) => bench::run(&ctx, a).map(|()| 0),
+        Command::Schema(a) => json::schema_command(a).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

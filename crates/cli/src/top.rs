@@ -8,6 +8,7 @@ use std::time::Duration;
 use atoll_kernel::KernelReport;
 use atoll_placement::{Load, Shape, Subtree};
 use clap::Args;
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::commands::{reports, Context};
@@ -25,10 +26,11 @@ pub struct TopArgs {
     json: bool,
 }
 
-/// One line of the tree.
-#[derive(Serialize)]
-struct Row {
+/// One line of the tree (`atoll top --json` prints them in order).
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct Row {
     subtree: Subtree,
+    /// 0 for the root, 1 for its children, ...
     depth: usize,
     load: Load,
 }

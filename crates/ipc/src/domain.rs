@@ -14,7 +14,19 @@ use serde::{Deserialize, Serialize};
 
 /// A domain's number, carried in every process's UArea: the node that made
 /// it (high 16 bits) and its number there.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Debug,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct DomainId(pub u32);
 
 impl DomainId {
@@ -34,7 +46,7 @@ impl fmt::Display for DomainId {
 }
 
 /// One domain, as `atoll domain list` shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DomainInfo {
     pub id: DomainId,
     pub name: String,

@@ -220,7 +220,7 @@ pub struct WaitingSender {
 }
 
 /// A process's IPC counters, for `atoll ps`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IpcStats {
     pub sent: u64,
     pub received: u64,

@@ -376,7 +376,7 @@ pub struct Times {
 }
 
 /// One process, as `atoll ps` shows it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProcInfo {
     pub pid: Pid,
     pub parent: Option<Pid>,
@@ -402,7 +402,7 @@ pub struct ProcInfo {
 }
 
 /// One kernel's answer to `ps`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KernelReport {
     pub kernel: KernelId,
     pub runnable: usize,
@@ -420,7 +420,7 @@ pub struct KernelReport {
 }
 
 /// One kernel's IPC activity, for `atoll ipc`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IpcCounters {
     /// Messages handed from a process to another on this kernel (one copy).
     pub local: u64,

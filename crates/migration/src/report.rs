@@ -4,7 +4,9 @@ use atoll_abi::{KernelId, Pid};
 use serde::{Deserialize, Serialize};
 
 /// How a container crosses from one kernel to another.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// The container itself (wasmtime store, memory and all) is handed to
@@ -45,7 +47,7 @@ impl std::str::FromStr for Mode {
 }
 
 /// One pre-copy round, or the final stop-and-copy (the last entry).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RoundReport {
     /// Memory blocks ([`crate::BLOCK`] bytes) sent in the round.
     pub blocks: u64,
@@ -56,7 +58,7 @@ pub struct RoundReport {
 }
 
 /// How one migration went.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MigrationReport {
     pub pid: Pid,
     pub from: KernelId,

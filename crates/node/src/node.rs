@@ -75,7 +75,7 @@ impl NodeConfig {
 }
 
 /// A node of the cluster, as `atoll ps` shows it.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct NodeStatus {
     pub member: Member,
     /// Linked now; `false`: its links failed and it has not come back.

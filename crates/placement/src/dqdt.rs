@@ -71,7 +71,7 @@ pub struct Imbalance {
 
 /// A subtree and its load, as the kernel that hosts it last summed it (for
 /// `atoll top`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TreeEntry {
     pub subtree: Subtree,
     pub load: Load,

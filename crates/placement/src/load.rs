@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The load of a subtree: a kernel's own, or the sum over its kernels.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Load {
     /// Kernels in the subtree.
     pub kernels: u32,

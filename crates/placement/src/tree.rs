@@ -128,6 +128,22 @@ impl<'de> Deserialize<'de> for Subtree {
     }
 }
 
+/// In JSON a subtree is the string `atoll top` shows.
+impl schemars::JsonSchema for Subtree {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Subtree".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A subtree of the DQDT: a kernel (\"kernel 0.3\"), kernels of a \
+                            node (\"kernels 0.0-0.3\") or nodes (\"nodes 0-3\").",
+            "type": "string",
+            "pattern": r"^(kernel [0-9]+\.[0-9]+|kernels [0-9]+\.[0-9]+-[0-9]+\.[0-9]+|nodes [0-9]+-[0-9]+)$"
+        })
+    }
+}
+
 /// How many members a group of `level` spans: `4^level`.
 fn span(level: u8) -> u32 {
     1u32 << (2 * u32::from(level))

@@ -14,6 +14,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::plot::{grouped_bars, BarGroup};
@@ -84,7 +85,7 @@ const HEAD: [&str; 7] = [
     "balancer moves",
 ];
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct BalanceReport {
     name: String,
     command: String,
@@ -96,7 +97,7 @@ pub struct BalanceReport {
     notes: Vec<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct Configuration {
     name: String,
     runs: Vec<Run>,
@@ -110,7 +111,7 @@ struct Configuration {
     moves: f64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct Run {
     makespan_ms: f64,
     ideal_ms: f64,

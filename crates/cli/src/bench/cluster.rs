@@ -25,6 +25,7 @@ use atoll_noc::net::{tls, LinkConfig};
 use atoll_node::{JobSink, JobSpec, Node};
 use atoll_process::Stream;
 use rustls::{ClientConnection, ServerConnection, StreamOwned};
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::plot::{grouped_bars, LineChart, Series};
@@ -55,7 +56,7 @@ const STREAM_BYTES: usize = 256 << 20;
 const PATIENCE: Duration = Duration::from_secs(300);
 
 /// The result of `atoll bench cluster`.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct ClusterReport {
     name: String,
     command: String,
@@ -79,7 +80,7 @@ pub struct ClusterReport {
 
 /// What `fileio` measured: MB/s of 1 MiB writes and reads, ns per 4 KiB
 /// pread (medians).
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct FileIo {
     write_mbps: Measured,
     read_mbps: Measured,
@@ -97,7 +98,7 @@ impl FileIo {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct Measured {
     median: f64,
     samples: Vec<f64>,
@@ -113,7 +114,7 @@ impl Measured {
 }
 
 /// Migrations of one size between the nodes (there and back, repeatedly).
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct MigrationRow {
     memory_mib: u64,
     wws_kib: u64,

@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::plot::{grouped_bars, BarGroup};
@@ -45,7 +46,7 @@ const IPC_MECHS: [&str; 8] = [
 const COPY_MECHS: [&str; 5] = ["pipe", "unix", "tcp", "cma", "memcpy"];
 
 /// Where the two ends run: one core (kernel) or two.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, JsonSchema)]
 pub enum Cores {
     One,
     Two,
@@ -75,7 +76,7 @@ impl Cores {
 }
 
 /// One mechanism in one configuration.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct Measure {
     pub test: String,
     /// Bytes per message (ipc) or block (copy).
@@ -94,7 +95,7 @@ pub struct Measure {
     pub note: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct IpcReport {
     pub name: String,
     pub command: String,

@@ -30,6 +30,7 @@ use atoll_abi::{KernelId, Pid};
 use atoll_migration::{DirtyTracker, MigrationReport, Mode, RoundReport, BLOCK};
 use atoll_node::{JobSink, Node};
 use atoll_process::Stream;
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::plot::{Level, LineChart, Series};
@@ -117,7 +118,7 @@ impl Plan {
 }
 
 /// One migration, as measured by the node.
-#[derive(Clone, Serialize)]
+#[derive(Clone, Serialize, JsonSchema)]
 pub struct Sample {
     pub downtime_us: u64,
     pub total_us: u64,
@@ -158,7 +159,7 @@ impl Sample {
 }
 
 /// One process configuration in one mode: medians of its migrations.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct Measure {
     pub mode: Mode,
     pub memory_mib: u64,
@@ -217,7 +218,7 @@ impl Measure {
 }
 
 /// Migrations of several processes at once, in one mode.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct ParallelMeasure {
     pub mode: Mode,
     pub processes: usize,
@@ -240,7 +241,7 @@ pub struct ParallelMeasure {
 }
 
 /// The cost of [`DirtyTracker`] on an anonymous mapping, medians of runs.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct Tracking {
     pub region_mib: usize,
     pub runs: usize,
@@ -257,14 +258,14 @@ pub struct Tracking {
 }
 
 /// Whether CRIU can be compared with here, as `criu check` says.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct Criu {
     pub works: bool,
     /// `criu check`'s verdict, or why it could not run.
     pub detail: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct MigrateReport {
     pub name: String,
     pub command: String,

@@ -27,6 +27,7 @@ use atoll_abi::Pid;
 use atoll_node::{JobSink, JobSpec, Node};
 use atoll_process::Stream;
 use clap::{Args, Subcommand};
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::commands::Context;
@@ -83,6 +84,22 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The schemas of what each benchmark's `--json` prints (`crate::json`).
+pub fn schemas() -> Vec<(String, schemars::Schema)> {
+    use crate::json::schema;
+    vec![
+        schema::<Report>("bench-spawn"),
+        schema::<Report>("bench-mergesort"),
+        schema::<ipc::IpcReport>("bench-ipc"),
+        schema::<migrate::MigrateReport>("bench-migrate"),
+        schema::<cluster::ClusterReport>("bench-cluster"),
+        schema::<scale::ScaleReport>("bench-scale"),
+        schema::<mpi::MpiReport>("bench-mpi"),
+        schema::<placement::PlacementReport>("bench-placement"),
+        schema::<balance::BalanceReport>("bench-balance"),
+    ]
+}
+
 /// Prints a report (as a table, or JSON) and records it into `record`.
 fn emit<R: Recorded + Serialize>(
     report: &R,
@@ -118,7 +135,7 @@ pub trait Recorded {
 }
 
 /// One benchmark's result.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct Report {
     pub name: String,
     pub command: String,
@@ -132,7 +149,7 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct Row {
     pub name: String,
     pub median: f64,
@@ -205,7 +222,7 @@ impl Report {
 }
 
 /// The machine a benchmark ran on.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct Machine {
     pub cpu: String,
     pub cores: usize,

@@ -19,6 +19,7 @@ use atoll_abi::KernelId;
 use atoll_migration::Mode;
 use atoll_node::{JobSpec, MapBy, Node, Ranks};
 use atoll_process::Preopen;
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::plot::{LineChart, Series};
@@ -75,7 +76,7 @@ const CONFIGS: [&str; 5] = [
     "Open MPI, TCP",
 ];
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct MpiReport {
     name: String,
     command: String,
@@ -92,7 +93,7 @@ pub struct MpiReport {
 
 /// One scenario of seed 002's experiment: an application on 4 ranks over
 /// two kernels, some ranks migrated while it runs.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct MigratedRun {
     /// The application, as `App::label` names it.
     app: String,
@@ -108,7 +109,7 @@ struct MigratedRun {
 }
 
 /// One application run in every configuration (each answer checked).
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct AppTimes {
     name: String,
     ranks: u32,
@@ -219,7 +220,7 @@ impl AppRun {
 }
 
 /// One OSU test: a value per size and configuration.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct Test {
     name: String,
     unit: String,

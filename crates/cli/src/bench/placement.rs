@@ -12,6 +12,7 @@
 
 use std::path::Path;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::plot::{Level, LineChart, Series};
@@ -53,7 +54,7 @@ const HEAD: [&str; 6] = [
     "atoll's advantage",
 ];
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct PlacementReport {
     name: String,
     command: String,
@@ -66,7 +67,7 @@ pub struct PlacementReport {
     notes: Vec<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct Measured {
     what: String,
     /// Nodes, and kernels per node.

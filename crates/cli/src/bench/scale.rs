@@ -20,6 +20,7 @@ use anyhow::{bail, Context as _};
 use atoll_abi::Pid;
 use atoll_node::{JobSink, JobSpec, Node};
 use atoll_process::{Preopen, Stream};
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::{
@@ -44,7 +45,7 @@ pub struct Args {
 }
 
 /// One side's run.
-#[derive(Clone, Copy, Serialize)]
+#[derive(Clone, Copy, Serialize, JsonSchema)]
 struct Sample {
     /// Processes started and blocked per second (first start to last ready).
     start_rate: f64,
@@ -54,7 +55,7 @@ struct Sample {
     answer_rate: f64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 pub struct ScaleReport {
     name: String,
     command: String,

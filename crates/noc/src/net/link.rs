@@ -99,7 +99,7 @@ impl Lane {
 
 /// One node of the cluster, as the others know it. A node that restarts
 /// comes back with the same name and id and a new incarnation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Member {
     /// The name its certificate is issued for.
     pub name: String,
