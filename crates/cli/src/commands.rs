@@ -18,6 +18,7 @@ use atoll_process::{Limits, Preopen, Stream};
 use clap::Args;
 
 use crate::json::{Checkpointed, KernelIpc};
+use crate::progress::{self, Progress};
 use crate::stdin::StdinReader;
 
 /// What every subcommand shares: where the cache and the socket are.
@@ -245,12 +246,14 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
             return follow_job(client, &Request::Run(job));
         }
     }
+    let loading = Progress::start(loading(&job.program), false);
     let mut config = ctx.node_config_with(a.kernels, a.quantum_ms, a.instances);
     config.migration.mode = a.migrate_mode.unwrap_or_default();
     config.balance = !a.no_balance;
     let node = Node::start(config)?;
     let (tx, rx) = mpsc::channel();
     node.run_job(&job, Box::new(TerminalSink::new(tx)))?;
+    loading.done();
     let status = rx
         .recv()
         .context("the node stopped before the program ended")?;
@@ -261,10 +264,16 @@ pub fn run(ctx: &Context, a: RunArgs) -> anyhow::Result<i32> {
 /// Starts a job on the node (`Run` or `Restore`) and shows its output
 /// until it ends; returns its exit status.
 fn follow_job(mut client: Client, request: &Request) -> anyhow::Result<i32> {
+    let what = match request {
+        Request::Run(job) => loading(&job.program),
+        _ => "restoring the checkpoint on the node".to_string(),
+    };
+    let starting = Progress::start(what, false);
     client.send(request)?;
     let mut stdin = StdinReader::default();
     loop {
         match client.recv()? {
+            Response::Started(_) => starting.done(),
             Response::Output { stream, bytes } => write_out(stream, &bytes),
             Response::ReadInput { max } => {
                 let mut to_node = client.try_clone()?;
@@ -280,10 +289,21 @@ fn follow_job(mut client: Client, request: &Request) -> anyhow::Result<i32> {
     }
 }
 
+/// What a job does before it starts, when that takes long: its program
+/// is prepared and compiled the first time (then cached).
+fn loading(program: &Path) -> String {
+    let name = program.file_name().unwrap_or(program.as_os_str());
+    format!(
+        "loading {} (a new module is prepared and compiled once)",
+        name.to_string_lossy()
+    )
+}
+
 /// Shows a job's output. When whoever reads atoll's output has gone (`atoll
 /// run prog | head`), atoll ends as a writer to a closed pipe does, with
 /// SIGPIPE's status; that hangs up on the node, which ends the job.
 fn write_out(stream: Stream, bytes: &[u8]) {
+    progress::clear();
     let written = match stream {
         Stream::Stdout => {
             let mut out = std::io::stdout().lock();
@@ -555,7 +575,10 @@ pub fn migrate(ctx: &Context, a: MigrateArgs) -> anyhow::Result<()> {
         to: a.to,
         mode: a.mode,
     };
-    match ctx.ask(&request, &format!("no process {}", a.pid))? {
+    let moving = Progress::start(format!("moving {} to kernel {}", a.pid, a.to), a.json);
+    let answer = ctx.ask(&request, &format!("no process {}", a.pid))?;
+    moving.done();
+    match answer {
         Response::Migrated(m) if a.json => {
             println!("{}", serde_json::to_string_pretty(&m)?);
             Ok(())
@@ -592,7 +615,10 @@ pub fn checkpoint(ctx: &Context, a: CheckpointArgs) -> anyhow::Result<()> {
         path: file.clone(),
         leave_running: a.leave_running,
     };
-    match ctx.ask(&request, &format!("no process {}", a.pid))? {
+    let writing = Progress::start(format!("writing a checkpoint of {}", a.pid), a.json);
+    let answer = ctx.ask(&request, &format!("no process {}", a.pid))?;
+    writing.done();
+    match answer {
         Response::Checkpointed(bytes) if a.json => {
             let done = Checkpointed {
                 pid: a.pid,
@@ -780,8 +806,10 @@ pub struct PrepareArgs {
 pub fn prepare(a: PrepareArgs) -> anyhow::Result<()> {
     let bytes =
         std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
+    let preparing = Progress::start(format!("preparing {}", a.input.display()), false);
     let out = atoll_prepare::prepare(&bytes, &atoll_prepare::Options::default())
         .with_context(|| format!("preparing {}", a.input.display()))?;
+    preparing.done();
     std::fs::write(&a.output, &out).with_context(|| format!("writing {}", a.output.display()))?;
     eprintln!(
         "atoll: prepared {} ({} -> {} bytes)",

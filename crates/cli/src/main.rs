@@ -6,6 +6,7 @@
 mod bench;
 mod commands;
 mod json;
+mod progress;
 mod stdin;
 mod top;
 

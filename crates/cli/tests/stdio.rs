@@ -122,3 +122,30 @@ fn a_reader_that_goes_away_ends_the_job_as_sigpipe_would() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_long_operation_shows_a_spinner_on_a_terminal_and_nothing_on_a_pipe() {
+    // Preparing HPL takes seconds: long enough for the spinner to show.
+    let hpl = guest("hpl");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("hpl.wasm");
+    let out = out.to_str().unwrap();
+    let (mut master, slave) = pty();
+    let mut prepare = atoll(&["prepare", &hpl, out])
+        .stdout(Stdio::null())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    let mut seen = String::new();
+    expect(&mut master, &mut seen, "atoll: prepared");
+    assert!(prepare.wait().unwrap().success(), "{seen}");
+    assert!(seen.contains(&format!("preparing {hpl} (")), "{seen:?}");
+    // On a pipe: the result, and nothing drawn.
+    let piped = atoll(&["prepare", &hpl, out]).output().unwrap();
+    assert!(piped.status.success());
+    assert!(
+        text(&piped.stderr).starts_with("atoll: prepared"),
+        "{}",
+        text(&piped.stderr)
+    );
+}

@@ -3,8 +3,9 @@
 //!
 //! Protocol: each message is a frame — a u32 little-endian length, then a
 //! postcard-encoded [`Request`] (client to node) or [`Response`] (node to
-//! client). A `Run` is answered by `Started`, then `Output` frames, then
-//! `Exited`. Meanwhile each `ReadInput` (a process of the job reads stdin)
+//! client). A `Run` is answered by `Started` (or `Error`), then `Output`
+//! frames, then `Exited` (a fast job's first output may come before
+//! `Started`). Meanwhile each `ReadInput` (a process of the job reads stdin)
 //! is answered by the client with one `Input` from its own stdin, in order.
 //! A client that hangs up before its job ended has its job killed.
 //!
@@ -299,23 +300,25 @@ fn run(
     node: &Node,
     start: impl FnOnce(Box<dyn JobSink>) -> anyhow::Result<Pid>,
     mut reader: impl Read,
-    mut writer: UnixStream,
+    writer: UnixStream,
 ) -> anyhow::Result<()> {
     let ended = Arc::new(AtomicBool::new(false));
     let reads = Reads::default();
+    // The job's thread writes its frames, and this one `Started`: one
+    // writer at a time, so that frames do not interleave.
+    let writer = Arc::new(Mutex::new(writer));
     let sink = SocketSink {
-        stream: writer.try_clone()?,
+        stream: writer.clone(),
         ended: ended.clone(),
         reads: reads.clone(),
     };
-    let pid = match start(Box::new(sink)) {
-        Ok(pid) => pid,
-        Err(e) => {
-            return Ok(write_frame(
-                &mut writer,
-                &Response::Error(format!("{e:#}")),
-            )?)
-        }
+    let started = match start(Box::new(sink)) {
+        Ok(pid) => Response::Started(pid),
+        Err(e) => Response::Error(format!("{e:#}")),
+    };
+    let _ = write_frame(&mut *writer.lock().expect("writer"), &started);
+    let Response::Started(pid) = started else {
+        return Ok(());
     };
     // The client's input, until it hangs up; then, if the job still runs,
     // end it. Reads it did not answer find end of file.
@@ -346,31 +349,34 @@ type Reads = Arc<Mutex<VecDeque<InputAnswer>>>;
 
 /// Sends a job's output and end to its client, and asks it for input.
 struct SocketSink {
-    stream: UnixStream,
+    stream: Arc<Mutex<UnixStream>>,
     ended: Arc<AtomicBool>,
     reads: Reads,
 }
 
+impl SocketSink {
+    fn send(&self, response: &Response) {
+        let _ = write_frame(&mut *self.stream.lock().expect("writer"), response);
+    }
+}
+
 impl JobSink for SocketSink {
     fn output(&mut self, stream: Stream, bytes: &[u8]) {
-        let _ = write_frame(
-            &mut self.stream,
-            &Response::Output {
-                stream,
-                bytes: bytes.to_vec(),
-            },
-        );
+        self.send(&Response::Output {
+            stream,
+            bytes: bytes.to_vec(),
+        });
     }
 
     fn exited(&mut self, _pid: Pid, status: i32) {
         self.ended.store(true, Ordering::Release);
-        let _ = write_frame(&mut self.stream, &Response::Exited { status });
+        self.send(&Response::Exited { status });
     }
 
     fn input(&mut self, answer: InputAnswer) {
         let max = answer.max() as u32;
         self.reads.lock().expect("reads").push_back(answer);
-        let _ = write_frame(&mut self.stream, &Response::ReadInput { max });
+        self.send(&Response::ReadInput { max });
     }
 }
 

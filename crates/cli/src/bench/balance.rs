@@ -21,6 +21,7 @@ use super::plot::{grouped_bars, BarGroup};
 use super::{artifact, atoll_job, command_line, job_on_kernel0, md_table, median, native};
 use super::{page_head, text_table, Machine, Recorded};
 use crate::commands::Context;
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -198,7 +199,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get()) as u16;
     let mut configurations = Vec::new();
     for (label, balance, kernel, with_pairs) in ATOLL {
-        eprintln!("{label}");
+        progress::note(label);
         let mut config = ctx.node_config(Some(a.kernels), 10);
         config.balance = balance;
         let node = atoll_node::Node::start(config)?;
@@ -218,7 +219,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
         configurations.push(Configuration::new(label, runs));
     }
     for (label, with_pairs) in LINUX {
-        eprintln!("{label}");
+        progress::note(label);
         let mut args = vec![n.clone(), unit.clone()];
         if with_pairs {
             args.push("-".into()); // KERNEL: Linux's scheduler places them

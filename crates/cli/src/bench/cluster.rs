@@ -34,6 +34,7 @@ use super::{
     Machine, Recorded,
 };
 use crate::commands::Context;
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -140,7 +141,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
         a_node.runtime().load_file(program, true)?;
     }
 
-    eprintln!("IPC2 and COPY1 between nodes, against TCP and TLS on the same loopback:");
+    progress::note("IPC2 and COPY1 between nodes, against TCP and TLS on the same loopback:");
     let node_arg = format!("node{}", there.node);
     let (mut ipc2, mut copy1) = (Vec::new(), Vec::new());
     let (mut tcp, mut tls_rt) = (Vec::new(), Vec::new());
@@ -163,7 +164,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
         tcp_stream.push(stream(None)?);
         tls_stream.push(stream(Some(&first))?);
     }
-    eprintln!(
+    progress::note(&format!(
         "  IPC2 {:.0} ns, TCP {:.0} ns, TLS {:.0} ns; COPY1 {:.0} MB/s, TCP stream {:.0} MB/s, TLS stream {:.0} MB/s",
         median(&ipc2),
         median(&tcp),
@@ -171,9 +172,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
         median(&copy1),
         median(&tcp_stream),
         median(&tls_stream)
-    );
+    ));
 
-    eprintln!("files: on the other node, on its own node, native:");
+    progress::note("files: on the other node, on its own node, native:");
     let scratch = tempfile::tempdir()?;
     let file_args = [
         "/data/fileio".to_string(),
@@ -202,12 +203,12 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
     }
     let (files_remote, files_local, files_native) =
         (FileIo::of(&remote), FileIo::of(&local), FileIo::of(&native));
-    eprintln!(
+    progress::note(&format!(
         "  pread 4 KiB: {:.0} ns remote, {:.0} ns local, {:.0} ns native",
         files_remote.pread_ns.median, files_local.pread_ns.median, files_native.pread_ns.median
-    );
+    ));
 
-    eprintln!("live migration between nodes (copy mode):");
+    progress::note("live migration between nodes (copy mode):");
     let sizes: &[u64] = if a.quick {
         &[1, 16, 64]
     } else {
@@ -217,10 +218,10 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
     for wws_kib in [64, 1024] {
         for &mib in sizes {
             let row = migrate_row(&a_node, &dirty, there, mib, wws_kib, runs)?;
-            eprintln!(
+            progress::note(&format!(
                 "  {mib:>4} MiB  WWS {wws_kib:>5} KiB  downtime {:>7.0} us  total {:>9.0} us  {:>6.0} MB/s",
                 row.downtime_us, row.total_us, row.throughput_mbps
-            );
+            ));
             migrations.push(row);
         }
     }

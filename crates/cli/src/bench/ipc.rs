@@ -23,6 +23,7 @@ use super::{
     artifact, atoll_job, command_line, job_on_kernel0, median, native, page_head, Machine, Recorded,
 };
 use crate::commands::Context;
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -131,6 +132,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<IpcReport> {
     let mut measures = Vec::new();
     for cores in [Cores::One, Cores::Two] {
         for test in IPC_TESTS.into_iter().filter(|t| wanted(t)) {
+            progress::say(format!("bench ipc: {test}, {}", cores.label()));
             measures.push(bench.atoll(test, None, cores)?);
             for mech in IPC_MECHS {
                 measures.push(bench.linux(test, mech, None, cores)?);
@@ -138,6 +140,11 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<IpcReport> {
         }
         for test in COPY_TESTS.into_iter().filter(|t| wanted(t)) {
             for size in COPY_SIZES {
+                progress::say(format!(
+                    "bench ipc: {test} {}, {}",
+                    human(size),
+                    cores.label()
+                ));
                 measures.push(bench.atoll(test, Some(size), cores)?);
                 for mech in COPY_MECHS {
                     measures.push(bench.linux(test, mech, Some(size), cores)?);
@@ -232,12 +239,12 @@ impl Bench<'_> {
         }
         let ns = median(&samples);
         let bytes = size.unwrap_or(if test == "ipc3" { 0 } else { 64 });
-        eprintln!(
+        progress::note(&format!(
             "  {test:<5} {:>7} {:<7} {:<8} {ns:>12.1} ns",
             size.map_or(String::new(), human),
             cores.label(),
             mechanism
-        );
+        ));
         Ok(Measure {
             test: test.into(),
             size: bytes,

@@ -9,6 +9,7 @@ use super::{
     artifact, atoll_job, command_line, job_on_kernel0, median, native, Machine, Report, Row,
 };
 use crate::commands::Context;
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -51,7 +52,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
         }
         Ok(())
     };
-    for _ in 0..a.runs {
+    for run in 0..a.runs {
+        progress::say(format!("bench mergesort: run {}/{}", run + 1, a.runs));
         let (out, t) = native(&exe, &args)?;
         check("native", out)?;
         t_native.push(t.as_secs_f64());

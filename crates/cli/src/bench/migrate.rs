@@ -39,6 +39,7 @@ use super::{
     Recorded,
 };
 use crate::commands::Context;
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -302,7 +303,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MigrateReport
         plan: &plan,
     };
 
-    eprintln!("memory, WWS {SMALL_WWS_KIB} KiB:");
+    progress::note(&format!("memory, WWS {SMALL_WWS_KIB} KiB:"));
     let mut memory = Vec::new();
     for &(mib, pages) in &plan.memory {
         let size = GuestSize {
@@ -312,7 +313,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MigrateReport
         };
         memory.extend(bench.modes(&size)?);
     }
-    eprintln!("WWS, {WWS_MEMORY_MIB} MiB:");
+    progress::note(&format!("WWS, {WWS_MEMORY_MIB} MiB:"));
     let mut wws = Vec::new();
     for &wws_kib in &plan.wws_kib {
         let size = GuestSize {
@@ -322,25 +323,27 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MigrateReport
         };
         wws.extend(bench.modes(&size)?);
     }
-    eprintln!("parallel, {PARALLEL_MIB} MiB each, WWS {SMALL_WWS_KIB} KiB:");
+    progress::note(&format!(
+        "parallel, {PARALLEL_MIB} MiB each, WWS {SMALL_WWS_KIB} KiB:"
+    ));
     let mut parallel = Vec::new();
     for &n in &plan.parallel {
         parallel.extend(bench.parallel(n)?);
     }
     // After the node started: wasmtime's signal handlers must be installed
     // before the tracker's (see `DirtyTracker`).
-    eprintln!("dirty tracking, {} MiB:", plan.tracking_mib);
+    progress::note(&format!("dirty tracking, {} MiB:", plan.tracking_mib));
     let tracking = tracking(plan.tracking_mib, plan.runs.max(5))?;
     node.shutdown();
     let criu = criu();
-    eprintln!(
+    progress::note(&format!(
         "criu: {}",
         if criu.works {
             "`criu check` passed"
         } else {
             &criu.detail
         }
-    );
+    ));
 
     let machine = Machine::probe();
     let mut notes = vec![
@@ -424,6 +427,7 @@ struct Bench<'a> {
 impl Bench<'_> {
     /// One process of `size`, migrated in each mode.
     fn modes(&self, size: &GuestSize) -> anyhow::Result<Vec<Measure>> {
+        progress::say(format!("bench migrate: {}", size.describe()));
         let guest = self.start(size)?;
         let runs = self.plan.runs_for(size.bytes());
         let mut measures = Vec::new();
@@ -441,7 +445,7 @@ impl Bench<'_> {
             })()
             .with_context(|| format!("{mode} migration of dirty {}", size.describe()))?;
             let m = Measure::new(mode, size, samples, guest.interval());
-            eprintln!(
+            progress::note(&format!(
                 "  {}  {:<8} downtime {:>9.0} us  pause {:>9.0} us  total {:>9.0} us  sent {:>9}  {} rounds",
                 size.describe(),
                 mode.name(),
@@ -450,7 +454,7 @@ impl Bench<'_> {
                 m.total_us,
                 human_kib(m.bytes as u64 >> 10),
                 m.precopy_rounds
-            );
+            ));
             measures.push(m);
         }
         self.stop(guest)?;
@@ -523,13 +527,13 @@ impl Bench<'_> {
                 batch_samples: batches,
                 samples,
             };
-            eprintln!(
+            progress::note(&format!(
                 "  {n} at once  {:<8} downtime {:>9.0} us  total {:>9.0} us  batch {:>9.0} us",
                 mode.name(),
                 p.downtime_us,
                 p.total_us,
                 p.batch_us
-            );
+            ));
             measures.push(p);
         }
         for g in guests {
@@ -903,14 +907,14 @@ fn tracking(mib: usize, runs: usize) -> anyhow::Result<Tracking> {
         take_dirty_us_per_mib: median(&dirty),
         take_clean_us_per_mib: median(&clean),
     };
-    eprintln!(
+    progress::note(&format!(
         "  first write per page: untracked {:.1} ns, tracked {:.1} ns; start {:.1} us/MiB, take {:.1} us/MiB all dirty, {:.2} us/MiB clean",
         t.untracked_ns_per_page,
         t.tracked_ns_per_page,
         t.start_us_per_mib,
         t.take_dirty_us_per_mib,
         t.take_clean_us_per_mib
-    );
+    ));
     Ok(t)
 }
 

@@ -31,6 +31,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::commands::Context;
+use crate::progress::{self, Progress};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -69,8 +70,25 @@ enum Which {
     Balance(balance::Args),
 }
 
+impl Which {
+    fn name(&self) -> &'static str {
+        match self {
+            Which::Spawn(_) => "spawn",
+            Which::Mergesort(_) => "mergesort",
+            Which::Ipc(_) => "ipc",
+            Which::Migrate(_) => "migrate",
+            Which::Cluster(_) => "cluster",
+            Which::Scale(_) => "scale",
+            Which::Mpi(_) => "mpi",
+            Which::Placement(_) => "placement",
+            Which::Balance(_) => "balance",
+        }
+    }
+}
+
 pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
     let (json, record) = (a.json, a.record.as_deref());
+    let _progress = Progress::start(format!("bench {}", a.which.name()), json);
     match a.which {
         Which::Spawn(s) => emit(&spawn::run(ctx, &a.build, s)?, json, record),
         Which::Mergesort(m) => emit(&mergesort::run(ctx, &a.build, m)?, json, record),
@@ -106,6 +124,7 @@ fn emit<R: Recorded + Serialize>(
     json: bool,
     record: Option<&Path>,
 ) -> anyhow::Result<()> {
+    progress::clear();
     let as_json = serde_json::to_string_pretty(report)?;
     if json {
         println!("{as_json}");
@@ -117,7 +136,11 @@ fn emit<R: Recorded + Serialize>(
         std::fs::write(dir.join(format!("{}.json", report.name())), as_json)?;
         std::fs::write(dir.join(format!("{}.md", report.name())), report.markdown())?;
         report.write_extra(dir)?;
-        eprintln!("atoll: recorded {}/{}.*", dir.display(), report.name());
+        progress::note(&format!(
+            "atoll: recorded {}/{}.*",
+            dir.display(),
+            report.name()
+        ));
     }
     Ok(())
 }

@@ -26,6 +26,7 @@ use super::plot::{LineChart, Series};
 use super::{artifact, atoll_job, command_line, md_table, median, page_head, text_table};
 use super::{Machine, Recorded};
 use crate::commands::Context;
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -313,7 +314,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
     ];
     let mut out = Vec::new();
     for (what, unit, higher, max, ranks) in tests {
-        eprintln!("{what} ({unit}), {ranks} ranks, up to {max} bytes:");
+        progress::note(&format!(
+            "{what} ({unit}), {ranks} ranks, up to {max} bytes:"
+        ));
         let mut samples = vec![Vec::new(); CONFIGS.len()];
         let mut sizes = Vec::new();
         // Interleaved, so that drift in the machine touches every
@@ -358,7 +361,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
         .into_iter()
         .chain([App::Hpl { n: a.hpl_n }])
     {
-        eprintln!("{}, {} ranks:", app.label(), a.ranks);
+        progress::note(&format!("{}, {} ranks:", app.label(), a.ranks));
         let mut samples = vec![Vec::new(); CONFIGS.len()];
         for _ in 0..a.runs.max(1) {
             for (c, runner) in runners.iter().enumerate() {
@@ -441,10 +444,10 @@ fn seed002(
     app: &App,
     runs: usize,
 ) -> anyhow::Result<Vec<MigratedRun>> {
-    eprintln!(
+    progress::note(&format!(
         "seed 002: {}, 4 ranks on 2 kernels, migrated while it runs:",
         app.label()
-    );
+    ));
     let node = Node::start(super::bench_node(ctx, Some(2)))?;
     // Prepared before the first run, so that no run pays for it.
     node.runtime()

@@ -19,6 +19,7 @@ use super::plot::{Level, LineChart, Series};
 use super::{artifact, atoll_job, command_line, field, job_on_kernel0, md_table, median, native};
 use super::{page_head, text_table, Machine, Recorded};
 use crate::commands::Context;
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -107,7 +108,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
     }
     let mut atoll = Vec::new();
     for &kernels in &a.kernels {
-        eprintln!("{kernels} kernels:");
+        progress::note(&format!("{kernels} kernels:"));
+        progress::say(format!("bench placement: {kernels} kernels"));
         let node = atoll_node::Node::start(super::bench_node(ctx, Some(kernels)))?;
         let mut targets = vec![("local", "0".to_string())];
         if kernels > 1 {
@@ -116,7 +118,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
         atoll.extend(measure(&node, &program, &a, 1, kernels, &targets)?);
         node.shutdown();
     }
-    eprintln!("two nodes:");
+    progress::note("two nodes:");
     let certs = tempfile::tempdir()?;
     let (first, second) = super::cluster::pair(ctx, certs.path())?;
     let across = measure(&first, &program, &a, 2, 1, &[("other node", "1.0".into())]);

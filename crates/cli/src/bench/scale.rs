@@ -27,6 +27,7 @@ use super::{
     artifact, command_line, field, md_table, median, page_head, text_table, Machine, Recorded,
 };
 use crate::commands::Context;
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -77,7 +78,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ScaleReport> 
     let hold = tempfile::tempdir()?;
     let (mut atoll, mut linux) = (Vec::new(), Vec::new());
     for run in 0..a.runs {
-        eprintln!("atoll: scale run {}/{}", run + 1, a.runs);
+        progress::note(&format!("atoll: scale run {}/{}", run + 1, a.runs));
         // A node per run, so that each run's memory is its own.
         let node = Node::start(config.clone())?;
         node.runtime().load_file(&swarm, true)?;

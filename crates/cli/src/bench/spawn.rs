@@ -12,6 +12,7 @@ use super::{
     artifact, atoll_job, command_line, field, job_on_kernel0, median, native, Machine, Report, Row,
 };
 use crate::commands::Context;
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -50,7 +51,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
         ("pthread", vec![]),
     ];
     // Interleave the mechanisms so drift in the machine affects all alike.
-    for _ in 0..a.runs {
+    for run in 0..a.runs {
+        progress::say(format!("bench spawn: run {}/{}", run + 1, a.runs));
         let (out, _) = atoll_job(&node, &job)?;
         atoll.push(field(&out, "rate")?);
         for (mode, samples) in &mut natives {
