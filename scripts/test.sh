@@ -7,5 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 make -s all
-cargo build --release --workspace --locked
+# --all-targets: the features of the tests' dependencies, as `cargo test` uses
+# them, so that the two share one build (one wasmtime, not two).
+cargo build --release --workspace --all-targets --locked
 cargo test --release --workspace --locked

@@ -9,7 +9,8 @@ use crate::{Options, PrepareError};
 /// Features enabled on top of those the module's `target_features` section
 /// declares (binaryen reads that section itself). clang and rustc emit the
 /// section, but hand-written or re-encoded modules may lack it, and binaryen
-/// 108 defaults to the MVP, so it would reject e.g. `i32.extend8_s`. These are
+/// 108 defaults to the MVP, so it would reject e.g. `i32.extend8_s` or
+/// `ref.null` (the generated-module tests found the latter). These are
 /// features wasmtime has enabled by default for years: binaryen may now also
 /// use them in its output, which is fine for every engine atoll runs on.
 const BASELINE_FEATURES: &[&str] = &[
@@ -17,6 +18,9 @@ const BASELINE_FEATURES: &[&str] = &[
     "--enable-sign-ext",
     "--enable-nontrapping-float-to-int",
     "--enable-bulk-memory",
+    "--enable-reference-types",
+    "--enable-multivalue",
+    "--enable-simd",
 ];
 
 /// Runs `wasm-opt --asyncify [-O2]` over `wasm` and returns its output.

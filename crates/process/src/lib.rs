@@ -36,5 +36,5 @@ pub use ctx::{Console, Host, Stream, CONSOLE_WINDOW};
 pub use fd::{DirFd, Fd, FdTable, FileFd, FileId, Preopen, Rights};
 pub use fs::op::{FileAnswer, FileOp};
 pub use image::{GlobalValue, ImageError, MemoryImage, ProcessImage, Run, BLOCK, PAGE_SIZE};
-pub use runtime::{LoadError, Program, Runtime, RuntimeConfig};
+pub use runtime::{LoadError, Program, Runtime, RuntimeConfig, SystemCall};
 pub use uarea::{Accounting, Children, ConsoleId, Limits, Quota, Quotas, StackArea, UArea, Wander};

@@ -8,7 +8,7 @@
 //! disk under the cache directory, keyed by content hash, so a node that
 //! restarts does not prepare or compile again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -150,8 +150,8 @@ fn initialized_ranges(module: &[u8]) -> Option<Vec<Range<usize>>> {
 pub struct Runtime {
     engine: Engine,
     linker: Linker<ProcCtx>,
-    /// `(module, name)` of every host function, to name a missing import.
-    provided: HashSet<(String, String)>,
+    /// Every host function, to name a missing import.
+    provided: Vec<SystemCall>,
     config: RuntimeConfig,
     /// Programs by the hash of what runs.
     programs: RwLock<HashMap<ContentHash, Arc<Program>>>,
@@ -166,7 +166,7 @@ impl Runtime {
         let engine = engine(&config)?;
         let mut linker = Linker::new(&engine);
         crate::syscall::register(&mut linker)?;
-        let provided = provided_imports(&engine, &linker);
+        let provided = system_calls(&engine, &linker);
         let ticker = Ticker::start(engine.clone(), config.tick);
         Ok(Arc::new(Runtime {
             engine,
@@ -177,6 +177,11 @@ impl Runtime {
             inputs: RwLock::default(),
             ticker,
         }))
+    }
+
+    /// The system calls a module may import, by module and name.
+    pub fn system_calls(&self) -> &[SystemCall] {
+        &self.provided
     }
 
     pub fn engine(&self) -> &Engine {
@@ -314,7 +319,8 @@ impl Runtime {
         for import in module.imports() {
             if !self
                 .provided
-                .contains(&(import.module().to_owned(), import.name().to_owned()))
+                .iter()
+                .any(|c| c.module == import.module() && c.name == import.name())
             {
                 return Err(LoadError::Link(format!(
                     "module imports `{}.{}`, which atoll does not provide",
@@ -377,9 +383,20 @@ fn engine(config: &RuntimeConfig) -> anyhow::Result<Engine> {
     }
 }
 
-/// The names the linker defines. `Linker` lists them only through a store,
-/// so a throwaway one is made here, once.
-fn provided_imports(engine: &Engine, linker: &Linker<ProcCtx>) -> HashSet<(String, String)> {
+/// A system call: an import the runtime provides, with its signature.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SystemCall {
+    /// `wasi_snapshot_preview1` or `atoll`.
+    pub module: String,
+    pub name: String,
+    /// Parameter and result types as the text format names them (`i32`).
+    pub params: Vec<String>,
+    pub results: Vec<String>,
+}
+
+/// The imports the linker defines. `Linker` lists them only through a
+/// store, so a throwaway one is made here, once.
+fn system_calls(engine: &Engine, linker: &Linker<ProcCtx>) -> Vec<SystemCall> {
     struct Nowhere;
     impl crate::ctx::Console for Nowhere {
         fn write(&self, _: crate::uarea::ConsoleId, _: crate::ctx::Stream, _: &[u8]) {}
@@ -405,10 +422,25 @@ fn provided_imports(engine: &Engine, linker: &Linker<ProcCtx>) -> HashSet<(Strin
         instances: Default::default(),
     };
     let mut store = wasmtime::Store::new(engine, ProcCtx::new(uarea, host, Default::default()));
-    linker
+    let defined: Vec<_> = linker
         .iter(&mut store)
-        .map(|(m, n, _)| (m.to_owned(), n.to_owned()))
-        .collect()
+        .map(|(m, n, e)| (m.to_owned(), n.to_owned(), e))
+        .collect();
+    let text = |t: wasmtime::ValType| t.to_string();
+    let mut calls: Vec<SystemCall> = defined
+        .into_iter()
+        .filter_map(|(module, name, e)| {
+            let ty = e.into_func()?.ty(&store);
+            Some(SystemCall {
+                module,
+                name,
+                params: ty.params().map(text).collect(),
+                results: ty.results().map(text).collect(),
+            })
+        })
+        .collect();
+    calls.sort_by(|a, b| (&a.module, &a.name).cmp(&(&b.module, &b.name)));
+    calls
 }
 
 /// Accepts the binary format, or the text format (converted).
