@@ -42,7 +42,11 @@ struct Started {
     reads: Receiver<InputAnswer>,
 }
 
-fn start_stdio(node: &Node, spec: &JobSpec, gate: &Arc<Mutex<()>>) -> Started {
+/// Starts a job (`start` runs or restores it) with a [`Stdio`] sink.
+fn start_stdio(
+    gate: &Arc<Mutex<()>>,
+    start: impl FnOnce(Box<dyn JobSink>) -> anyhow::Result<Pid>,
+) -> Started {
     let out = Output::default();
     let (done, ended) = mpsc::channel();
     let (to_test, reads) = mpsc::channel();
@@ -51,13 +55,18 @@ fn start_stdio(node: &Node, spec: &JobSpec, gate: &Arc<Mutex<()>>) -> Started {
         reads: to_test,
         gate: gate.clone(),
     };
-    let pid = node.run_job(spec, Box::new(sink)).expect("job starts");
+    let pid = start(Box::new(sink)).expect("job starts");
     Started {
         pid,
         out,
         ended,
         reads,
     }
+}
+
+/// Runs `spec` with a [`Stdio`] sink.
+fn run_stdio(node: &Node, spec: &JobSpec, gate: &Arc<Mutex<()>>) -> Started {
+    start_stdio(gate, |sink| node.run_job(spec, sink))
 }
 
 /// Answers every read from `input`, a few bytes at a time, then with end of
@@ -80,7 +89,7 @@ fn a_job_reads_its_whole_stdin_in_order_while_moving_after_every_call() {
     let node = node(2);
     let mut cat = job("cat", &["5"]);
     cat.wander = true;
-    let s = start_stdio(&node, &cat, &Arc::default());
+    let s = run_stdio(&node, &cat, &Arc::default());
     let input: Vec<u8> = (0..2000u32)
         .flat_map(|i| format!("{i},").into_bytes())
         .collect();
@@ -97,7 +106,7 @@ fn a_read_waiting_for_input_follows_its_process_to_another_kernel() {
     let node = node(2);
     let mut cat = job("cat", &[]);
     cat.kernel = Some(KernelId::new(0, 0));
-    let s = start_stdio(&node, &cat, &Arc::default());
+    let s = run_stdio(&node, &cat, &Arc::default());
     let first = s.reads.recv_timeout(HANG).unwrap();
     assert_eq!(first.max(), 4096, "cat asks for its buffer's size");
     wait_until(&node, "cat reading stdin", |p| {
@@ -133,7 +142,7 @@ fn a_terminal_that_does_not_keep_up_holds_up_its_job_and_no_other() {
     let lines = 100_000;
     let mut flood = job("flood", &[&lines.to_string()]);
     flood.kernel = Some(KernelId::new(0, 0));
-    let s = start_stdio(&node, &flood, &gate);
+    let s = run_stdio(&node, &flood, &gate);
     // Its window full, the writer waits for the console, holding no thread.
     let waiting = wait_until(&node, "flood waiting for its console", |p| {
         p.pid == s.pid && p.state == "waiting for its console"
@@ -171,7 +180,7 @@ fn a_terminal_that_does_not_keep_up_holds_up_its_job_and_no_other() {
 #[test]
 fn a_process_checkpointed_while_reading_reads_from_the_job_it_is_restored_into() {
     let node = node(1);
-    let s = start_stdio(&node, &job("cat", &[]), &Arc::default());
+    let s = run_stdio(&node, &job("cat", &[]), &Arc::default());
     let unanswered = s.reads.recv_timeout(HANG).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cat.ckpt");
@@ -184,18 +193,12 @@ fn a_process_checkpointed_while_reading_reads_from_the_job_it_is_restored_into()
     // The old job's terminal answers too late: nobody is there to read it.
     unanswered.send(b"lost\n".to_vec());
 
-    let out = Output::default();
-    let (done, ended) = mpsc::channel();
-    let (to_test, reads) = mpsc::channel();
-    let sink = Stdio {
-        sink: Sink::new(out.clone(), done),
-        reads: to_test,
-        gate: Arc::default(),
-    };
-    node.restore_job(&path, None, None, Box::new(sink)).unwrap();
-    feed(&reads, b"restored\n", 100);
-    assert_eq!(ended.recv_timeout(HANG).unwrap(), 0);
-    assert_eq!(out.stdout(), "restored\n");
+    let restored = start_stdio(&Arc::default(), |sink| {
+        node.restore_job(&path, None, None, sink)
+    });
+    feed(&restored.reads, b"restored\n", 100);
+    assert_eq!(restored.ended.recv_timeout(HANG).unwrap(), 0);
+    assert_eq!(restored.out.stdout(), "restored\n");
     node.shutdown();
 }
 
@@ -207,7 +210,7 @@ fn a_process_on_another_node_reads_the_stdin_and_waits_for_the_terminal_of_its_j
     // windows of them.
     let mut cat = job("cat", &["1000"]);
     cat.kernel = Some(KernelId::new(1, 0));
-    let s = start_stdio(&a, &cat, &Arc::default());
+    let s = run_stdio(&a, &cat, &Arc::default());
     assert_eq!(s.pid.home.node, 1);
     let input: Vec<u8> = (0..40_000u32)
         .flat_map(|i| format!("{i}\n").into_bytes())
@@ -221,7 +224,7 @@ fn a_process_on_another_node_reads_the_stdin_and_waits_for_the_terminal_of_its_j
     let held = gate.lock().unwrap();
     let mut flood = job("flood", &["20000"]);
     flood.kernel = Some(KernelId::new(1, 0));
-    let s = start_stdio(&a, &flood, &gate);
+    let s = run_stdio(&a, &flood, &gate);
     wait_until(&a, "flood waiting for its console", |p| {
         p.pid == s.pid && p.state == "waiting for its console"
     });
