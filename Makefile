@@ -5,7 +5,7 @@
 #                 the MPI programs of tests/mpi/ and bench/mpi/ (with sdk/bin/atoll-mpicc),
 #                 and HPL -> build/wasm/hpl.wasm (from Debian's hpcc source, fetched once)
 #   make native   build/native/{mergesort,spawn_native,true,ipc_linux,swarm_native,fileio,
-#                 place_native,balance} (gcc -O2),
+#                 place_native,balance,flood} (gcc -O2),
 #                 and bench/mpi/NAME.c -> NAME_mpi and HPL -> hpl_mpi (Open MPI's mpicc,
 #                 Debian's reference BLAS) when mpicc is installed
 #   make all      both (the default)
@@ -51,7 +51,7 @@ NATIVE_CC ?= gcc
 NATIVE_CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 NATIVE := $(NATIVE_DIR)/mergesort $(NATIVE_DIR)/spawn_native $(NATIVE_DIR)/true \
           $(NATIVE_DIR)/ipc_linux $(NATIVE_DIR)/swarm_native $(NATIVE_DIR)/fileio \
-          $(NATIVE_DIR)/place_native $(NATIVE_DIR)/balance
+          $(NATIVE_DIR)/place_native $(NATIVE_DIR)/balance $(NATIVE_DIR)/flood
 # The MPI benchmarks' native side, with Open MPI (scripts/setup.sh installs it).
 MPICC ?= mpicc
 ifneq ($(shell command -v $(MPICC) 2>/dev/null),)
@@ -142,6 +142,9 @@ $(NATIVE_DIR)/fileio: bench/guests/fileio.c Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<)
 
 $(NATIVE_DIR)/balance: bench/guests/balance.c Makefile | $(NATIVE_DIR)
+	$(call native_compile,$@,$<)
+
+$(NATIVE_DIR)/flood: bench/guests/flood.c Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<)
 
 $(NATIVE_DIR)/%_mpi: bench/mpi/%.c $(wildcard bench/mpi/*.h) Makefile | $(NATIVE_DIR)

@@ -90,6 +90,7 @@ fn recorded_benchmark_results_fit_their_schemas() {
         "mpi",
         "placement",
         "balance",
+        "console",
     ] {
         let recorded = std::fs::read(results.join(format!("{bench}.json"))).unwrap();
         check(&format!("bench-{bench}"), &recorded);

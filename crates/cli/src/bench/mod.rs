@@ -7,6 +7,7 @@
 
 mod balance;
 mod cluster;
+mod console;
 mod ipc;
 mod mergesort;
 mod migrate;
@@ -68,6 +69,8 @@ enum Which {
     Placement(placement::Args),
     /// An unbalanced CPU-bound workload with the balancer off and on, vs Linux's scheduler
     Balance(balance::Args),
+    /// A program's output to its terminal: the console, bounded and not, vs a pipe
+    Console(console::Args),
 }
 
 impl Which {
@@ -82,6 +85,7 @@ impl Which {
             Which::Mpi(_) => "mpi",
             Which::Placement(_) => "placement",
             Which::Balance(_) => "balance",
+            Which::Console(_) => "console",
         }
     }
 }
@@ -99,6 +103,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
         Which::Mpi(m) => emit(&mpi::run(ctx, &a.build, m)?, json, record),
         Which::Placement(p) => emit(&placement::run(ctx, &a.build, p)?, json, record),
         Which::Balance(b) => emit(&balance::run(ctx, &a.build, b)?, json, record),
+        Which::Console(c) => emit(&console::run(ctx, &a.build, c)?, json, record),
     }
 }
 
@@ -115,6 +120,7 @@ pub fn schemas() -> Vec<(String, schemars::Schema)> {
         schema::<mpi::MpiReport>("bench-mpi"),
         schema::<placement::PlacementReport>("bench-placement"),
         schema::<balance::BalanceReport>("bench-balance"),
+        schema::<Report>("bench-console"),
     ]
 }
 
