@@ -965,9 +965,7 @@ impl Kernel {
                 |c| matches!(c, KernelCall::Input { .. }),
                 Reply::Input(bytes),
             ),
-            NocMsg::Drained { .. } => {
-                self.reply_if_blocked(pid, |c| *c == KernelCall::Drain, Reply::Drained)
-            }
+            NocMsg::Drained { upto, .. } => self.on_drained(pid, upto),
             NocMsg::Admitted {
                 quota,
                 max,

@@ -237,15 +237,19 @@ pub enum NocMsg {
         pid: Pid,
         max: u32,
     },
-    /// A process waits until its output so far has been passed on: for the
-    /// console service of its job's node, after that output (same link),
-    /// which answers with `Drained`.
-    Drain { console: ConsoleId, pid: Pid },
+    /// A process asks to be told once its first `upto` bytes of output have
+    /// been passed on: for the console service of its job's node, after
+    /// that output (same link), which answers with `Drained`.
+    Drain {
+        console: ConsoleId,
+        pid: Pid,
+        upto: u64,
+    },
     /// The answer to `ReadInput` (or to a read on this node's console), for
     /// `pid` wherever it runs: at most the bytes asked; none at the end.
     Input { pid: Pid, bytes: Vec<u8> },
     /// The answer to `Drain`, for `pid` wherever it runs.
-    Drained { pid: Pid },
+    Drained { pid: Pid, upto: u64 },
     /// For the keeper of `quota`: a place for a child of `pid`, if fewer
     /// than `max` are taken (`quota.rs`).
     Admit { quota: Quota, max: u32, pid: Pid },
@@ -289,7 +293,7 @@ impl NocMsg {
             NocMsg::Spawned { parent, .. } | NocMsg::ChildExited { parent, .. } => Some(*parent),
             NocMsg::FileDone { pid }
             | NocMsg::Input { pid, .. }
-            | NocMsg::Drained { pid }
+            | NocMsg::Drained { pid, .. }
             | NocMsg::Admitted { pid, .. } => Some(*pid),
             NocMsg::Kill { target, .. } => Some(*target),
             NocMsg::Killed {
@@ -524,8 +528,13 @@ pub enum NodeEvent {
         pid: Pid,
         max: u32,
     },
-    /// A process waits until its output so far has been passed on.
-    Drain { console: ConsoleId, pid: Pid },
+    /// A process asks to be told once its first `upto` bytes of output
+    /// have been passed on.
+    Drain {
+        console: ConsoleId,
+        pid: Pid,
+        upto: u64,
+    },
     /// Node `node` was lost, after everything it sent: a job whose first
     /// process was homed there has nobody left to tell its end, so it
     /// ends here (as a process lost with its node, status 137).

@@ -7,8 +7,8 @@ use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{GrantTable, IpcState};
 use atoll_prepare::ContentHash;
 use atoll_process::{
-    clock::monotonic_ns, Accounting, CallState, Children, Container, ContainerError, KernelCall,
-    Quotas, Reply, SpawnModule, SpawnRequest, Stream, Yielding,
+    clock::monotonic_ns, Accounting, CallState, Children, ConsoleFlow, Container, ContainerError,
+    KernelCall, Quotas, Reply, SpawnModule, SpawnRequest, Stream, Yielding,
 };
 
 use crate::kernel::{Kernel, Process};
@@ -129,8 +129,23 @@ impl Kernel {
             CallState::Blocked(KernelCall::Input { max }) => {
                 self.console().read(u.console, pid, max)
             }
-            CallState::Blocked(KernelCall::Drain) => self.console().drain(u.console, pid),
+            CallState::Blocked(KernelCall::Drain) => {
+                self.console().drain(u.console, pid, u.console_flow.written)
+            }
             _ => {}
+        }
+    }
+
+    /// Where `pid` runs: its console passed its output on up to `upto`. A
+    /// writer waiting for room in its window goes on once there is some.
+    pub(crate) fn on_drained(&mut self, pid: Pid, upto: u64) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let flow = &mut p.container.uarea_mut().console_flow;
+        flow.passed(upto);
+        if flow.room() > 0 {
+            self.reply_if_blocked(pid, |c| *c == KernelCall::Drain, Reply::Drained);
         }
     }
 
@@ -237,6 +252,7 @@ impl Kernel {
             counted: u.quotas.granted.clone(),
             granted: Vec::new(),
         };
+        u.console_flow = ConsoleFlow::default();
         self.make_room(&[parent]);
         let host = self.host.clone();
         let made = self

@@ -10,9 +10,11 @@
 //! shown.
 //!
 //! **Backpressure.** A process may have [`CONSOLE_WINDOW`] bytes of output
-//! on their way; then it waits (`Drain`) until its job's thread has passed
-//! everything before the drain to the sink, so the memory output takes is
-//! bounded per process whatever the terminal does. Input is pulled: the
+//! on their way. At each half window it asks (`Drain { upto }`) to be told
+//! when its job's thread has passed that much to the sink, and goes on
+//! writing; it waits only when a whole window is still out. So the memory
+//! output takes is bounded per process whatever the terminal does, and
+//! writer and terminal overlap. Input is pulled: the
 //! sink reads its source only when a process asks, at most the bytes asked.
 //! A job's reads reach its sink in order with its output, so a read waits
 //! while the terminal has yet to take the output before it, as a filter
@@ -100,7 +102,7 @@ impl Router {
 enum JobEvent {
     Output(Stream, Vec<u8>),
     Input { pid: Pid, max: u32 },
-    Drain(Pid),
+    Drain { pid: Pid, upto: u64 },
     Exited { pid: Pid, status: i32 },
 }
 
@@ -139,7 +141,7 @@ fn serve_job(mut sink: Box<dyn JobSink>, events: Receiver<JobEvent>, router: Rou
                 max,
                 router: router.clone(),
             }),
-            JobEvent::Drain(pid) => router.route(NocMsg::Drained { pid }),
+            JobEvent::Drain { pid, upto } => router.route(NocMsg::Drained { pid, upto }),
             JobEvent::Exited { pid, status } => return sink.exited(pid, status),
         }
     }
@@ -177,7 +179,7 @@ impl ChannelConsole {
                     NodeEvent::ReadInput { console, pid, max } => {
                         NocMsg::ReadInput { console, pid, max }
                     }
-                    NodeEvent::Drain { console, pid } => NocMsg::Drain { console, pid },
+                    NodeEvent::Drain { console, pid, upto } => NocMsg::Drain { console, pid, upto },
                     other => unreachable!("not a process's console event: {other:?}"),
                 };
                 if let Err(e) = links.send(from, to, Packet::new(msg), None) {
@@ -208,8 +210,8 @@ impl Console for ChannelConsole {
         self.send(console, NodeEvent::ReadInput { console, pid, max });
     }
 
-    fn drain(&self, console: ConsoleId, pid: Pid) {
-        self.send(console, NodeEvent::Drain { console, pid });
+    fn drain(&self, console: ConsoleId, pid: Pid, upto: u64) {
+        self.send(console, NodeEvent::Drain { console, pid, upto });
     }
 }
 
@@ -234,7 +236,9 @@ pub(crate) fn serve(events: Receiver<NodeEvent>, sinks: Sinks, router: Router) {
             NodeEvent::ReadInput { console, pid, max } => {
                 to_job(&console, JobEvent::Input { pid, max })
             }
-            NodeEvent::Drain { console, pid } => to_job(&console, JobEvent::Drain(pid)),
+            NodeEvent::Drain { console, pid, upto } => {
+                to_job(&console, JobEvent::Drain { pid, upto })
+            }
             NodeEvent::Exited {
                 pid,
                 console,
@@ -264,7 +268,7 @@ pub(crate) fn serve(events: Receiver<NodeEvent>, sinks: Sinks, router: Router) {
         };
         match unserved {
             Some(JobEvent::Input { pid, .. }) => router.route(NocMsg::Input { pid, bytes: vec![] }),
-            Some(JobEvent::Drain(pid)) => router.route(NocMsg::Drained { pid }),
+            Some(JobEvent::Drain { pid, upto }) => router.route(NocMsg::Drained { pid, upto }),
             _ => {}
         }
     }

@@ -158,8 +158,8 @@ fn join(
         NocMsg::ReadInput { console, pid, max } => {
             let _ = events.send(NodeEvent::ReadInput { console, pid, max });
         }
-        NocMsg::Drain { console, pid } => {
-            let _ = events.send(NodeEvent::Drain { console, pid });
+        NocMsg::Drain { console, pid, upto } => {
+            let _ = events.send(NodeEvent::Drain { console, pid, upto });
         }
         NocMsg::JobEnded {
             pid,
@@ -737,10 +737,12 @@ impl Node {
         }
         let console = self.open_job(sink);
         // The restored process is the first process of a new job, counted
-        // in no quota (its old places were freed when it was checkpointed).
+        // in no quota (its old places were freed when it was checkpointed),
+        // with nothing on its way to the new console.
         image.uarea.console = console;
         image.uarea.parent = None;
         image.uarea.quotas = Default::default();
+        image.uarea.console_flow = Default::default();
         let restored = self
             .ask_within(self.asker(on), START_ANSWER, |reply| Control::Restore {
                 image: Box::new(image),

@@ -71,8 +71,9 @@ pub enum KernelCall {
     /// Read at most `max` bytes of the job's standard input, from the
     /// console service of the node that started the job.
     Input { max: u32 },
-    /// Wait until the console service has passed on everything this
-    /// process wrote to its console ([`crate::CONSOLE_WINDOW`]).
+    /// Wait until the console service has passed on enough of what this
+    /// process wrote to its console for its window to have room
+    /// ([`crate::ConsoleFlow`]).
     Drain,
 }
 
@@ -140,7 +141,7 @@ pub enum Reply {
     ExecFailed(Errno),
     /// Bytes of standard input, at most the `max` asked; none at its end.
     Input(Vec<u8>),
-    /// Everything written before the `Drain` has been passed on.
+    /// The window has room again.
     Drained,
 }
 

@@ -32,14 +32,16 @@ pub trait Console: Send + Sync {
     fn write(&self, console: ConsoleId, stream: Stream, bytes: &[u8]);
     /// `pid` reads at most `max` bytes of its job's standard input.
     fn read(&self, console: ConsoleId, pid: Pid, max: u32);
-    /// `pid` waits until its writes so far have been passed on.
-    fn drain(&self, console: ConsoleId, pid: Pid);
+    /// `pid` asks to be told (`Reply::Drained` when it waits, else its
+    /// UArea updated) once its first `upto` bytes have been passed on.
+    fn drain(&self, console: ConsoleId, pid: Pid, upto: u64);
 }
 
 /// Bytes a process may have written to its console that the console
 /// service has not passed on yet; past them, a write waits (at a safepoint,
-/// holding no thread) until they are. The node's memory for output is so
-/// bounded by this much per writing process, whatever its terminal does.
+/// holding no thread) until they are ([`crate::ConsoleFlow`]). The node's
+/// memory for output is so bounded by this much per writing process,
+/// whatever its terminal does.
 pub const CONSOLE_WINDOW: u64 = 64 << 10;
 
 /// The kernel a process currently runs on, as its system calls see it.

@@ -28,7 +28,8 @@
 //! nothing is read from the terminal before a process asks, which is the
 //! backpressure. stdout and stderr go to the console; a process may have
 //! [`CONSOLE_WINDOW`](crate::CONSOLE_WINDOW) bytes on their way, then its
-//! write waits until the console has passed them on (`KernelCall::Drain`).
+//! write waits until the console has passed enough on (`KernelCall::Drain`,
+//! [`ConsoleFlow`](crate::ConsoleFlow)).
 //! A module run unprepared cannot wait: its stdin reads fail with `ENOTSUP`
 //! and its writes are not held back.
 //!

@@ -37,4 +37,6 @@ pub use fd::{DirFd, Fd, FdTable, FileFd, FileId, Preopen, Rights};
 pub use fs::op::{FileAnswer, FileOp};
 pub use image::{GlobalValue, ImageError, MemoryImage, ProcessImage, Run, BLOCK, PAGE_SIZE};
 pub use runtime::{LoadError, Program, Runtime, RuntimeConfig, SystemCall};
-pub use uarea::{Accounting, Children, ConsoleId, Limits, Quota, Quotas, StackArea, UArea, Wander};
+pub use uarea::{
+    Accounting, Children, ConsoleFlow, ConsoleId, Limits, Quota, Quotas, StackArea, UArea, Wander,
+};

@@ -401,7 +401,7 @@ fn system_calls(engine: &Engine, linker: &Linker<ProcCtx>) -> Vec<SystemCall> {
     impl crate::ctx::Console for Nowhere {
         fn write(&self, _: crate::uarea::ConsoleId, _: crate::ctx::Stream, _: &[u8]) {}
         fn read(&self, _: crate::uarea::ConsoleId, _: atoll_abi::Pid, _: u32) {}
-        fn drain(&self, _: crate::uarea::ConsoleId, _: atoll_abi::Pid) {}
+        fn drain(&self, _: crate::uarea::ConsoleId, _: atoll_abi::Pid, _: u64) {}
     }
     let pid = atoll_abi::Pid::new(atoll_abi::KernelId::new(0, 0), 0, 0);
     let uarea = crate::uarea::UArea::new(

@@ -74,13 +74,38 @@ pub struct UArea {
     /// Whether the balancer leaves the process where it is (`atoll run
     /// --pin`); children inherit it. Explicit moves still work.
     pub pinned: bool,
-    /// Bytes written to the console that the console service may not have
-    /// passed on yet: at [`crate::CONSOLE_WINDOW`] the next write waits for
-    /// it (`KernelCall::Drain`), so a job cannot outrun its terminal.
-    pub console_backlog: u64,
+    /// How far its output to the console has gone: a job cannot outrun its
+    /// terminal by more than [`crate::CONSOLE_WINDOW`].
+    pub console_flow: ConsoleFlow,
     /// The process quotas it counts in, and those granted for the child it
     /// is making.
     pub quotas: Quotas,
+}
+
+/// A process's output to its console, in bytes since it started. At each
+/// half window written it asks the console service to say when its output
+/// has been passed on (`Console::drain`), without waiting; it waits
+/// (`KernelCall::Drain`) only when a whole window is still on its way, so
+/// writer and console overlap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsoleFlow {
+    pub written: u64,
+    /// What the console service has said it passed on.
+    pub passed: u64,
+    /// Up to where a drain was last asked.
+    pub asked: u64,
+}
+
+impl ConsoleFlow {
+    /// Bytes the next write may send.
+    pub fn room(&self) -> u64 {
+        crate::CONSOLE_WINDOW.saturating_sub(self.written - self.passed)
+    }
+
+    /// Takes in the console service's word that it passed on `upto`.
+    pub fn passed(&mut self, upto: u64) {
+        self.passed = self.passed.max(upto.min(self.written));
+    }
 }
 
 /// A count of live processes with a ceiling (`--max-processes`), kept by
@@ -147,7 +172,7 @@ impl UArea {
             wander: Wander::default(),
             limits: Limits::default(),
             pinned: false,
-            console_backlog: 0,
+            console_flow: ConsoleFlow::default(),
             quotas: Quotas::default(),
         }
     }

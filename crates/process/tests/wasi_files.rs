@@ -46,7 +46,7 @@ impl Console for Capture {
     }
     // Served by `run` below, from the container's kernel calls.
     fn read(&self, _: ConsoleId, _: Pid, _: u32) {}
-    fn drain(&self, _: ConsoleId, _: Pid) {}
+    fn drain(&self, _: ConsoleId, _: Pid, _: u64) {}
 }
 
 /// How a run ended.
@@ -167,7 +167,10 @@ fn run(
                 container.reply(Reply::File(op.serve()));
             }
             // Everything written is captured at once; stdin is empty.
-            Slice::Call(KernelCall::Drain) => container.reply(Reply::Drained),
+            Slice::Call(KernelCall::Drain) => {
+                container.uarea_mut().console_flow.passed(u64::MAX);
+                container.reply(Reply::Drained)
+            }
             Slice::Call(KernelCall::Input { .. }) => container.reply(Reply::Input(vec![])),
             Slice::Call(other) => panic!("unexpected kernel call {other:?}"),
         }

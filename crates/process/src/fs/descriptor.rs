@@ -90,29 +90,37 @@ fn read_stdin(
 
 /// Writes `iovs` to the console: as much as the process's window takes
 /// (a short write, which wasi-libc completes), or, with the window full,
-/// nothing until the console service has passed the backlog on.
+/// nothing until the console service has passed enough on. Past each half
+/// window it asks the service to say how far it got, without waiting.
 fn write_console(
     mem: &mut GuestMemory<'_>,
     ctx: &mut ProcCtx,
     iovs: &[(u32, u32)],
     stream: Stream,
 ) -> Result<usize, Fail> {
-    if let Some(Reply::Drained) = ctx.answer.take() {
-        ctx.uarea.console_backlog = 0;
-    }
-    let room = CONSOLE_WINDOW.saturating_sub(ctx.uarea.console_backlog);
     let mut data = mem.gather(iovs)?;
     if data.is_empty() {
         return Ok(0);
     }
-    if ctx.can_wait() {
-        if room == 0 {
-            return Err(Fail::Wait(KernelCall::Drain));
-        }
-        data.truncate(room.min(data.len() as u64) as usize);
-        ctx.uarea.console_backlog += data.len() as u64;
+    let (console, pid) = (ctx.uarea.console, ctx.uarea.pid);
+    if !ctx.can_wait() {
+        ctx.host.console.write(console, stream, &data);
+        return Ok(data.len());
     }
-    ctx.host.console.write(ctx.uarea.console, stream, &data);
+    let flow = &mut ctx.uarea.console_flow;
+    if flow.room() == 0 {
+        return Err(Fail::Wait(KernelCall::Drain));
+    }
+    data.truncate(flow.room().min(data.len() as u64) as usize);
+    flow.written += data.len() as u64;
+    let ask = (flow.written - flow.asked >= CONSOLE_WINDOW / 2).then_some(flow.written);
+    if let Some(upto) = ask {
+        flow.asked = upto;
+    }
+    ctx.host.console.write(console, stream, &data);
+    if let Some(upto) = ask {
+        ctx.host.console.drain(console, pid, upto);
+    }
     Ok(data.len())
 }
 

@@ -96,9 +96,12 @@ fn file_call(
     f: impl Fn(&mut GuestMemory<'_>, &mut ProcCtx) -> Result<(), Fail>,
 ) -> wasmtime::Result<i32> {
     match take_reply(caller)? {
-        Some(answer @ (Reply::File(_) | Reply::Input(_) | Reply::Drained)) => {
+        Some(answer @ (Reply::File(_) | Reply::Input(_))) => {
             caller.data_mut().answer = Some(answer)
         }
+        // The window has room again (the kernel took in how far the
+        // console got): the write goes on.
+        Some(Reply::Drained) => {}
         Some(_) => return wandered(caller),
         None => {}
     }
