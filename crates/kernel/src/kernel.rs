@@ -906,11 +906,7 @@ impl Kernel {
             NocMsg::File { pid } => self.on_file_op(pid, bulk),
             NocMsg::Admit { quota, max, pid } => self.on_admit(quota, max, pid),
             NocMsg::Release { quota } => self.on_release(quota),
-            m @ (NocMsg::Output { .. }
-            | NocMsg::ReadInput { .. }
-            | NocMsg::Drain { .. }
-            | NocMsg::JobEnded { .. }
-            | NocMsg::Domain(_)) => {
+            m @ (NocMsg::Console(_) | NocMsg::JobEnded { .. } | NocMsg::Domain(_)) => {
                 unreachable!("for the node, which the links hand it to: {m:?}")
             }
             m @ (NocMsg::Spawned { .. }

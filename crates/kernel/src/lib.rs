@@ -37,6 +37,6 @@ pub use ipc::IpcMsg;
 pub use kernel::MigrationConfig;
 pub use kernel::{start, KernelParams};
 pub use msg::{
-    Control, Handover, IpcCounters, KernelReport, MigrationMsg, NocMsg, NodeEvent, Packet,
-    ProcInfo, ProcessSpec, ReplyTo, Times,
+    ConsoleEvent, Control, Handover, IpcCounters, KernelReport, MigrationMsg, NocMsg, NodeEvent,
+    Packet, ProcInfo, ProcessSpec, ReplyTo, Times,
 };

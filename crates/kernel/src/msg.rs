@@ -221,30 +221,10 @@ pub enum NocMsg {
     /// The answer to `NeedModule`: the module's bytes in the portal (none if
     /// the sender no longer has it).
     Module { hash: ContentHash },
-    /// Output of a process whose job's terminal is on another node: for
-    /// that node's console service (the links hand it over directly, so it
-    /// keeps its order with the job's end).
-    Output {
-        console: ConsoleId,
-        stream: Stream,
-        bytes: Vec<u8>,
-    },
-    /// A process reads the standard input of a job whose terminal is on
-    /// another node: for that node's console service, which answers with
-    /// `Input`.
-    ReadInput {
-        console: ConsoleId,
-        pid: Pid,
-        max: u32,
-    },
-    /// A process asks to be told once its first `upto` bytes of output have
-    /// been passed on: for the console service of its job's node, after
-    /// that output (same link), which answers with `Drained`.
-    Drain {
-        console: ConsoleId,
-        pid: Pid,
-        upto: u64,
-    },
+    /// What a process of this node asks of the console service of another,
+    /// whose terminal its job has (the links hand it to that service
+    /// directly, so it keeps its order with the job's end).
+    Console(ConsoleEvent),
     /// The answer to `ReadInput` (or to a read on this node's console), for
     /// `pid` wherever it runs: at most the bytes asked; none at the end.
     Input { pid: Pid, bytes: Vec<u8> },
@@ -507,33 +487,55 @@ pub enum Control {
     Shutdown,
 }
 
-/// What a kernel tells the node.
-#[derive(Debug)]
-pub enum NodeEvent {
-    /// A process wrote to its console.
+/// What a process asks of its job's console service, on its own node
+/// ([`NodeEvent::Console`]) or on the node that started the job
+/// ([`NocMsg::Console`]).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ConsoleEvent {
+    /// It wrote to stdout or stderr.
     Output {
         console: ConsoleId,
-        stream: atoll_process::Stream,
+        stream: Stream,
         bytes: Vec<u8>,
     },
-    /// A process without a parent (a job's first process) ended.
-    Exited {
-        pid: Pid,
-        console: ConsoleId,
-        status: i32,
-    },
-    /// A process reads its job's standard input (at most `max` bytes).
+    /// It reads the job's standard input, at most `max` bytes; answered
+    /// with `NocMsg::Input`.
     ReadInput {
         console: ConsoleId,
         pid: Pid,
         max: u32,
     },
-    /// A process asks to be told once its first `upto` bytes of output
-    /// have been passed on.
+    /// It asks to be told once its first `upto` bytes of output have been
+    /// passed on (after that output, on the same channel); answered with
+    /// `NocMsg::Drained`.
     Drain {
         console: ConsoleId,
         pid: Pid,
         upto: u64,
+    },
+}
+
+impl ConsoleEvent {
+    /// The console it is for.
+    pub fn console(&self) -> ConsoleId {
+        match *self {
+            ConsoleEvent::Output { console, .. }
+            | ConsoleEvent::ReadInput { console, .. }
+            | ConsoleEvent::Drain { console, .. } => console,
+        }
+    }
+}
+
+/// What a kernel tells the node.
+#[derive(Debug)]
+pub enum NodeEvent {
+    /// What a process asks of its job's console, on this node.
+    Console(ConsoleEvent),
+    /// A process without a parent (a job's first process) ended.
+    Exited {
+        pid: Pid,
+        console: ConsoleId,
+        status: i32,
     },
     /// Node `node` was lost, after everything it sent: a job whose first
     /// process was homed there has nobody left to tell its end, so it

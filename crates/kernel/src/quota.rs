@@ -162,13 +162,13 @@ impl Kernel {
         let held = std::mem::take(&mut quotas.granted);
         self.release(held);
         if report {
-            let whose = match quota {
-                Quota::Job(_) => "its job".to_string(),
-                Quota::Domain(d) => format!("its domain {}", self.domains.name(d).unwrap_or("?")),
-            };
-            let limit = match quota {
-                Quota::Job(_) => max + 1,
-                Quota::Domain(_) => max,
+            // A job's count leaves out its first process.
+            let (whose, limit) = match quota {
+                Quota::Job(_) => ("its job".to_string(), max + 1),
+                Quota::Domain(d) => {
+                    let name = self.domains.name(d).unwrap_or("?");
+                    (format!("its domain {name}"), max)
+                }
             };
             self.diagnose(
                 pid,

@@ -14,8 +14,8 @@
 //! when its job's thread has passed that much to the sink, and goes on
 //! writing; it waits only when a whole window is still out. So the memory
 //! output takes is bounded per process whatever the terminal does, and
-//! writer and terminal overlap. Input is pulled: the
-//! sink reads its source only when a process asks, at most the bytes asked.
+//! writer and terminal overlap. Input is pulled: the sink reads its source
+//! only when a process asks, at most the bytes asked.
 //! A job's reads reach its sink in order with its output, so a read waits
 //! while the terminal has yet to take the output before it, as a filter
 //! whose reader stalls would wait in a pipeline.
@@ -27,7 +27,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
 use atoll_abi::{status, KernelId, Pid};
-use atoll_kernel::{Control, NocMsg, NodeEvent, Packet};
+use atoll_kernel::{ConsoleEvent, Control, NocMsg, NodeEvent, Packet};
 use atoll_noc::net::Links;
 use atoll_noc::Uplink;
 use atoll_process::{Console, ConsoleId, Stream};
@@ -159,35 +159,21 @@ pub(crate) struct ChannelConsole {
 }
 
 impl ChannelConsole {
-    fn send(&self, console: ConsoleId, event: NodeEvent) {
+    fn send(&self, event: ConsoleEvent) {
+        let console = event.console();
         match &self.links {
             Some(links) if console.node() != self.node => {
                 let (from, to) = (
                     KernelId::new(self.node, 0),
                     KernelId::new(console.node(), 0),
                 );
-                let msg = match event {
-                    NodeEvent::Output {
-                        console,
-                        stream,
-                        bytes,
-                    } => NocMsg::Output {
-                        console,
-                        stream,
-                        bytes,
-                    },
-                    NodeEvent::ReadInput { console, pid, max } => {
-                        NocMsg::ReadInput { console, pid, max }
-                    }
-                    NodeEvent::Drain { console, pid, upto } => NocMsg::Drain { console, pid, upto },
-                    other => unreachable!("not a process's console event: {other:?}"),
-                };
-                if let Err(e) = links.send(from, to, Packet::new(msg), None) {
+                let msg = Packet::new(NocMsg::Console(event));
+                if let Err(e) = links.send(from, to, msg, None) {
                     tracing::warn!("console {console:?} is out of reach: {e}");
                 }
             }
             _ => {
-                let _ = self.tx.send(event);
+                let _ = self.tx.send(NodeEvent::Console(event));
             }
         }
     }
@@ -196,22 +182,19 @@ impl ChannelConsole {
 impl Console for ChannelConsole {
     fn write(&self, console: ConsoleId, stream: Stream, bytes: &[u8]) {
         let bytes = bytes.to_vec();
-        self.send(
+        self.send(ConsoleEvent::Output {
             console,
-            NodeEvent::Output {
-                console,
-                stream,
-                bytes,
-            },
-        );
+            stream,
+            bytes,
+        });
     }
 
     fn read(&self, console: ConsoleId, pid: Pid, max: u32) {
-        self.send(console, NodeEvent::ReadInput { console, pid, max });
+        self.send(ConsoleEvent::ReadInput { console, pid, max });
     }
 
     fn drain(&self, console: ConsoleId, pid: Pid, upto: u64) {
-        self.send(console, NodeEvent::Drain { console, pid, upto });
+        self.send(ConsoleEvent::Drain { console, pid, upto });
     }
 }
 
@@ -228,16 +211,14 @@ pub(crate) fn serve(events: Receiver<NodeEvent>, sinks: Sinks, router: Router) {
     };
     for event in events {
         let unserved = match event {
-            NodeEvent::Output {
-                console,
-                stream,
-                bytes,
-            } => to_job(&console, JobEvent::Output(stream, bytes)),
-            NodeEvent::ReadInput { console, pid, max } => {
-                to_job(&console, JobEvent::Input { pid, max })
-            }
-            NodeEvent::Drain { console, pid, upto } => {
-                to_job(&console, JobEvent::Drain { pid, upto })
+            NodeEvent::Console(event) => {
+                let console = event.console();
+                let event = match event {
+                    ConsoleEvent::Output { stream, bytes, .. } => JobEvent::Output(stream, bytes),
+                    ConsoleEvent::ReadInput { pid, max, .. } => JobEvent::Input { pid, max },
+                    ConsoleEvent::Drain { pid, upto, .. } => JobEvent::Drain { pid, upto },
+                };
+                to_job(&console, event)
             }
             NodeEvent::Exited {
                 pid,

@@ -144,22 +144,8 @@ fn join(
     let lost = events.clone();
     let deliver = move |to: KernelId, m: Incoming<Packet>| match m.msg.msg {
         NocMsg::Domain(op) => domains.apply(op, m.from.node),
-        NocMsg::Output {
-            console,
-            stream,
-            bytes,
-        } => {
-            let _ = events.send(NodeEvent::Output {
-                console,
-                stream,
-                bytes,
-            });
-        }
-        NocMsg::ReadInput { console, pid, max } => {
-            let _ = events.send(NodeEvent::ReadInput { console, pid, max });
-        }
-        NocMsg::Drain { console, pid, upto } => {
-            let _ = events.send(NodeEvent::Drain { console, pid, upto });
+        NocMsg::Console(event) => {
+            let _ = events.send(NodeEvent::Console(event));
         }
         NocMsg::JobEnded {
             pid,
