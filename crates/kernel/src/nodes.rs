@@ -67,6 +67,11 @@ impl Kernel {
     /// Node `node` is down: end every wait on it.
     pub(crate) fn on_node_down(&mut self, node: u16, incarnation: u64) {
         tracing::warn!(kernel = %self.id, node, incarnation, "node down: ending what waits on it");
+        // Placement leaves the node out now, not at the next tick.
+        let nodes = self.noc_nodes().into_iter().filter(|&(n, _)| n != node);
+        self.placement
+            .dqdt
+            .reshape(atoll_placement::Shape::new(nodes));
         // Processes homed here that ran there.
         for (pid, kin) in self.homes.lost_on(node) {
             self.mourn(pid, kin);

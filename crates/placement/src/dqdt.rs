@@ -140,13 +140,18 @@ impl Dqdt {
     }
 
     /// The tree's new shape, after a node joined or was lost: what this
-    /// kernel knew of subtrees no longer its own is dropped.
+    /// kernel knew of subtrees no longer its own, or no longer there, is
+    /// dropped, so no placement goes to a lost node.
     pub fn reshape(&mut self, shape: Shape) {
         if shape == self.shape {
             return;
         }
         let path = shape.path(self.me);
         self.view.retain(|s, _| path.contains(s));
+        for children in self.view.values_mut() {
+            children.retain(|(c, _)| shape.exists(*c));
+        }
+        self.placed.retain(|p| shape.exists(p.subtree));
         let hosted = shape.hosted(self.me);
         self.sums.retain(|s, _| hosted.contains(s));
         self.sent.clear();
@@ -601,6 +606,27 @@ mod tests {
 
     fn k(node: u16, index: u16) -> KernelId {
         KernelId::new(node, index)
+    }
+
+    #[test]
+    fn a_lost_node_gets_no_placement_once_the_tree_is_reshaped() {
+        let mut sim = Sim::new(&[(0, 2), (1, 2), (2, 2)]);
+        // Node 2 idle, the others busy: placements would go there.
+        for k in [k(0, 0), k(0, 1), k(1, 0), k(1, 1)] {
+            sim.set(k, 4);
+        }
+        sim.settle(6);
+        assert_eq!(sim.place(k(0, 0)).0.node, 2);
+        // Node 2 is lost: kernel 0.0 reshapes at once, before any tick.
+        let part = sim.parts.get_mut(&k(0, 0)).unwrap();
+        part.reshape(Shape::new([(0, 2), (1, 2)]));
+        for _ in 0..8 {
+            let to = match part.place(sim.now) {
+                Step::At(to) => to,
+                Step::Ask { host, .. } => host,
+            };
+            assert_ne!(to.node, 2, "placed on the lost node");
+        }
     }
 
     #[test]
