@@ -79,10 +79,13 @@ guests: $(GUESTS) $(MPI_GUESTS) $(WASM_DIR)/hpl.wasm
 native: $(NATIVE)
 
 # One rule per source directory; make picks the one whose source exists.
-# clang writes the headers each module really includes to a .d file.
+# clang writes the headers each module really includes to a .d file. Every
+# guest is linked with -pthread: only those that use threads pull in the
+# thread library (atoll-cc builds it from sdk/thread/).
+THREAD_LIB_SRCS := $(wildcard sdk/thread/*)
 define guest_rule
-$(WASM_DIR)/%.wasm: $(1)/%.c $$(ATOLL_SDK_DEPS) Makefile | $(WASM_DIR) $(DEP_DIR)
-	$$(call atoll_compile,$$@,$$<,-MMD -MP -MF $(DEP_DIR)/$$*.d -MT $$@)
+$(WASM_DIR)/%.wasm: $(1)/%.c $$(ATOLL_SDK_DEPS) $$(THREAD_LIB_SRCS) Makefile | $(WASM_DIR) $(DEP_DIR)
+	$$(call atoll_compile,$$@,$$<,-pthread -MMD -MP -MF $(DEP_DIR)/$$*.d -MT $$@)
 endef
 $(foreach d,$(GUEST_DIRS),$(eval $(call guest_rule,$(d))))
 

@@ -15,7 +15,7 @@ use atoll_prepare::ContentHash;
 pub(crate) use atoll_process::clock::monotonic_ns;
 use atoll_process::{
     CallState, Console, Container, ContainerError, FdTable, Host, KernelCall, ProcessImage, Reply,
-    Runtime, Slice, Stream, UArea,
+    Runtime, Slice, Stream, UArea, Yielding,
 };
 use rustc_hash::FxHashMap;
 
@@ -24,6 +24,7 @@ use crate::loader::{Load, Loader};
 use crate::migration::{Arriving, Departure, Incoming};
 use crate::msg::{
     Control, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo,
+    ThreadInfo,
 };
 use crate::placement::{AfterPlace, Placement};
 use crate::runqueue::RunQueue;
@@ -364,6 +365,15 @@ impl Kernel {
                 {
                     p.container.reply(Reply::Done);
                     self.run_queue.wake(pid);
+                } else if p.container.uarea().threads.active() {
+                    let threads = &mut p.container.uarea_mut().threads;
+                    if threads.wake_due(now) {
+                        self.run_queue.wake(pid);
+                    } else if let Some(next) = threads.next_deadline() {
+                        // Early: the thread it was set for was woken
+                        // before its deadline; the next one's stands.
+                        self.timers.push(Reverse((next, pid)));
+                    }
                 }
             }
         }
@@ -406,6 +416,22 @@ impl Kernel {
             Slice::Call(call) => {
                 if !self.over_cpu_limit(pid) {
                     self.serve(pid, call);
+                    self.run_other_threads(pid);
+                }
+            }
+            Slice::Preempted(why) => {
+                if !self.over_cpu_limit(pid) {
+                    match why {
+                        Yielding::Messages => self.run_queue.resume(pid),
+                        Yielding::Quantum | Yielding::Asked => self.run_queue.push(pid),
+                    }
+                }
+            }
+            Slice::Idle { until_ns } => {
+                if !self.over_cpu_limit(pid) {
+                    if let Some(t) = until_ns {
+                        self.timers.push(Reverse((t, pid)));
+                    }
                 }
             }
         }
@@ -414,6 +440,18 @@ impl Kernel {
         }
         if self.departures.contains_key(&pid) {
             self.precopy_step(pid);
+        }
+    }
+
+    /// Queues `pid` if its kernel call waits but other threads of it can
+    /// run meanwhile (if it was answered at once, it is queued already).
+    fn run_other_threads(&mut self, pid: Pid) {
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let u = p.container.uarea();
+        if matches!(u.call, CallState::Blocked(_)) && u.threads.runnable() {
+            self.run_queue.push(pid);
         }
     }
 
@@ -1247,6 +1285,12 @@ impl Kernel {
             return;
         };
         let u = p.container.uarea();
+        // Its threads may run or wait for a time of their own, whatever
+        // the one in the kernel waits for: a slice finds out, and says
+        // when to come back (`Slice::Idle`).
+        if u.threads.active() && matches!(u.call, CallState::Blocked(_)) {
+            self.run_queue.push(pid);
+        }
         match u.call.clone() {
             CallState::Running | CallState::Replied(_) => self.run_queue.push(pid),
             CallState::Blocked(KernelCall::Sleep { until_ns }) => {
@@ -1301,6 +1345,12 @@ impl Kernel {
                     CallState::Blocked(c) => c.describe(),
                     CallState::Running | CallState::Replied(_) => "ready".into(),
                 };
+                let threads = u
+                    .threads
+                    .describe(&state)
+                    .into_iter()
+                    .map(|(tid, state)| ThreadInfo { tid, state })
+                    .collect();
                 ProcInfo {
                     pid,
                     parent: u.parent,
@@ -1317,6 +1367,7 @@ impl Kernel {
                     pinned: u.pinned,
                     ipc: u.ipc.stats.clone(),
                     last_migration: u.accounting.last_migration.clone(),
+                    threads,
                 }
             })
             .collect();

@@ -38,5 +38,5 @@ pub use kernel::MigrationConfig;
 pub use kernel::{start, KernelParams};
 pub use msg::{
     ConsoleEvent, Control, Handover, IpcCounters, KernelReport, MigrationMsg, NocMsg, NodeEvent,
-    Packet, ProcInfo, ProcessSpec, ReplyTo, Times,
+    Packet, ProcInfo, ThreadInfo, ProcessSpec, ReplyTo, Times,
 };

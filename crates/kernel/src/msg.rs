@@ -383,6 +383,18 @@ pub struct ProcInfo {
     pub ipc: IpcStats,
     /// The process's last migration.
     pub last_migration: Option<MigrationReport>,
+    /// Its threads, once it has made one (`atoll ps --threads`); empty for
+    /// a process with only the thread it started with.
+    #[serde(default)]
+    pub threads: Vec<ThreadInfo>,
+}
+
+/// One thread of a process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ThreadInfo {
+    /// 1 for the thread the process started with.
+    pub tid: u32,
+    pub state: String,
 }
 
 /// One kernel's answer to `ps`.

@@ -10,6 +10,7 @@ use atoll_process::{
     clock::monotonic_ns, Accounting, CallState, Children, ConsoleFlow, Container, ContainerError,
     KernelCall, Quotas, Reply, SpawnModule, SpawnRequest, Stream, Yielding,
 };
+use atoll_process::threads::Threads;
 
 use crate::kernel::{Kernel, Process};
 use crate::loader::{Load, Loaded, ThenRun};
@@ -49,8 +50,18 @@ impl Kernel {
                 }
             }
             KernelCall::Exec(req) => self.exec(pid, req),
-            // The host function reaped what it could; wait for a ChildExited.
-            KernelCall::Wait { .. } => {}
+            // The host function reaped what it could, but a thread that
+            // waited for its turn in the kernel may find its child gone
+            // since; else wait for a ChildExited.
+            KernelCall::Wait { pid: which } => {
+                let reaped = self
+                    .procs
+                    .get_mut(&pid)
+                    .and_then(|p| p.container.uarea_mut().children.reap(which).ok().flatten());
+                if let Some(done) = reaped {
+                    self.reply_now(pid, Reply::Waited(Ok(done)));
+                }
+            }
             KernelCall::Kill {
                 pid: target,
                 signal,
@@ -247,6 +258,11 @@ impl Kernel {
         u.children = Children::default();
         u.ipc = IpcState::new(u.ipc.domain);
         u.call = CallState::Replied(Reply::Forked);
+        // POSIX: the child has one thread, the one that forked (the one in
+        // the kernel).
+        if let Some(forking) = u.threads.seat() {
+            u.threads.keep_only(forking);
+        }
         u.accounting = Accounting::default();
         u.quotas = Quotas {
             counted: u.quotas.granted.clone(),
@@ -366,6 +382,7 @@ impl Kernel {
         u.call = CallState::Running;
         u.started = false;
         u.stack_area = None;
+        u.threads = Threads::default();
         u.ipc.grants = GrantTable::default();
         self.make_room(&[pid]);
         match Container::new(&self.runtime, program, u, self.host.clone()) {

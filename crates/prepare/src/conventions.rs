@@ -90,6 +90,12 @@ pub const PREPARED_VERSION: &str = "v1";
 /// The exported function the runtime starts a process with (WASI command).
 pub const START_EXPORT: &str = "_start";
 
+/// The exported function every thread but the first starts in,
+/// `atoll_thread_entry(arg: i32)`, defined by the guest thread library
+/// (`sdk/thread/`); optional. It sets the C stack pointer from its argument
+/// before any C code runs, so it is written in assembly.
+pub const THREAD_ENTRY_EXPORT: &str = "atoll_thread_entry";
+
 /// The exported linear memory the runtime saves, copies and restores.
 pub const MEMORY_EXPORT: &str = "memory";
 

@@ -143,6 +143,12 @@ pub enum Reply {
     Input(Vec<u8>),
     /// The window has room again.
     Drained,
+    /// To a thread's futex wait: woken by `futex_wake`, or its deadline
+    /// came first ([`crate::threads`]).
+    Woken { timed_out: bool },
+    /// To a thread that waited for its turn in the kernel to make an IPC
+    /// call: make it now.
+    Retry,
 }
 
 /// The kernel, as a running process's IPC calls see it.

@@ -24,12 +24,14 @@ use quanta::Instant;
 
 use wasmtime::{Store, StoreLimitsBuilder, UpdateDeadline, Val};
 
-use crate::call::{CallState, KernelCall, KernelLink, Reply};
+use crate::call::{CallState, KernelCall, KernelLink, Reply, Yielding};
+use crate::clock::monotonic_ns;
 use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
 use crate::image::{GlobalValue, MemoryImage, ProcessImage, PAGE_SIZE};
 use crate::runtime::{Program, Runtime};
-use crate::syscall::ProcExit;
-use crate::uarea::UArea;
+use crate::syscall::{ProcExit, ThreadExit};
+use crate::threads::{Context, Tid, Wait};
+use crate::uarea::{StackArea, UArea};
 
 /// How a slice ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,8 +40,17 @@ pub enum Slice {
     Exited(i32),
     /// The guest trapped; the message names the trap and where it happened.
     Trapped(String),
-    /// The process entered the kernel with this call and is unwound.
+    /// The process entered the kernel with this call and is unwound. (In a
+    /// process with threads, one of them did; the others may still be
+    /// ready: [`crate::threads::Threads::runnable`].)
     Call(KernelCall),
+    /// Its threads are ready but its time is up (the quantum ran out, or
+    /// the kernel has messages): it goes back in the run queue.
+    Preempted(Yielding),
+    /// None of its threads can run: they wait within the process (the
+    /// kernel runs it again at `until_ns`, the earliest deadline one waits
+    /// for) or for the kernel call of the one in the kernel.
+    Idle { until_ns: Option<u64> },
 }
 
 /// Why a container could not be created, restored or captured.
@@ -247,14 +258,8 @@ impl Container {
                 .find(|(n, _)| n == name)
                 .map(|(_, g)| *g)
                 .ok_or_else(|| ContainerError::BadImage(format!("no global `{name}`")))?;
-            let value = match *value {
-                GlobalValue::I32(v) => Val::I32(v),
-                GlobalValue::I64(v) => Val::I64(v),
-                GlobalValue::F32(v) => Val::F32(v),
-                GlobalValue::F64(v) => Val::F64(v),
-            };
             global
-                .set(self.store_mut(), value)
+                .set(self.store_mut(), val(*value))
                 .map_err(|e| ContainerError::BadImage(format!("global `{name}`: {e}")))?;
         }
         Ok(())
@@ -301,6 +306,10 @@ impl Container {
     /// prepared module at its very next safepoint: each slice then advances
     /// exactly one safepoint.
     ///
+    /// A process with threads ([`crate::threads`]) runs its ready threads
+    /// in turn within the slice, until one enters the kernel, none is
+    /// ready, or the quantum is used up.
+    ///
     /// `link` is the kernel, which the process's IPC calls use during the
     /// slice; without one they fail with `ENOSYS`.
     ///
@@ -325,27 +334,10 @@ impl Container {
         ctx.deadline = now + quantum;
         ctx.uarea.accounting.slices += 1;
         ctx.uarea.accounting.last_kernel = Some(ctx.host.kernel);
-        if ctx.uarea.started {
-            let (Some(asyncify), Some(area), CallState::Replied(_)) = (
-                exports.asyncify.as_ref(),
-                ctx.uarea.stack_area,
-                &ctx.uarea.call,
-            ) else {
-                return Slice::Trapped(
-                    "internal error: resumed a process that is not stopped with a reply".into(),
-                );
-            };
-            ctx.rewinding = true;
-            if let Err(e) = asyncify.start_rewind.call(&mut *store, area.addr as i32) {
-                return Slice::Trapped(format!("cannot rewind the saved stack: {e:#}"));
-            }
-        } else {
-            ctx.uarea.started = true;
-        }
         store.set_epoch_deadline(1);
         // SAFETY: only the lifetime is erased. The pointer is used by host
-        // functions, which run only inside the call below, and is cleared
-        // right after it, while `link` is still borrowed.
+        // functions, which run only inside the calls below, and is cleared
+        // right after them, while `link` is still borrowed.
         store.data_mut().link = link.map(|l| unsafe {
             NonNull::new_unchecked(std::mem::transmute::<
                 *mut (dyn KernelLink + '_),
@@ -354,31 +346,16 @@ impl Container {
         });
         let lane = store.data().host.kernel.index;
         self.runtime.ticker().enter(lane);
-        let result = exports.start.call(&mut *store, ());
+        let slice = if store.data().uarea.threads.active() {
+            run_threads(store, &exports, None)
+        } else {
+            run_alone(store, &exports)
+        };
         self.runtime.ticker().leave(lane);
         let ctx = store.data_mut();
         ctx.link = None;
         ctx.uarea.accounting.cpu_ns += now.elapsed().as_nanos() as u64;
-        match result {
-            Ok(()) => match &ctx.uarea.call {
-                CallState::Blocked(call) => {
-                    let call = call.clone();
-                    let asyncify = exports
-                        .asyncify
-                        .as_ref()
-                        .expect("only prepared modules unwind");
-                    match asyncify.stop_unwind.call(&mut *store, ()) {
-                        Ok(()) => Slice::Call(call),
-                        Err(e) => Slice::Trapped(format!("cannot finish unwinding: {e:#}")),
-                    }
-                }
-                _ => Slice::Exited(0),
-            },
-            Err(e) => match e.downcast_ref::<ProcExit>() {
-                Some(ProcExit(code)) => Slice::Exited(*code),
-                None => Slice::Trapped(describe_trap(&e)),
-            },
-        }
+        slice
     }
 
     /// Answers the kernel call the process is blocked in; it returns the
@@ -600,6 +577,339 @@ impl Drop for Container {
     }
 }
 
+/// A slice of a process without threads: it resumes where it stopped, or
+/// starts. If it makes threads meanwhile, the slice goes on with them.
+fn run_alone(store: &mut Store<ProcCtx>, exports: &Exports) -> Slice {
+    let ctx = store.data_mut();
+    if ctx.uarea.started {
+        let (Some(asyncify), Some(area), CallState::Replied(_)) = (
+            exports.asyncify.as_ref(),
+            ctx.uarea.stack_area,
+            &ctx.uarea.call,
+        ) else {
+            return Slice::Trapped(
+                "internal error: resumed a process that is not stopped with a reply".into(),
+            );
+        };
+        ctx.rewinding = true;
+        if let Err(e) = asyncify.start_rewind.call(&mut *store, area.addr as i32) {
+            return Slice::Trapped(format!("cannot rewind the saved stack: {e:#}"));
+        }
+    } else {
+        ctx.uarea.started = true;
+    }
+    let stop = enter(store, exports, None);
+    if store.data().uarea.threads.active() {
+        // It made its first thread: from now on its call is in `stop`
+        // until the scheduler decides where it goes.
+        store.data_mut().uarea.call = CallState::Running;
+        return run_threads(store, exports, Some(stop));
+    }
+    match stop {
+        Stop::Exited(code) => Slice::Exited(code),
+        Stop::Trapped(why) => Slice::Trapped(why),
+        Stop::Returned | Stop::ThreadExit => Slice::Exited(0),
+        Stop::Kernel(call) => Slice::Call(call),
+        Stop::Thread(wait) => Slice::Trapped(format!(
+            "internal error: a process without threads waits for {wait:?}"
+        )),
+    }
+}
+
+/// How a thread's turn (or a process's only thread's) ended.
+enum Stop {
+    Exited(i32),
+    Trapped(String),
+    /// Its entry returned.
+    Returned,
+    /// `atoll_thread_exit`.
+    ThreadExit,
+    /// Unwound in a kernel call.
+    Kernel(KernelCall),
+    /// Unwound to wait within its process.
+    Thread(Wait),
+}
+
+/// Calls the entry of a thread (`None`: `_start`), rewinding it first if
+/// the caller started a rewind, and says how it stopped.
+fn enter(store: &mut Store<ProcCtx>, exports: &Exports, entry: Option<u32>) -> Stop {
+    let result = match (entry, &exports.thread_entry) {
+        (None, _) => exports.start.call(&mut *store, ()),
+        (Some(arg), Some(f)) => f.call(&mut *store, arg as i32),
+        (Some(_), None) => return Stop::Trapped("internal error: a thread without an entry".into()),
+    };
+    match result {
+        Ok(()) => {
+            let ctx = store.data_mut();
+            let stop = match (ctx.thread_wait.take(), &ctx.uarea.call) {
+                (Some(wait), _) => Stop::Thread(wait),
+                (None, CallState::Blocked(call)) => Stop::Kernel(call.clone()),
+                (None, _) => return Stop::Returned,
+            };
+            let asyncify = exports
+                .asyncify
+                .as_ref()
+                .expect("only prepared modules unwind");
+            match asyncify.stop_unwind.call(&mut *store, ()) {
+                Ok(()) => stop,
+                Err(e) => Stop::Trapped(format!("cannot finish unwinding: {e:#}")),
+            }
+        }
+        Err(e) => {
+            if let Some(ProcExit(code)) = e.downcast_ref::<ProcExit>() {
+                Stop::Exited(*code)
+            } else if e.downcast_ref::<ThreadExit>().is_some() {
+                Stop::ThreadExit
+            } else {
+                Stop::Trapped(describe_trap(&e))
+            }
+        }
+    }
+}
+
+/// The scheduler of a process's threads, for one slice. `stopped`: the
+/// thread that was running, and how it stopped, when the slice began
+/// without threads.
+///
+/// Between turns [`UArea::call`] is the call of the thread in the kernel
+/// (the seat), if any; during a turn it is the running thread's.
+fn run_threads(
+    store: &mut Store<ProcCtx>,
+    exports: &Exports,
+    mut stopped: Option<Stop>,
+) -> Slice {
+    loop {
+        if let Some(stop) = stopped.take() {
+            let tid = store.data().uarea.threads.current();
+            if let Some(slice) = after_turn(store, exports, tid, stop) {
+                return slice;
+            }
+        }
+        let ctx = store.data_mut();
+        let threads = &mut ctx.uarea.threads;
+        // Sleepers whose time came, while the others kept the process busy.
+        let now_ns = monotonic_ns();
+        if threads.maybe_due(now_ns) {
+            threads.wake_due(now_ns);
+        }
+        if let Some((tid, call)) = threads.next_in_line() {
+            match call {
+                Some(call) => {
+                    threads.take_seat(tid);
+                    ctx.uarea.call = CallState::Blocked(call.clone());
+                    return Slice::Call(call);
+                }
+                None => threads.make_ready(tid, Some(Reply::Retry)),
+            }
+        }
+        let seat_answered = matches!(ctx.uarea.call, CallState::Replied(_));
+        let (tid, outside) = match threads.seat() {
+            // The kernel answered the thread in it: it goes first, with
+            // its answer, and leaves the seat.
+            Some(seat) if seat_answered => {
+                threads.resume_seat();
+                (seat, CallState::Running)
+            }
+            _ => {
+                if Instant::now() >= ctx.deadline && threads.runnable() {
+                    return Slice::Preempted(Yielding::Quantum);
+                }
+                let Some((tid, reply)) = threads.next_ready() else {
+                    return Slice::Idle {
+                        until_ns: threads.next_deadline(),
+                    };
+                };
+                let resume = reply.map_or(CallState::Running, CallState::Replied);
+                (tid, std::mem::replace(&mut ctx.uarea.call, resume))
+            }
+        };
+        let stop = match switch_in(store, exports, tid) {
+            Ok(entry) => enter(store, exports, entry),
+            Err(why) => Stop::Trapped(why),
+        };
+        // The thread's call (if it made one) is in `stop`; the seat's
+        // call goes back where the kernel looks for it.
+        store.data_mut().uarea.call = outside;
+        stopped = Some(stop);
+    }
+}
+
+/// What follows a thread's turn: its own state saved, and where it
+/// waits; `Some` when the slice ends there.
+fn after_turn(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid, stop: Stop) -> Option<Slice> {
+    let call = match stop {
+        Stop::Exited(code) => return Some(Slice::Exited(code)),
+        Stop::Trapped(why) => return Some(Slice::Trapped(why)),
+        // `_start` returned: the program's main is over, and so is the
+        // process, as in C.
+        Stop::Returned if tid == 1 => return Some(Slice::Exited(0)),
+        Stop::Returned | Stop::ThreadExit => {
+            let threads = &mut store.data_mut().uarea.threads;
+            return (!threads.end(tid)).then_some(Slice::Exited(0));
+        }
+        Stop::Thread(wait) => {
+            if let Err(why) = save_context(store, exports, tid) {
+                return Some(Slice::Trapped(why));
+            }
+            store.data_mut().uarea.threads.wait(tid, wait);
+            return None;
+        }
+        Stop::Kernel(call) => call,
+    };
+    if let Err(why) = save_context(store, exports, tid) {
+        return Some(Slice::Trapped(why));
+    }
+    let ctx = store.data_mut();
+    let threads = &mut ctx.uarea.threads;
+    match call {
+        // Waits that are the process's own business.
+        KernelCall::Yield(why) => {
+            threads.make_ready(tid, Some(Reply::Done));
+            let over = why != Yielding::Asked || Instant::now() >= ctx.deadline;
+            over.then_some(Slice::Preempted(why))
+        }
+        KernelCall::Sleep { until_ns } if until_ns <= monotonic_ns() => {
+            threads.make_ready(tid, Some(Reply::Done));
+            None
+        }
+        KernelCall::Sleep { until_ns } => {
+            threads.wait(tid, Wait::Sleep { until_ns });
+            None
+        }
+        // An IPC call waits in the kernel already (it went through the
+        // link, which a thread uses only when no other is in the kernel).
+        call if threads.seat_taken() && !matches!(call, KernelCall::Ipc(_)) => {
+            threads.wait(tid, Wait::Seat(Some(call)));
+            None
+        }
+        call => {
+            threads.take_seat(tid);
+            ctx.uarea.call = CallState::Blocked(call.clone());
+            Some(Slice::Call(call))
+        }
+    }
+}
+
+/// Saves what is thread `tid`'s own, just after it unwound: the globals,
+/// its saved stack, its per-thread words.
+fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Result<(), String> {
+    let asyncify = exports.asyncify.as_ref().ok_or("a thread of an unprepared module")?;
+    let globals = asyncify
+        .globals
+        .iter()
+        .map(|(name, g)| global_value(g.get(&mut *store)).ok_or(format!("global `{name}`: unsupported type")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ctx = store.data();
+    let area = ctx.uarea.stack_area.ok_or("a thread stopped without a stack area")?;
+    let memory = exports.memory.data(&*store);
+    let word = |at: u32| -> Result<u32, String> {
+        let at = at as usize;
+        memory
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .ok_or(format!("word {at:#x} is outside memory"))
+    };
+    let data = (area.addr + atoll_prepare::conventions::ASYNCIFY_DATA_HEADER) as usize;
+    let current = word(area.addr)? as usize;
+    let stack = memory
+        .get(data..current)
+        .ok_or("the saved stack's header is corrupt")?
+        .to_vec();
+    let locals = ctx
+        .uarea
+        .threads
+        .locals()
+        .iter()
+        .map(|&at| word(at))
+        .collect::<Result<Vec<_>, _>>()?;
+    let saved = Context {
+        globals,
+        stack,
+        locals,
+    };
+    let thread = store
+        .data_mut()
+        .uarea
+        .threads
+        .thread_mut(tid)
+        .ok_or("internal error: saving a thread that does not exist")?;
+    thread.saved = Some(saved);
+    Ok(())
+}
+
+/// Writes back what is thread `tid`'s own and starts rewinding it (a thread
+/// that has not run yet starts afresh). Returns its entry.
+fn switch_in(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Result<Option<u32>, String> {
+    let asyncify = exports.asyncify.as_ref().ok_or("a thread of an unprepared module")?;
+    let threads = &mut store.data_mut().uarea.threads;
+    let locals = threads.locals().to_vec();
+    let thread = threads
+        .thread_mut(tid)
+        .ok_or("internal error: running a thread that does not exist")?;
+    let entry = thread.entry;
+    let Some(saved) = thread.saved.take() else {
+        // A new thread: its per-thread words start at zero.
+        let memory = exports.memory.data_mut(&mut *store);
+        for at in locals {
+            write_word(memory, at, 0)?;
+        }
+        store.data_mut().rewinding = false;
+        return Ok(entry);
+    };
+    for ((name, g), v) in asyncify.globals.iter().zip(&saved.globals) {
+        g.set(&mut *store, val(*v))
+            .map_err(|e| format!("global `{name}`: {e}"))?;
+    }
+    let area = StackArea::at_top(exports.memory.data_size(&*store));
+    let memory = exports.memory.data_mut(&mut *store);
+    for (&at, &v) in locals.iter().zip(&saved.locals) {
+        write_word(memory, at, v)?;
+    }
+    let used = u32::try_from(saved.stack.len()).map_err(|_| "saved stack too large")?;
+    if used + atoll_prepare::conventions::ASYNCIFY_DATA_HEADER > area.len {
+        return Err("saved stack too large for the stack area".into());
+    }
+    let at = area.addr as usize;
+    memory[at..at + 8].copy_from_slice(&area.header(used));
+    memory[at + 8..at + 8 + saved.stack.len()].copy_from_slice(&saved.stack);
+    let ctx = store.data_mut();
+    ctx.uarea.stack_area = Some(area);
+    ctx.rewinding = true;
+    asyncify
+        .start_rewind
+        .call(&mut *store, area.addr as i32)
+        .map_err(|e| format!("cannot rewind thread {tid}: {e:#}"))?;
+    Ok(entry)
+}
+
+fn write_word(memory: &mut [u8], at: u32, v: u32) -> Result<(), String> {
+    let at = at as usize;
+    memory
+        .get_mut(at..at + 4)
+        .ok_or(format!("word {at:#x} is outside memory"))?
+        .copy_from_slice(&v.to_le_bytes());
+    Ok(())
+}
+
+fn global_value(v: Val) -> Option<GlobalValue> {
+    Some(match v {
+        Val::I32(v) => GlobalValue::I32(v),
+        Val::I64(v) => GlobalValue::I64(v),
+        Val::F32(v) => GlobalValue::F32(v),
+        Val::F64(v) => GlobalValue::F64(v),
+        _ => return None,
+    })
+}
+
+fn val(v: GlobalValue) -> Val {
+    match v {
+        GlobalValue::I32(v) => Val::I32(v),
+        GlobalValue::I64(v) => Val::I64(v),
+        GlobalValue::F32(v) => Val::F32(v),
+        GlobalValue::F64(v) => Val::F64(v),
+    }
+}
+
 fn bind_exports(
     store: &mut Store<ProcCtx>,
     instance: &wasmtime::Instance,
@@ -636,9 +946,17 @@ fn bind_exports(
     } else {
         None
     };
+    let thread_entry = instance
+        .get_func(&mut *store, c::THREAD_ENTRY_EXPORT)
+        .map(|f| f.typed(&*store))
+        .transpose()
+        .map_err(|_| {
+            wasmtime::format_err!("`{}` must take an i32 and return nothing", c::THREAD_ENTRY_EXPORT)
+        })?;
     Ok(Exports {
         memory,
         start,
+        thread_entry,
         asyncify,
     })
 }
@@ -698,24 +1016,19 @@ fn stopped_globals(
         .as_ref()
         .ok_or(ContainerError::NotPrepared)?;
     let uarea = &store.data().uarea;
-    if uarea.started && uarea.call == CallState::Running {
+    // Between slices a process with threads has each thread's state saved
+    // in its UArea, even when none of them is in a kernel call.
+    if uarea.started && uarea.call == CallState::Running && !uarea.threads.active() {
         return Err(ContainerError::NotStopped);
     }
     asyncify
         .globals
         .iter()
         .map(|(name, g)| {
-            let v = match g.get(&mut *store) {
-                Val::I32(v) => GlobalValue::I32(v),
-                Val::I64(v) => GlobalValue::I64(v),
-                Val::F32(v) => GlobalValue::F32(v),
-                Val::F64(v) => GlobalValue::F64(v),
-                other => {
-                    return Err(ContainerError::BadImage(format!(
-                        "global `{name}` holds {other:?}"
-                    )))
-                }
-            };
+            let v = g.get(&mut *store);
+            let v = global_value(v).ok_or_else(|| {
+                ContainerError::BadImage(format!("global `{name}` holds an unsupported value"))
+            })?;
             Ok((name.clone(), v))
         })
         .collect()

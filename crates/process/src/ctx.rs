@@ -100,6 +100,9 @@ pub struct ProcCtx {
     pub(crate) deadline: quanta::Instant,
     /// Set while the stack is being rewound into a blocked host function.
     pub(crate) rewinding: bool,
+    /// What the running thread waits for within its process, when it
+    /// unwound for that rather than for a kernel call.
+    pub(crate) thread_wait: Option<crate::threads::Wait>,
     pub(crate) limits: StoreLimits,
     /// The kernel, lent for the current slice (see [`KernelLink`]); `None`
     /// between slices.
@@ -123,6 +126,7 @@ impl ProcCtx {
             slice_start: quanta::Instant::now(),
             deadline: quanta::Instant::now(),
             rewinding: false,
+            thread_wait: None,
             limits,
             link: None,
         }
@@ -151,6 +155,9 @@ impl ProcCtx {
 pub(crate) struct Exports {
     pub memory: Memory,
     pub start: TypedFunc<(), ()>,
+    /// The guest thread library's `atoll_thread_entry(arg)`, where every
+    /// thread but the first starts; absent in programs without threads.
+    pub thread_entry: Option<TypedFunc<i32, ()>>,
     /// Present in prepared modules only.
     pub asyncify: Option<Arc<Asyncify>>,
 }

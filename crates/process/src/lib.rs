@@ -25,6 +25,7 @@ mod image;
 mod memory;
 mod runtime;
 mod syscall;
+pub mod threads;
 mod uarea;
 
 pub use call::{

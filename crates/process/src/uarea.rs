@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::call::CallState;
 use crate::fd::FdTable;
+use crate::threads::Threads;
 
 /// Identifies the console (job output stream) a process writes to. It stays
 /// the same wherever the process runs, so its output keeps going to the
@@ -64,6 +65,8 @@ pub struct UArea {
     /// Where in linear memory the stack was saved at the last unwind: the
     /// top pages, hidden from the program by `atoll prepare`.
     pub stack_area: Option<StackArea>,
+    /// Its threads, once it has more than one ([`crate::threads`]).
+    pub threads: Threads,
     pub accounting: Accounting,
     /// Whether the process moves after every system call (`atoll run
     /// --wander`), and the result of the call it is moving after.
@@ -168,6 +171,7 @@ impl UArea {
             call: CallState::Running,
             started: false,
             stack_area: None,
+            threads: Threads::default(),
             accounting: Accounting::default(),
             wander: Wander::default(),
             limits: Limits::default(),
@@ -250,6 +254,27 @@ impl Children {
 pub struct StackArea {
     pub addr: u32,
     pub len: u32,
+}
+
+impl StackArea {
+    /// The area of a memory of `memory_bytes`: its reserved top pages.
+    pub(crate) fn at_top(memory_bytes: usize) -> StackArea {
+        let reserved = atoll_prepare::conventions::ASYNCIFY_RESERVED_PAGES as usize
+            * atoll_prepare::conventions::WASM_PAGE_SIZE as usize;
+        StackArea {
+            addr: (memory_bytes - reserved) as u32,
+            len: reserved as u32,
+        }
+    }
+
+    /// The header for a buffer holding `used` bytes of saved stack.
+    pub(crate) fn header(&self, used: u32) -> [u8; 8] {
+        let mut header = [0u8; 8];
+        let data = self.addr + atoll_prepare::conventions::ASYNCIFY_DATA_HEADER;
+        header[..4].copy_from_slice(&(data + used).to_le_bytes());
+        header[4..].copy_from_slice(&(self.addr + self.len).to_le_bytes());
+        header
+    }
 }
 
 /// What a process has consumed, for `atoll ps` and scheduling decisions.

@@ -18,7 +18,8 @@ use atoll_ipc::{
 };
 use wasmtime::{Caller, Linker};
 
-use super::{enter_kernel, take_reply, with_memory};
+use super::{enter_kernel, take_reply, wait_in_process, with_memory};
+use crate::threads::Wait;
 use crate::call::{IpcCaller, IpcOutcome, KernelCall, Reply};
 use crate::ctx::ProcCtx;
 use crate::memory::GuestMemory;
@@ -109,6 +110,13 @@ fn kernel_call(
                 Errno::Io.raw() as i32
             }
         });
+    }
+    // Another thread of the process is in the kernel: this one waits for
+    // its turn, then makes the call afresh (nothing is done yet). Once
+    // past here, a call that must wait takes the seat at once: the kernel
+    // has recorded it already.
+    if c.data().uarea.threads.seat().is_some() {
+        return Ok(wait_in_process(c, Wait::Seat(None)).map_or_else(|e| e.raw() as i32, |()| 0));
     }
     let mut block = None;
     let rc = with_memory(c, |mem, ctx| {

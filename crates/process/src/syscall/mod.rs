@@ -14,6 +14,7 @@
 
 mod atoll;
 mod ipc;
+mod threads;
 mod wasi;
 mod wasi_fs;
 
@@ -22,8 +23,8 @@ use wasmtime::{Caller, Linker, Val};
 
 use crate::call::{CallState, KernelCall, Reply};
 use crate::ctx::ProcCtx;
-use crate::image::PAGE_SIZE;
 use crate::memory::GuestMemory;
+use crate::threads::Wait;
 use crate::uarea::StackArea;
 
 /// Registers every host function into `linker`.
@@ -32,6 +33,7 @@ pub(crate) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
     wasi_fs::register(linker)?;
     atoll::register(linker)?;
     ipc::register(linker)?;
+    threads::register(linker)?;
     Ok(())
 }
 
@@ -39,6 +41,12 @@ pub(crate) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
 #[derive(Debug, thiserror::Error)]
 #[error("process exited with status {0}")]
 pub struct ProcExit(pub i32);
+
+/// The error a host function returns to end the running thread
+/// (`atoll_thread_exit`) and no other.
+#[derive(Debug, thiserror::Error)]
+#[error("thread exited")]
+pub struct ThreadExit;
 
 /// Runs `f` with the guest's memory and the process context, and turns its
 /// result into the errno the guest sees (0 for success).
@@ -86,7 +94,9 @@ pub(crate) fn wandered(caller: &mut Caller<'_, ProcCtx>) -> wasmtime::Result<i32
 /// returned `rc`.
 pub(crate) fn wander(caller: &mut Caller<'_, ProcCtx>, rc: i32) {
     let host = &caller.data().host;
-    if !caller.data().uarea.wander.enabled || host.kernel_count < 2 {
+    // Moving is the whole process's business: no thread wanders alone.
+    let u = &caller.data().uarea;
+    if !u.wander.enabled || u.threads.active() || host.kernel_count < 2 {
         return;
     }
     let to = KernelId::new(
@@ -101,7 +111,8 @@ pub(crate) fn wander(caller: &mut Caller<'_, ProcCtx>, rc: i32) {
 
 /// Enters the kernel with `call`: records it and starts unwinding the
 /// guest's stack into its stack area. The host function must then return at
-/// once (its return value is ignored); the process's slice ends.
+/// once (its return value is ignored); the process's slice ends (or, in a
+/// process with threads, perhaps only this thread's turn).
 ///
 /// # Errors
 /// `ENOTSUP` for a module run without preparation, which cannot unwind.
@@ -109,6 +120,24 @@ pub(crate) fn enter_kernel(
     caller: &mut Caller<'_, ProcCtx>,
     call: KernelCall,
 ) -> Result<(), Errno> {
+    unwind(caller)?;
+    caller.data_mut().uarea.call = CallState::Blocked(call);
+    Ok(())
+}
+
+/// Stops the running thread until `wait` is over, within its process: it
+/// unwinds as for a kernel call, but the kernel never sees the call.
+///
+/// # Errors
+/// As [`enter_kernel`].
+pub(crate) fn wait_in_process(caller: &mut Caller<'_, ProcCtx>, wait: Wait) -> Result<(), Errno> {
+    unwind(caller)?;
+    caller.data_mut().thread_wait = Some(wait);
+    Ok(())
+}
+
+/// Starts unwinding the guest's stack into its stack area.
+fn unwind(caller: &mut Caller<'_, ProcCtx>) -> Result<(), Errno> {
     let ctx = caller.data();
     let Some(asyncify) = ctx.exports().asyncify.clone() else {
         return Err(Errno::NotSup);
@@ -116,25 +145,16 @@ pub(crate) fn enter_kernel(
     // The saved stack goes to the top pages of memory, which `atoll prepare`
     // hides from the program (wasi-libc's malloc would take any other page).
     let memory = ctx.exports().memory;
-    let reserved = atoll_prepare::conventions::ASYNCIFY_RESERVED_PAGES as usize * PAGE_SIZE;
-    let area = StackArea {
-        addr: (memory.data_size(&*caller) - reserved) as u32,
-        len: reserved as u32,
-    };
+    let area = StackArea::at_top(memory.data_size(&*caller));
     caller.data_mut().uarea.stack_area = Some(area);
     // Asyncify's data header: {current, end}; unwinding fills from current.
-    let mut header = [0u8; 8];
-    header[..4].copy_from_slice(&(area.addr + 8).to_le_bytes());
-    header[4..].copy_from_slice(&(area.addr + area.len).to_le_bytes());
     memory
-        .write(&mut *caller, area.addr as usize, &header)
+        .write(&mut *caller, area.addr as usize, &area.header(0))
         .map_err(|_| Errno::Fault)?;
     asyncify
         .start_unwind
         .call(&mut *caller, area.addr as i32)
-        .map_err(|_| Errno::Fault)?;
-    caller.data_mut().uarea.call = CallState::Blocked(call);
-    Ok(())
+        .map_err(|_| Errno::Fault)
 }
 
 /// If the guest's stack is being rewound into this host function, finishes
@@ -155,7 +175,8 @@ pub(crate) fn take_reply(caller: &mut Caller<'_, ProcCtx>) -> wasmtime::Result<O
         .clone()
         .expect("rewinding implies asyncify");
     asyncify.stop_rewind.call(&mut *caller, ())?;
-    Ok(Some(reply))
+    // A thread whose turn in the kernel came makes its call now, afresh.
+    Ok(Some(reply).filter(|r| *r != Reply::Retry))
 }
 
 /// Clears the safepoint flag of a prepared module.

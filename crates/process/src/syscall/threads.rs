@@ -1,0 +1,166 @@
+//! The thread system calls (import module `atoll`), on which the guest
+//! thread library (`sdk/thread/`: `<pthread.h>`, `<semaphore.h>`) is built.
+//!
+//! - `thread_spawn(arg) -> tid`: a new thread that runs the module's
+//!   `atoll_thread_entry(arg)` when its turn comes; the caller goes on.
+//! - `thread_exit(clear)`: ends the calling thread. If `clear` is not 0,
+//!   the word there is set to 0 and its futex waiters woken first, as
+//!   Linux does with `CLONE_CHILD_CLEARTID`: a joiner waits on that word,
+//!   and the thread's stack is no longer in use once it is 0.
+//! - `thread_self() -> tid`: 1 for the thread a process starts with.
+//! - `thread_locals(addrs, n)`: the words at these addresses are each
+//!   thread's own (`errno`, the library's current thread).
+//! - `futex_wait(addr, expected, timeout_ns) -> errno`: waits for a
+//!   `futex_wake` on `addr` if the word there still holds `expected`
+//!   (`EAGAIN` if not); `timeout_ns` < 0 waits for ever (`ETIMEDOUT`).
+//! - `futex_wake(addr, count) -> woken`.
+//!
+//! None of these reaches the kernel: the process's threads are its own
+//! business ([`crate::threads`]).
+
+use atoll_abi::Errno;
+use wasmtime::{Caller, Linker};
+
+use super::{take_reply, wait_in_process, with_memory, ProcExit, ThreadExit};
+use crate::call::Reply;
+use crate::clock::monotonic_ns;
+use crate::ctx::ProcCtx;
+use crate::memory::GuestMemory;
+use crate::threads::Wait;
+
+const M: &str = "atoll";
+
+pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
+    linker.func_wrap(M, "thread_spawn", thread_spawn)?;
+    linker.func_wrap(M, "thread_exit", thread_exit)?;
+    linker.func_wrap(M, "thread_self", |c: Caller<'_, ProcCtx>| {
+        let threads = &c.data().uarea.threads;
+        if threads.active() {
+            threads.current() as i32
+        } else {
+            1
+        }
+    })?;
+    linker.func_wrap(M, "thread_locals", thread_locals)?;
+    linker.func_wrap(M, "futex_wait", futex_wait)?;
+    linker.func_wrap(M, "futex_wake", |mut c: Caller<'_, ProcCtx>, addr: u32, count: u32| {
+        let mut woken = 0;
+        let rc = with_memory(&mut c, |mem, ctx| {
+            futex_word(mem, addr)?;
+            woken = ctx.uarea.threads.futex_wake(addr, count);
+            Ok(())
+        });
+        if rc == 0 {
+            woken as i32
+        } else {
+            -rc
+        }
+    })?;
+    Ok(())
+}
+
+/// Returns the new thread's TID, or minus an errno: `ENOTSUP` for a module
+/// run unprepared (its threads could not be switched), `ENOSYS` for one
+/// without `atoll_thread_entry`, `EAGAIN` past the process's limit.
+fn thread_spawn(mut c: Caller<'_, ProcCtx>, arg: u32) -> i32 {
+    let mut tid = 0;
+    let rc = with_memory(&mut c, |_, ctx| {
+        if !ctx.can_wait() {
+            return Err(Errno::NotSup);
+        }
+        if ctx.exports().thread_entry.is_none() {
+            return Err(Errno::NoSys);
+        }
+        tid = ctx.uarea.threads.spawn(arg)?;
+        Ok(())
+    });
+    if rc == 0 {
+        tid as i32
+    } else {
+        -rc
+    }
+}
+
+fn thread_exit(mut c: Caller<'_, ProcCtx>, clear: u32) -> wasmtime::Result<()> {
+    let rc = with_memory(&mut c, |mem, ctx| {
+        if clear != 0 {
+            futex_word(mem, clear)?;
+            mem.write_u32(clear, 0)?;
+            ctx.uarea.threads.futex_wake(clear, u32::MAX);
+        }
+        Ok(())
+    });
+    if rc != 0 {
+        wasmtime::bail!("thread_exit: bad address {clear:#x} (errno {rc})");
+    }
+    // The last thread's end is the process's (as after pthread_exit in
+    // every thread), with status 0.
+    if c.data().uarea.threads.len() <= 1 {
+        return Err(ProcExit(0).into());
+    }
+    Err(ThreadExit.into())
+}
+
+fn thread_locals(mut c: Caller<'_, ProcCtx>, addrs: u32, n: u32) -> i32 {
+    with_memory(&mut c, |mem, ctx| {
+        if n as usize > crate::threads::MAX_LOCALS {
+            return Err(Errno::Inval);
+        }
+        let words = (0..n)
+            .map(|i| {
+                let at = mem.u32(addrs + 4 * i)?;
+                futex_word(mem, at)?;
+                Ok(at)
+            })
+            .collect::<Result<Vec<_>, Errno>>()?;
+        ctx.uarea.threads.set_locals(words)
+    })
+}
+
+fn futex_wait(
+    mut c: Caller<'_, ProcCtx>,
+    addr: u32,
+    expected: u32,
+    timeout_ns: i64,
+) -> wasmtime::Result<i32> {
+    if let Some(reply) = take_reply(&mut c)? {
+        return Ok(match reply {
+            Reply::Woken { timed_out: false } => 0,
+            Reply::Woken { timed_out: true } => Errno::TimedOut.raw() as i32,
+            other => wasmtime::bail!("futex_wait resumed with {other:?}"),
+        });
+    }
+    let mut wait = None;
+    let rc = with_memory(&mut c, |mem, ctx| {
+        if mem.u32(futex_word(mem, addr)?)? != expected {
+            return Err(Errno::Again);
+        }
+        if timeout_ns == 0 {
+            return Err(Errno::TimedOut);
+        }
+        if !ctx.can_wait() {
+            return Err(Errno::NotSup);
+        }
+        let until_ns = u64::try_from(timeout_ns)
+            .ok()
+            .map(|t| monotonic_ns().saturating_add(t));
+        ctx.uarea.threads.activate();
+        wait = Some(Wait::Futex { addr, until_ns });
+        Ok(())
+    });
+    if let Some(wait) = wait {
+        if let Err(e) = wait_in_process(&mut c, wait) {
+            return Ok(e.raw() as i32);
+        }
+    }
+    Ok(rc)
+}
+
+/// A futex word: 4-byte aligned, inside memory.
+fn futex_word(mem: &GuestMemory<'_>, addr: u32) -> Result<u32, Errno> {
+    if addr % 4 != 0 {
+        return Err(Errno::Inval);
+    }
+    mem.u32(addr)?;
+    Ok(addr)
+}

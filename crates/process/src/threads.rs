@@ -1,0 +1,439 @@
+//! A process's threads: cooperative, on its kernel, kept in its UArea.
+//!
+//! A process starts with one thread and no table. Its first
+//! `atoll_thread_spawn` (or futex wait) makes the table, with the thread
+//! that was running as thread 1. From then on [`Container::run`] is a small
+//! scheduler: it runs a ready thread until it stops (a system call that
+//! waits, a safepoint at the end of the quantum), saves what is the
+//! thread's own, and runs the next, until none is ready or the slice is
+//! used up.
+//!
+//! What is a thread's own, saved when it stops and written back when it
+//! runs again ([`Context`]): the instance's mutable globals (the C stack
+//! pointer among them), its Asyncify stack (the bytes its unwind left in
+//! the stack area), and the words of linear memory the program registered
+//! as per-thread (`errno`, the thread's `pthread_self`). Its C stack is in
+//! linear memory already, where the guest library allocated it. So a
+//! process with threads is, between slices, its memory, its globals and its
+//! UArea, as any other: it is captured, migrated and restored without
+//! anything new.
+//!
+//! The kernel sees one call per process, [`UArea::call`]. A thread that
+//! makes a kernel call while another thread is in one (the *seat* is
+//! taken) waits for its turn; the others go on running. Waits that concern
+//! the process alone (futexes, sleeps, yields) never reach the kernel:
+//! the kernel only learns when to run the process again (`Slice::Idle`).
+//!
+//! [`Container::run`]: crate::Container::run
+//! [`UArea::call`]: crate::UArea::call
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::call::{KernelCall, Reply};
+use crate::image::GlobalValue;
+
+/// A thread's number within its process: 1 for the thread that started
+/// it, then 2, 3, ... in order of creation, never reused.
+pub type Tid = u32;
+
+/// Most threads a process may have at once.
+pub const MAX_THREADS: usize = 4096;
+
+/// Most per-thread words a program may register (`atoll_thread_locals`).
+pub const MAX_LOCALS: usize = 16;
+
+/// A process's threads; empty while it has only the one it started with.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Threads {
+    threads: BTreeMap<Tid, Thread>,
+    /// Threads that can run, in the order they will.
+    ready: VecDeque<Tid>,
+    /// Threads waiting for the seat, in the order they asked.
+    queued: VecDeque<Tid>,
+    /// The thread in a kernel call ([`crate::UArea::call`] is its call).
+    seat: Option<Tid>,
+    /// The thread that runs (during a slice) or ran last.
+    current: Tid,
+    next: Tid,
+    /// Addresses of the words each thread has its own copy of.
+    locals: Vec<u32>,
+    /// No waiting thread's deadline is earlier (some may be later: a
+    /// thread woken before its deadline leaves it here until the next
+    /// [`wake_due`](Self::wake_due)).
+    earliest: Option<u64>,
+}
+
+/// One thread.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Thread {
+    pub state: ThreadState,
+    /// What it runs: `None` for thread 1 (`_start`), or the argument of
+    /// the guest library's `atoll_thread_entry`.
+    pub entry: Option<u32>,
+    /// Its own state while it does not run; `None` before it first runs.
+    pub saved: Option<Context>,
+}
+
+/// What a thread is doing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ThreadState {
+    /// Running, or can run: it resumes with this answer (`None`: it has
+    /// not started, or is the one running).
+    Ready(Option<Reply>),
+    /// Waits, within the process.
+    Waiting(Wait),
+    /// In a kernel call: the process's [`crate::UArea::call`].
+    InKernel,
+}
+
+/// What a thread waits for, within its process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Wait {
+    /// A `futex_wake` on this address, or the deadline.
+    Futex { addr: u32, until_ns: Option<u64> },
+    /// The node's monotonic clock to read `until_ns`.
+    Sleep { until_ns: u64 },
+    /// Its turn in the kernel, to make this call (`None`: to make again
+    /// the IPC call it was making, which goes to the kernel directly).
+    Seat(Option<KernelCall>),
+}
+
+/// What is a thread's own while another runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Context {
+    pub globals: Vec<GlobalValue>,
+    /// The Asyncify data its unwind left (the stack area's buffer).
+    pub stack: Vec<u8>,
+    /// Its values of the registered per-thread words.
+    pub locals: Vec<u32>,
+}
+
+impl Threads {
+    /// Whether the process has a thread table (it made a second thread, or
+    /// waited on a futex).
+    pub fn active(&self) -> bool {
+        !self.threads.is_empty()
+    }
+
+    /// Makes the table, with the running thread as thread 1.
+    pub(crate) fn activate(&mut self) {
+        if self.active() {
+            return;
+        }
+        self.threads.insert(
+            1,
+            Thread {
+                state: ThreadState::Ready(None),
+                entry: None,
+                saved: None,
+            },
+        );
+        self.current = 1;
+        self.next = 2;
+    }
+
+    /// Adds a thread that will run `atoll_thread_entry(arg)`.
+    ///
+    /// # Errors
+    /// `EAGAIN` past [`MAX_THREADS`].
+    pub(crate) fn spawn(&mut self, arg: u32) -> Result<Tid, atoll_abi::Errno> {
+        self.activate();
+        if self.threads.len() >= MAX_THREADS {
+            return Err(atoll_abi::Errno::Again);
+        }
+        let tid = self.next;
+        self.next += 1;
+        self.threads.insert(
+            tid,
+            Thread {
+                state: ThreadState::Ready(None),
+                entry: Some(arg),
+                saved: None,
+            },
+        );
+        self.ready.push_back(tid);
+        Ok(tid)
+    }
+
+    pub fn current(&self) -> Tid {
+        self.current
+    }
+
+    pub fn len(&self) -> usize {
+        self.threads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.threads.is_empty()
+    }
+
+    pub(crate) fn thread_mut(&mut self, tid: Tid) -> Option<&mut Thread> {
+        self.threads.get_mut(&tid)
+    }
+
+    /// Ends thread `tid`. Returns whether threads remain.
+    pub(crate) fn end(&mut self, tid: Tid) -> bool {
+        self.threads.remove(&tid);
+        self.ready.retain(|&t| t != tid);
+        self.queued.retain(|&t| t != tid);
+        if self.seat == Some(tid) {
+            self.seat = None;
+        }
+        !self.threads.is_empty()
+    }
+
+    /// Makes `tid` ready to resume with `reply`, last in line.
+    pub(crate) fn make_ready(&mut self, tid: Tid, reply: Option<Reply>) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.state = ThreadState::Ready(reply);
+            self.ready.push_back(tid);
+        }
+    }
+
+    /// Puts `tid` to wait for `wait`.
+    pub(crate) fn wait(&mut self, tid: Tid, wait: Wait) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            let deadline = match wait {
+                Wait::Seat(_) => {
+                    self.queued.push_back(tid);
+                    None
+                }
+                Wait::Sleep { until_ns } => Some(until_ns),
+                Wait::Futex { until_ns, .. } => until_ns,
+            };
+            if let Some(d) = deadline {
+                self.earliest = Some(self.earliest.map_or(d, |e| e.min(d)));
+            }
+            t.state = ThreadState::Waiting(wait);
+        }
+    }
+
+    /// Whether a waiting thread's deadline may have come by `now_ns`.
+    pub(crate) fn maybe_due(&self, now_ns: u64) -> bool {
+        self.earliest.is_some_and(|e| e <= now_ns)
+    }
+
+    /// Whether the seat is taken, or promised to threads waiting for it:
+    /// a kernel call now would have to wait.
+    pub(crate) fn seat_taken(&self) -> bool {
+        self.seat.is_some() || !self.queued.is_empty()
+    }
+
+    pub fn seat(&self) -> Option<Tid> {
+        self.seat
+    }
+
+    /// `tid` is in a kernel call now.
+    pub(crate) fn take_seat(&mut self, tid: Tid) {
+        self.seat = Some(tid);
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.state = ThreadState::InKernel;
+        }
+    }
+
+    /// The thread in the kernel was answered: it runs now, out of the seat.
+    pub(crate) fn resume_seat(&mut self) {
+        if let Some(tid) = self.seat.take() {
+            self.current = tid;
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.state = ThreadState::Ready(None);
+            }
+        }
+    }
+
+    /// The next thread waiting for the free seat, and the call it makes.
+    pub(crate) fn next_in_line(&mut self) -> Option<(Tid, Option<KernelCall>)> {
+        if self.seat.is_some() {
+            return None;
+        }
+        let tid = self.queued.pop_front()?;
+        match self.threads.get_mut(&tid).map(|t| &mut t.state) {
+            Some(ThreadState::Waiting(Wait::Seat(call))) => Some((tid, call.take())),
+            _ => None,
+        }
+    }
+
+    /// The next ready thread, taken out of line; it becomes the current one.
+    pub(crate) fn next_ready(&mut self) -> Option<(Tid, Option<Reply>)> {
+        while let Some(tid) = self.ready.pop_front() {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                if let ThreadState::Ready(reply) = &mut t.state {
+                    let reply = reply.take();
+                    self.current = tid;
+                    return Some((tid, reply));
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether a thread could run now (ready, or next for a free seat).
+    pub fn runnable(&self) -> bool {
+        !self.ready.is_empty() || (self.seat.is_none() && !self.queued.is_empty())
+    }
+
+    /// Wakes at most `count` threads waiting on the futex at `addr`, oldest
+    /// thread first; returns how many.
+    pub(crate) fn futex_wake(&mut self, addr: u32, count: u32) -> u32 {
+        let waiting: Vec<Tid> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| {
+                matches!(&t.state, ThreadState::Waiting(Wait::Futex { addr: a, .. }) if *a == addr)
+            })
+            .map(|(&tid, _)| tid)
+            .take(count as usize)
+            .collect();
+        for &tid in &waiting {
+            self.make_ready(tid, Some(Reply::Woken { timed_out: false }));
+        }
+        waiting.len() as u32
+    }
+
+    /// Makes ready the threads whose deadline is `now_ns` or earlier;
+    /// returns whether there were any.
+    pub fn wake_due(&mut self, now_ns: u64) -> bool {
+        let due: Vec<(Tid, Reply)> = self
+            .threads
+            .iter()
+            .filter_map(|(&tid, t)| match t.state {
+                ThreadState::Waiting(Wait::Sleep { until_ns }) if until_ns <= now_ns => {
+                    Some((tid, Reply::Done))
+                }
+                ThreadState::Waiting(Wait::Futex {
+                    until_ns: Some(until_ns),
+                    ..
+                }) if until_ns <= now_ns => Some((tid, Reply::Woken { timed_out: true })),
+                _ => None,
+            })
+            .collect();
+        let any = !due.is_empty();
+        for (tid, reply) in due {
+            self.make_ready(tid, Some(reply));
+        }
+        self.earliest = self.next_deadline();
+        any
+    }
+
+    /// The earliest deadline a thread waits for.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.threads
+            .values()
+            .filter_map(|t| match t.state {
+                ThreadState::Waiting(Wait::Sleep { until_ns }) => Some(until_ns),
+                ThreadState::Waiting(Wait::Futex { until_ns, .. }) => until_ns,
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Registers the per-thread words (`atoll_thread_locals`): the running
+    /// thread keeps their current values, the others start with zeros.
+    ///
+    /// # Errors
+    /// `EINVAL` past [`MAX_LOCALS`].
+    pub(crate) fn set_locals(&mut self, addrs: Vec<u32>) -> Result<(), atoll_abi::Errno> {
+        if addrs.len() > MAX_LOCALS {
+            return Err(atoll_abi::Errno::Inval);
+        }
+        for t in self.threads.values_mut() {
+            if let Some(saved) = &mut t.saved {
+                saved.locals = vec![0; addrs.len()];
+            }
+        }
+        self.locals = addrs;
+        Ok(())
+    }
+
+    pub(crate) fn locals(&self) -> &[u32] {
+        &self.locals
+    }
+
+    /// Keeps only thread `tid` (a fork's child: POSIX copies the calling
+    /// thread alone).
+    pub fn keep_only(&mut self, tid: Tid) {
+        self.threads.retain(|&t, _| t == tid);
+        self.ready.retain(|&t| t == tid);
+        self.queued.clear();
+        self.seat = self.seat.filter(|&t| t == tid);
+        self.current = tid;
+    }
+
+    /// Each thread and what it is doing, for `ps --threads`; the kernel
+    /// call of the one in the kernel is `in_kernel`.
+    pub fn describe(&self, in_kernel: &str) -> Vec<(Tid, String)> {
+        self.threads
+            .iter()
+            .map(|(&tid, t)| {
+                let state = match &t.state {
+                    ThreadState::Ready(_) => "ready".into(),
+                    ThreadState::InKernel => in_kernel.to_owned(),
+                    ThreadState::Waiting(Wait::Futex { .. }) => "waiting on a futex".into(),
+                    ThreadState::Waiting(Wait::Sleep { .. }) => "sleeping".into(),
+                    ThreadState::Waiting(Wait::Seat(_)) => {
+                        "waiting for its turn in the kernel".into()
+                    }
+                };
+                (tid, state)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_run_in_turn_and_futexes_wake_the_oldest() {
+        let mut t = Threads::default();
+        assert!(!t.active());
+        let a = t.spawn(100).unwrap();
+        let b = t.spawn(200).unwrap();
+        assert_eq!((a, b), (2, 3));
+        assert_eq!(t.next_ready(), Some((2, None)));
+        t.wait(2, Wait::Futex { addr: 8, until_ns: None });
+        assert_eq!(t.next_ready(), Some((3, None)));
+        t.wait(3, Wait::Futex { addr: 8, until_ns: Some(50) });
+        assert!(!t.runnable());
+        assert_eq!(t.next_deadline(), Some(50));
+        assert_eq!(t.futex_wake(8, 1), 1);
+        assert_eq!(t.next_ready(), Some((2, Some(Reply::Woken { timed_out: false }))));
+        assert!(t.wake_due(50));
+        assert_eq!(t.next_ready(), Some((3, Some(Reply::Woken { timed_out: true }))));
+        assert_eq!(t.futex_wake(8, 10), 0);
+    }
+
+    #[test]
+    fn the_seat_goes_to_threads_in_the_order_they_asked() {
+        let mut t = Threads::default();
+        t.spawn(0).unwrap();
+        t.spawn(0).unwrap();
+        t.take_seat(1);
+        assert!(t.seat_taken());
+        t.wait(2, Wait::Seat(Some(KernelCall::Drain)));
+        t.wait(3, Wait::Seat(None));
+        assert_eq!(t.next_in_line(), None, "the seat is taken");
+        t.resume_seat();
+        assert!(t.runnable());
+        assert_eq!(t.next_in_line(), Some((2, Some(KernelCall::Drain))));
+        t.take_seat(2);
+        t.resume_seat();
+        assert_eq!(t.next_in_line(), Some((3, None)));
+        assert!(!t.end(1) || t.len() == 2);
+    }
+
+    #[test]
+    fn a_fork_keeps_the_calling_thread() {
+        let mut t = Threads::default();
+        t.spawn(0).unwrap();
+        t.spawn(0).unwrap();
+        t.take_seat(3);
+        t.keep_only(3);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.seat(), Some(3));
+        assert_eq!(t.current(), 3);
+    }
+}

@@ -1,0 +1,94 @@
+/* The insides of atoll's guest thread library: the host calls it is built
+ * on (crates/process/src/syscall/threads.rs) and the layouts it gives
+ * musl's opaque pthread types.
+ *
+ * Threads run cooperatively: one at a time, switched only inside a host
+ * call or at a safepoint (a function entry or loop header, when the
+ * thread's quantum is up). A read-modify-write written with __atomic
+ * builtins is one sequence of loads and stores with no safepoint in it,
+ * so it is atomic here without the wasm threads feature. */
+#ifndef ATOLL_THREAD_IMPL_H
+#define ATOLL_THREAD_IMPL_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+#define ATOLL_IMPORT(name) __attribute__((import_module("atoll"), import_name(name)))
+
+ATOLL_IMPORT("thread_spawn") int32_t __atoll_thread_spawn(void *arg);
+ATOLL_IMPORT("thread_exit") _Noreturn void __atoll_thread_exit(volatile int *clear);
+ATOLL_IMPORT("thread_self") int32_t __atoll_thread_self(void);
+ATOLL_IMPORT("thread_locals") int32_t __atoll_thread_locals(const uint32_t *addrs, int32_t n);
+ATOLL_IMPORT("futex_wait") int32_t __atoll_futex_wait(volatile int *addr, int32_t expected,
+                                                      int64_t timeout_ns);
+ATOLL_IMPORT("futex_wake") int32_t __atoll_futex_wake(volatile int *addr, int32_t count);
+
+/* Default stack of a new thread, as musl's. */
+#define DEFAULT_STACK (128 * 1024)
+
+/* A thread. `stack_top` must stay first: atoll_thread_entry (entry.s)
+ * loads the C stack pointer from offset 0 before any C code runs. */
+struct __pthread {
+    uintptr_t stack_top;
+    /* The thread's number while it runs; set to 0 by the host when it
+     * has ended (and its stack is free): joiners wait on it. */
+    volatile int tid;
+    void *(*start)(void *);
+    void *arg;
+    void *result;
+    void *stack;
+    int detached;
+    /* An ended detached thread, waiting to be freed by another. */
+    struct __pthread *next_dead;
+    const void *specific[PTHREAD_KEYS_MAX];
+};
+
+/* The running thread's record (NULL: the first thread), and the words
+ * each thread has its own copy of; see thread.c. */
+extern struct __pthread *__atoll_self;
+void __atoll_threads_init(void);
+
+/* Waits on *addr while it holds `expected`, until `abstime` on `clock`
+ * (NULL: for ever). Returns 0, EAGAIN or ETIMEDOUT. */
+int __atoll_wait(volatile int *addr, int expected, clockid_t clock,
+                 const struct timespec *abstime);
+
+/* A lock word: 0 free, 1 held, 2 held with waiters (Drepper's futex
+ * mutex). */
+void __atoll_lock(volatile int *l);
+int __atoll_lock_until(volatile int *l, clockid_t clock, const struct timespec *abstime);
+void __atoll_unlock(volatile int *l);
+
+struct mutex {
+    volatile int lock;
+    int type;
+    int owner; /* thread number, for recursive and errorcheck mutexes */
+    int count; /* recursion depth beyond the first lock */
+};
+
+struct cond {
+    volatile int seq;
+    clockid_t clock;
+};
+
+struct rwlock {
+    volatile int lock;
+    volatile int seq;
+    int readers;
+    int writer;
+    int writers_waiting;
+};
+
+struct barrier {
+    volatile int lock;
+    volatile int generation;
+    unsigned count;
+    unsigned total;
+};
+
+#define LAYOUT(type, inner) \
+    _Static_assert(sizeof(type) >= sizeof(inner), #inner " does not fit " #type)
+
+#endif

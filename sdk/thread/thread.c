@@ -1,0 +1,246 @@
+/* Threads: create, join, detach, exit, self, once, keys, attributes.
+ *
+ * A thread's record and stack are one malloc'd block, freed by whoever
+ * joins it, or (detached) by the next pthread_create or pthread_join once
+ * the host has said the thread ended (its `tid` word is 0): a thread
+ * cannot free the stack it runs on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "impl.h"
+
+struct __pthread *__atoll_self;
+
+/* The first thread's record: it needs no stack of ours. */
+static struct __pthread first;
+
+/* Ended detached threads not yet freed. */
+static struct __pthread *dead;
+
+static struct {
+    int used;
+    void (*destructor)(void *);
+} keys[PTHREAD_KEYS_MAX];
+
+/* Called from entry.s, on the new thread's own stack. */
+void __atoll_thread_start(struct __pthread *self);
+
+/* The export threads start in (entry.s): named here so that linking
+ * pthread_create pulls it out of the archive. */
+void atoll_thread_entry(struct __pthread *self);
+__attribute__((used)) static void (*const entry)(struct __pthread *) = atoll_thread_entry;
+
+void __atoll_threads_init(void) {
+    static int done;
+    if (done)
+        return;
+    done = 1;
+    first.tid = 1;
+    /* errno and the current thread are each thread's own. */
+    static uint32_t words[2];
+    words[0] = (uint32_t)(uintptr_t)&errno;
+    words[1] = (uint32_t)(uintptr_t)&__atoll_self;
+    __atoll_thread_locals(words, 2);
+}
+
+static void free_dead(void) {
+    struct __pthread **p = &dead;
+    while (*p) {
+        struct __pthread *t = *p;
+        if (t->tid == 0) {
+            *p = t->next_dead;
+            free(t);
+        } else {
+            p = &t->next_dead;
+        }
+    }
+}
+
+int pthread_create(pthread_t *restrict out, const pthread_attr_t *restrict attr,
+                   void *(*start)(void *), void *restrict arg) {
+    __atoll_threads_init();
+    free_dead();
+    size_t stack = DEFAULT_STACK;
+    int detached = 0;
+    if (attr) {
+        stack = attr->__u.__s[0] ? attr->__u.__s[0] : DEFAULT_STACK;
+        detached = attr->__u.__i[1];
+    }
+    size_t head = (sizeof(struct __pthread) + 15) & ~(size_t)15;
+    struct __pthread *t = malloc(head + stack);
+    if (!t)
+        return EAGAIN;
+    memset(t, 0, sizeof *t);
+    t->stack = (char *)t + head;
+    /* The C stack grows down, 16-byte aligned. */
+    t->stack_top = ((uintptr_t)t->stack + stack) & ~(uintptr_t)15;
+    t->start = start;
+    t->arg = arg;
+    t->detached = detached;
+    t->tid = -1;
+    int tid = __atoll_thread_spawn(t);
+    if (tid < 0) {
+        free(t);
+        return -tid == ENOSYS || -tid == ENOTSUP ? ENOSYS : -tid;
+    }
+    t->tid = tid;
+    *out = t;
+    return 0;
+}
+
+void __atoll_thread_start(struct __pthread *self) {
+    __atoll_self = self;
+    pthread_exit(self->start(self->arg));
+}
+
+pthread_t pthread_self(void) {
+    return __atoll_self ? __atoll_self : &first;
+}
+
+int atoll_thread_id(void) {
+    return __atoll_thread_self();
+}
+
+#undef pthread_equal
+int pthread_equal(pthread_t a, pthread_t b) {
+    return a == b;
+}
+
+static void run_destructors(struct __pthread *self) {
+    for (int round = 0; round < PTHREAD_DESTRUCTOR_ITERATIONS; round++) {
+        int any = 0;
+        for (int k = 0; k < PTHREAD_KEYS_MAX; k++) {
+            void *v = (void *)self->specific[k];
+            if (v && keys[k].used && keys[k].destructor) {
+                self->specific[k] = 0;
+                keys[k].destructor(v);
+                any = 1;
+            }
+        }
+        if (!any)
+            break;
+    }
+}
+
+_Noreturn void pthread_exit(void *result) {
+    struct __pthread *self = pthread_self();
+    run_destructors(self);
+    self->result = result;
+    if (self != &first && self->detached) {
+        self->next_dead = dead;
+        dead = self;
+    }
+    /* The host clears `tid` and wakes the joiners as the thread ends; the
+     * first thread's record is static and nobody frees it. */
+    __atoll_thread_exit(&self->tid);
+}
+
+int pthread_join(pthread_t t, void **result) {
+    if (t == pthread_self())
+        return EDEADLK;
+    if (t->detached)
+        return EINVAL;
+    for (int tid; (tid = t->tid) != 0;)
+        __atoll_futex_wait(&t->tid, tid, -1);
+    if (result)
+        *result = t->result;
+    if (t != &first)
+        free(t);
+    free_dead();
+    return 0;
+}
+
+int pthread_detach(pthread_t t) {
+    if (t->detached)
+        return EINVAL;
+    if (t->tid == 0) {
+        /* Ended already: nobody will join it. */
+        if (t != &first)
+            free(t);
+        return 0;
+    }
+    t->detached = 1;
+    return 0;
+}
+
+int pthread_once(pthread_once_t *once, void (*init)(void)) {
+    volatile int *state = (volatile int *)once;
+    for (;;) {
+        int s = 0;
+        if (__atomic_compare_exchange_n(state, &s, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+            init();
+            __atomic_store_n(state, 2, __ATOMIC_SEQ_CST);
+            __atoll_futex_wake(state, INT32_MAX);
+            return 0;
+        }
+        if (s == 2)
+            return 0;
+        __atoll_futex_wait(state, 1, -1);
+    }
+}
+
+int pthread_key_create(pthread_key_t *key, void (*destructor)(void *)) {
+    for (unsigned k = 0; k < PTHREAD_KEYS_MAX; k++) {
+        if (!keys[k].used) {
+            keys[k].used = 1;
+            keys[k].destructor = destructor;
+            *key = k;
+            return 0;
+        }
+    }
+    return EAGAIN;
+}
+
+int pthread_key_delete(pthread_key_t key) {
+    if (key >= PTHREAD_KEYS_MAX || !keys[key].used)
+        return EINVAL;
+    keys[key].used = 0;
+    keys[key].destructor = 0;
+    return 0;
+}
+
+void *pthread_getspecific(pthread_key_t key) {
+    return key < PTHREAD_KEYS_MAX ? (void *)pthread_self()->specific[key] : 0;
+}
+
+int pthread_setspecific(pthread_key_t key, const void *value) {
+    if (key >= PTHREAD_KEYS_MAX || !keys[key].used)
+        return EINVAL;
+    pthread_self()->specific[key] = value;
+    return 0;
+}
+
+/* pthread_attr_t: __s[0] the stack size (0: default), __i[1] detached. */
+int pthread_attr_init(pthread_attr_t *a) {
+    memset(a, 0, sizeof *a);
+    return 0;
+}
+
+int pthread_attr_destroy(pthread_attr_t *a) {
+    (void)a;
+    return 0;
+}
+
+int pthread_attr_getdetachstate(const pthread_attr_t *a, int *state) {
+    *state = a->__u.__i[1];
+    return 0;
+}
+
+int pthread_attr_setdetachstate(pthread_attr_t *a, int state) {
+    if (state != PTHREAD_CREATE_JOINABLE && state != PTHREAD_CREATE_DETACHED)
+        return EINVAL;
+    a->__u.__i[1] = state;
+    return 0;
+}
+
+int pthread_attr_getstacksize(const pthread_attr_t *restrict a, size_t *restrict size) {
+    *size = a->__u.__s[0] ? a->__u.__s[0] : DEFAULT_STACK;
+    return 0;
+}
+
+int pthread_attr_setstacksize(pthread_attr_t *a, size_t size) {
+    if (size < PTHREAD_STACK_MIN)
+        return EINVAL;
+    a->__u.__s[0] = size;
+    return 0;
+}

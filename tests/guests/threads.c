@@ -1,0 +1,366 @@
+/* POSIX threads on atoll: each part of <pthread.h> and <semaphore.h> the
+ * guest library provides, checked. Prints one line per check and exits 1
+ * if any failed. Also built natively in spirit: nothing here is
+ * atoll-specific but atoll_thread_id. */
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int failed;
+
+static void check(int ok, const char *what) {
+    printf("%s: %s\n", what, ok ? "ok" : "FAILED");
+    failed |= !ok;
+}
+
+static struct timespec in_ms(clockid_t clock, long ms) {
+    struct timespec t;
+    clock_gettime(clock, &t);
+    t.tv_nsec += (ms % 1000) * 1000000L;
+    t.tv_sec += ms / 1000 + t.tv_nsec / 1000000000L;
+    t.tv_nsec %= 1000000000L;
+    return t;
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* 1. create, join, return values; a counter under a mutex. */
+static pthread_mutex_t counter_lock = PTHREAD_MUTEX_INITIALIZER;
+static long counter;
+
+static void *add(void *arg) {
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&counter_lock);
+        long c = counter;
+        if (i % 100 == 0)
+            sched_yield(); /* others try the lock meanwhile */
+        counter = c + 1;
+        pthread_mutex_unlock(&counter_lock);
+    }
+    return (void *)((long)arg * 2);
+}
+
+static void create_and_join(void) {
+    pthread_t t[8];
+    for (long i = 0; i < 8; i++)
+        pthread_create(&t[i], 0, add, (void *)i);
+    long sum = 0;
+    for (int i = 0; i < 8; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        sum += (long)r;
+    }
+    check(counter == 8000 && sum == 56, "create, join, mutex");
+    check(pthread_join(pthread_self(), 0) == EDEADLK, "join self is EDEADLK");
+}
+
+/* 2. detach, and a detached thread's end seen through a semaphore. */
+static sem_t detached_done;
+
+static void *detached(void *arg) {
+    (void)arg;
+    sem_post(&detached_done);
+    return 0;
+}
+
+static void detach(void) {
+    sem_init(&detached_done, 0, 0);
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int rc = pthread_create(&t, &a, detached, 0);
+    sem_wait(&detached_done);
+    pthread_t u;
+    pthread_create(&u, 0, detached, 0);
+    int drc = pthread_detach(u);
+    sem_wait(&detached_done);
+    check(rc == 0 && drc == 0 && pthread_join(t, 0) == EINVAL, "detach");
+}
+
+/* 3. once. */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int inits;
+
+static void init_once(void) {
+    inits++;
+    sched_yield(); /* the others arrive while it runs */
+}
+
+static void *call_once(void *arg) {
+    (void)arg;
+    pthread_once(&once, init_once);
+    return (void *)(long)inits;
+}
+
+static void once_only(void) {
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], 0, call_once, 0);
+    int all_saw_it = 1;
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        all_saw_it &= (long)r == 1;
+    }
+    check(inits == 1 && all_saw_it, "once");
+}
+
+/* 4. keys and their destructors; errno and pthread_self per thread. */
+static pthread_key_t key;
+static int destroyed;
+
+static void destroy(void *v) {
+    destroyed += *(int *)v;
+}
+
+static void *own_values(void *arg) {
+    int *mine = arg;
+    pthread_setspecific(key, mine);
+    errno = *mine;
+    pthread_t me = pthread_self();
+    sched_yield();
+    int ok = pthread_getspecific(key) == mine && errno == *mine && pthread_equal(me, pthread_self());
+    return (void *)(long)ok;
+}
+
+static void keys(void) {
+    pthread_key_create(&key, destroy);
+    int v[3] = {1, 10, 100};
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&t[i], 0, own_values, &v[i]);
+    int ok = 1;
+    for (int i = 0; i < 3; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        ok &= (long)r;
+    }
+    check(ok && destroyed == 111 && pthread_getspecific(key) == 0, "keys, errno, self");
+    pthread_key_delete(key);
+}
+
+/* 5. mutex types. */
+static pthread_mutex_t held;
+
+static void *try_held(void *arg) {
+    (void)arg;
+    int busy = pthread_mutex_trylock(&held) == EBUSY;
+    int perm = pthread_mutex_unlock(&held) == EPERM;
+    return (void *)(long)(busy && perm);
+}
+
+static void mutex_types(void) {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&held, &a);
+    int rec = !pthread_mutex_lock(&held) && !pthread_mutex_lock(&held) &&
+              !pthread_mutex_trylock(&held);
+    pthread_t t;
+    void *r;
+    pthread_create(&t, 0, try_held, 0);
+    pthread_join(t, &r);
+    rec &= (long)r && !pthread_mutex_unlock(&held) && !pthread_mutex_unlock(&held) &&
+           !pthread_mutex_unlock(&held) && pthread_mutex_unlock(&held) == EPERM;
+    check(rec, "recursive mutex");
+
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_destroy(&held);
+    pthread_mutex_init(&held, &a);
+    pthread_mutex_lock(&held);
+    int ec = pthread_mutex_lock(&held) == EDEADLK;
+    pthread_create(&t, 0, try_held, 0);
+    pthread_join(t, &r);
+    ec &= (long)r && !pthread_mutex_unlock(&held) && pthread_mutex_unlock(&held) == EPERM;
+    check(ec, "errorcheck mutex");
+
+    pthread_mutex_t normal = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&normal);
+    struct timespec soon = in_ms(CLOCK_REALTIME, 20);
+    check(pthread_mutex_trylock(&normal) == EBUSY &&
+              pthread_mutex_timedlock(&normal, &soon) == ETIMEDOUT,
+          "trylock and timedlock");
+}
+
+/* 6. condition variables: a bounded queue, and a timed wait. */
+static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_nonempty = PTHREAD_COND_INITIALIZER, q_nonfull = PTHREAD_COND_INITIALIZER;
+static int q[4], q_len, q_head;
+
+static void *produce(void *arg) {
+    for (int i = 1; i <= 100; i++) {
+        pthread_mutex_lock(&q_lock);
+        while (q_len == 4)
+            pthread_cond_wait(&q_nonfull, &q_lock);
+        q[(q_head + q_len++) % 4] = i;
+        pthread_cond_signal(&q_nonempty);
+        pthread_mutex_unlock(&q_lock);
+    }
+    return arg;
+}
+
+static void conditions(void) {
+    pthread_t t;
+    pthread_create(&t, 0, produce, 0);
+    long sum = 0;
+    for (int i = 0; i < 100; i++) {
+        pthread_mutex_lock(&q_lock);
+        while (q_len == 0)
+            pthread_cond_wait(&q_nonempty, &q_lock);
+        sum += q[q_head];
+        q_head = (q_head + 1) % 4;
+        q_len--;
+        pthread_cond_signal(&q_nonfull);
+        pthread_mutex_unlock(&q_lock);
+    }
+    pthread_join(t, 0);
+    check(sum == 5050, "condition variables");
+
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_t c;
+    pthread_cond_init(&c, &ca);
+    pthread_mutex_lock(&q_lock);
+    double t0 = now_ms();
+    struct timespec at = in_ms(CLOCK_MONOTONIC, 30);
+    int rc = pthread_cond_timedwait(&c, &q_lock, &at);
+    double waited = now_ms() - t0;
+    pthread_mutex_unlock(&q_lock);
+    check(rc == ETIMEDOUT && waited >= 29, "timed wait");
+}
+
+/* 7. read-write locks. */
+static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+static int readers_in, most_readers, writer_saw_readers;
+
+static void *reader(void *arg) {
+    (void)arg;
+    pthread_rwlock_rdlock(&rw);
+    readers_in++;
+    if (readers_in > most_readers)
+        most_readers = readers_in;
+    sched_yield();
+    readers_in--;
+    pthread_rwlock_unlock(&rw);
+    return 0;
+}
+
+static void *writer(void *arg) {
+    (void)arg;
+    pthread_rwlock_wrlock(&rw);
+    writer_saw_readers |= readers_in != 0;
+    sched_yield();
+    pthread_rwlock_unlock(&rw);
+    return 0;
+}
+
+static void rwlocks(void) {
+    pthread_t t[6];
+    for (int i = 0; i < 6; i++)
+        pthread_create(&t[i], 0, i == 3 ? writer : reader, 0);
+    for (int i = 0; i < 6; i++)
+        pthread_join(t[i], 0);
+    pthread_rwlock_wrlock(&rw);
+    int busy = pthread_rwlock_tryrdlock(&rw) == EDEADLK;
+    pthread_rwlock_unlock(&rw);
+    pthread_rwlock_rdlock(&rw);
+    int shared = pthread_rwlock_tryrdlock(&rw) == 0;
+    pthread_rwlock_unlock(&rw);
+    pthread_rwlock_unlock(&rw);
+    check(most_readers > 1 && !writer_saw_readers && busy && shared, "read-write locks");
+}
+
+/* 8. barriers. */
+static pthread_barrier_t barrier;
+static int before, after_all_arrived = 1;
+
+static void *at_barrier(void *arg) {
+    (void)arg;
+    before++;
+    int rc = pthread_barrier_wait(&barrier);
+    after_all_arrived &= before == 5;
+    return (void *)(long)(rc == PTHREAD_BARRIER_SERIAL_THREAD);
+}
+
+static void barriers(void) {
+    pthread_barrier_init(&barrier, 0, 5);
+    pthread_t t[5];
+    for (int i = 0; i < 5; i++)
+        pthread_create(&t[i], 0, at_barrier, 0);
+    int serial = 0;
+    for (int i = 0; i < 5; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        serial += (long)r;
+    }
+    check(serial == 1 && after_all_arrived, "barrier");
+}
+
+/* 9. semaphores. */
+static void semaphores(void) {
+    sem_t s;
+    sem_init(&s, 0, 1);
+    int ok = sem_trywait(&s) == 0 && sem_trywait(&s) == -1 && errno == EAGAIN;
+    struct timespec at = in_ms(CLOCK_REALTIME, 20);
+    ok &= sem_timedwait(&s, &at) == -1 && errno == ETIMEDOUT;
+    sem_post(&s);
+    sem_post(&s);
+    int v;
+    sem_getvalue(&s, &v);
+    ok &= v == 2 && sem_wait(&s) == 0 && sem_open("/x", 0) == SEM_FAILED && errno == ENOSYS;
+    check(ok, "semaphores");
+}
+
+/* 10. a thread asleep, or spinning without a system call, holds up no
+ * other: the sleep is the thread's, and the quantum is per thread. */
+static volatile int ticks, stop_spinning;
+
+static void *sleeper(void *arg) {
+    (void)arg;
+    struct timespec d = {0, 50 * 1000000L};
+    nanosleep(&d, 0);
+    return (void *)(long)ticks;
+}
+
+static void *spinner(void *arg) {
+    (void)arg;
+    while (!stop_spinning)
+        ticks++;
+    return 0;
+}
+
+static void no_thread_holds_up_another(void) {
+    pthread_t s, p;
+    pthread_create(&s, 0, sleeper, 0);
+    pthread_create(&p, 0, spinner, 0);
+    void *seen;
+    pthread_join(s, &seen);
+    stop_spinning = 1;
+    pthread_join(p, 0);
+    check((long)seen > 0, "sleep and spin");
+}
+
+int main(void) {
+    create_and_join();
+    detach();
+    once_only();
+    keys();
+    mutex_types();
+    conditions();
+    rwlocks();
+    barriers();
+    semaphores();
+    no_thread_holds_up_another();
+    printf("thread ids: %d\n", atoll_thread_id());
+    return failed;
+}
