@@ -52,14 +52,14 @@ void __atoll_threads_init(void);
 
 /* Waits on *addr while it holds `expected`, until `abstime` on `clock`
  * (NULL: for ever). Returns 0, EAGAIN or ETIMEDOUT. */
-int __atoll_wait(volatile int *addr, int expected, clockid_t clock,
+int __atoll_futex_until(volatile int *addr, int expected, clockid_t clock,
                  const struct timespec *abstime);
 
 /* A lock word: 0 free, 1 held, 2 held with waiters (Drepper's futex
  * mutex). */
-void __atoll_lock(volatile int *l);
-int __atoll_lock_until(volatile int *l, clockid_t clock, const struct timespec *abstime);
-void __atoll_unlock(volatile int *l);
+void __atoll_word_lock(volatile int *l);
+int __atoll_word_lock_until(volatile int *l, clockid_t clock, const struct timespec *abstime);
+void __atoll_word_unlock(volatile int *l);
 
 struct mutex {
     volatile int lock;

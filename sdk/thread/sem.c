@@ -39,7 +39,7 @@ int sem_trywait(sem_t *s) {
 
 int sem_timedwait(sem_t *restrict s, const struct timespec *restrict abstime) {
     while (sem_trywait(s) != 0) {
-        int rc = __atoll_wait(count(s), 0, CLOCK_REALTIME, abstime);
+        int rc = __atoll_futex_until(count(s), 0, CLOCK_REALTIME, abstime);
         if (rc == ETIMEDOUT || rc == EINVAL) {
             errno = rc;
             return -1;

@@ -8,7 +8,7 @@ LAYOUT(pthread_cond_t, struct cond);
 LAYOUT(pthread_rwlock_t, struct rwlock);
 LAYOUT(pthread_barrier_t, struct barrier);
 
-int __atoll_wait(volatile int *addr, int expected, clockid_t clock,
+int __atoll_futex_until(volatile int *addr, int expected, clockid_t clock,
                  const struct timespec *abstime) {
     int64_t timeout = -1;
     if (abstime) {
@@ -25,25 +25,25 @@ int __atoll_wait(volatile int *addr, int expected, clockid_t clock,
     return rc == EAGAIN ? EAGAIN : rc;
 }
 
-int __atoll_lock_until(volatile int *l, clockid_t clock, const struct timespec *abstime) {
+int __atoll_word_lock_until(volatile int *l, clockid_t clock, const struct timespec *abstime) {
     int c = 0;
     if (__atomic_compare_exchange_n(l, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return 0;
     if (c != 2)
         c = __atomic_exchange_n(l, 2, __ATOMIC_ACQUIRE);
     while (c != 0) {
-        if (__atoll_wait(l, 2, clock, abstime) == ETIMEDOUT)
+        if (__atoll_futex_until(l, 2, clock, abstime) == ETIMEDOUT)
             return ETIMEDOUT;
         c = __atomic_exchange_n(l, 2, __ATOMIC_ACQUIRE);
     }
     return 0;
 }
 
-void __atoll_lock(volatile int *l) {
-    __atoll_lock_until(l, CLOCK_REALTIME, 0);
+void __atoll_word_lock(volatile int *l) {
+    __atoll_word_lock_until(l, CLOCK_REALTIME, 0);
 }
 
-void __atoll_unlock(volatile int *l) {
+void __atoll_word_unlock(volatile int *l) {
     if (__atomic_exchange_n(l, 0, __ATOMIC_RELEASE) == 2)
         __atoll_futex_wake(l, 1);
 }
@@ -115,7 +115,7 @@ static int mutex_lock(pthread_mutex_t *mp, int try, const struct timespec *absti
         int c = 0;
         if (!__atomic_compare_exchange_n(&m->lock, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
             return EBUSY;
-    } else if ((rc = __atoll_lock_until(&m->lock, CLOCK_REALTIME, abstime)) != 0) {
+    } else if ((rc = __atoll_word_lock_until(&m->lock, CLOCK_REALTIME, abstime)) != 0) {
         return rc;
     }
     m->owner = me;
@@ -146,7 +146,7 @@ int pthread_mutex_unlock(pthread_mutex_t *mp) {
         }
     }
     m->owner = 0;
-    __atoll_unlock(&m->lock);
+    __atoll_word_unlock(&m->lock);
     return 0;
 }
 
@@ -199,7 +199,7 @@ int pthread_cond_timedwait(pthread_cond_t *restrict cp, pthread_mutex_t *restric
     int rc = pthread_mutex_unlock(mp);
     if (rc)
         return rc;
-    rc = __atoll_wait(&c->seq, seq, c->clock, abstime);
+    rc = __atoll_futex_until(&c->seq, seq, c->clock, abstime);
     /* Taken back as contended: other waiters may have been woken too. */
     int me = m->type == PTHREAD_MUTEX_NORMAL ? 0 : pthread_self()->tid;
     while (__atomic_exchange_n(&m->lock, 2, __ATOMIC_ACQUIRE) != 0)
@@ -254,9 +254,9 @@ int pthread_rwlock_destroy(pthread_rwlock_t *lp) {
 static int rwlock_take(pthread_rwlock_t *lp, int write, int try) {
     struct rwlock *l = (struct rwlock *)lp;
     int me = pthread_self()->tid;
-    __atoll_lock(&l->lock);
+    __atoll_word_lock(&l->lock);
     if (l->writer == me) {
-        __atoll_unlock(&l->lock);
+        __atoll_word_unlock(&l->lock);
         return EDEADLK;
     }
     if (write)
@@ -268,13 +268,13 @@ static int rwlock_take(pthread_rwlock_t *lp, int write, int try) {
         if (try) {
             if (write)
                 l->writers_waiting--;
-            __atoll_unlock(&l->lock);
+            __atoll_word_unlock(&l->lock);
             return EBUSY;
         }
         int seq = l->seq;
-        __atoll_unlock(&l->lock);
+        __atoll_word_unlock(&l->lock);
         __atoll_futex_wait(&l->seq, seq, -1);
-        __atoll_lock(&l->lock);
+        __atoll_word_lock(&l->lock);
     }
     if (write) {
         l->writers_waiting--;
@@ -282,7 +282,7 @@ static int rwlock_take(pthread_rwlock_t *lp, int write, int try) {
     } else {
         l->readers++;
     }
-    __atoll_unlock(&l->lock);
+    __atoll_word_unlock(&l->lock);
     return 0;
 }
 
@@ -304,7 +304,7 @@ int pthread_rwlock_trywrlock(pthread_rwlock_t *l) {
 
 int pthread_rwlock_unlock(pthread_rwlock_t *lp) {
     struct rwlock *l = (struct rwlock *)lp;
-    __atoll_lock(&l->lock);
+    __atoll_word_lock(&l->lock);
     int rc = 0;
     if (l->writer == pthread_self()->tid)
         l->writer = 0;
@@ -316,7 +316,7 @@ int pthread_rwlock_unlock(pthread_rwlock_t *lp) {
         l->seq++;
         __atoll_futex_wake(&l->seq, INT32_MAX);
     }
-    __atoll_unlock(&l->lock);
+    __atoll_word_unlock(&l->lock);
     return rc;
 }
 
@@ -348,16 +348,16 @@ int pthread_barrier_destroy(pthread_barrier_t *bp) {
 
 int pthread_barrier_wait(pthread_barrier_t *bp) {
     struct barrier *b = (struct barrier *)bp;
-    __atoll_lock(&b->lock);
+    __atoll_word_lock(&b->lock);
     int generation = b->generation;
     if (++b->count == b->total) {
         b->count = 0;
         b->generation++;
         __atoll_futex_wake(&b->generation, INT32_MAX);
-        __atoll_unlock(&b->lock);
+        __atoll_word_unlock(&b->lock);
         return PTHREAD_BARRIER_SERIAL_THREAD;
     }
-    __atoll_unlock(&b->lock);
+    __atoll_word_unlock(&b->lock);
     while (b->generation == generation)
         __atoll_futex_wait(&b->generation, generation, -1);
     return 0;

@@ -1,0 +1,107 @@
+//! Threads inside processes (`sdk/thread`, `crates/process/src/threads.rs`):
+//! the POSIX API, and processes whose threads are in every state moved
+//! between kernels, checkpointed and restored, coming back exactly as they
+//! were.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use atoll_abi::{status, KernelId};
+use atoll_migration::Mode;
+use atoll_node::JobSpec;
+use common::*;
+
+fn on(mut spec: JobSpec, kernel: u16) -> JobSpec {
+    spec.kernel = Some(KernelId::new(0, kernel));
+    spec
+}
+
+fn wait_for(out: &Output, text: &str) {
+    let t = Instant::now();
+    while !out.stdout().contains(text) {
+        assert!(t.elapsed() < HANG, "never printed {text:?}: {}", out.stdout());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn the_pthread_api_works_as_posix_says() {
+    let node = node(1);
+    let (status, out) = run(&node, &job("threads", &[]));
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    let lines: Vec<String> = out.stdout().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 15, "{lines:#?}");
+    for line in &lines[..14] {
+        assert!(line.ends_with(": ok"), "{line}");
+    }
+}
+
+/// What an unmoved `threadmix` prints.
+const EXPECTED: &str = "ready\ncondition: 1\nmutex: 2\njoin: 7\nreceive: 42\nsemaphore: 5\n\
+                        compute: 754959235\nchild: spawned 0, exit 0\n";
+
+#[test]
+fn threads_in_every_state_migrate_with_their_process() {
+    let node = node(2);
+    let spec = on(job("threadmix", &["800"]), 0);
+    let (status, out) = run(&node, &spec);
+    assert_eq!((status, out.stdout().as_str()), (0, EXPECTED), "{}", out.stderr());
+    for mode in [Mode::Handover, Mode::Copy] {
+        let (pid, out, done) = start(&node, &spec);
+        wait_for(&out, "ready");
+        // Seen by ps: the first thread sleeps, the others wait where they
+        // were left (one in the kernel, in its receive), one computes.
+        let p = wait_until(&node, "eight threads", |p| p.pid == pid && p.threads.len() == 8);
+        let states: Vec<&str> = p.threads.iter().map(|t| t.state.as_str()).collect();
+        assert!(states.contains(&"waiting on a futex"), "{states:?}");
+        assert!(states.iter().any(|s| s.to_lowercase().contains("receiv")), "{states:?}");
+        let mut moved = 0;
+        for i in 0..20 {
+            if out.stdout().lines().count() > 1 {
+                break;
+            }
+            let to = KernelId::new(0, (i + 1) % 2);
+            if node.migrate(pid, to, Some(mode)).is_ok() {
+                moved += 1;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(moved >= 5, "{mode}: only {moved} moves in the window");
+        assert_eq!(done.recv_timeout(HANG).unwrap(), 0, "{}", out.stderr());
+        assert_eq!(out.stdout(), EXPECTED, "{mode}: moved {moved} times");
+    }
+}
+
+#[test]
+fn a_checkpointed_process_with_threads_is_restored_as_it_was() {
+    let node = node(2);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("threadmix.img");
+    let spec = on(job("threadmix", &["800", "alone"]), 0);
+    let (status, out) = run(&node, &spec);
+    assert_eq!(status, 0, "{}", out.stderr());
+    let expected = out.stdout();
+    assert!(!expected.contains("receive"), "{expected}");
+
+    let (pid, out, done) = start(&node, &spec);
+    wait_for(&out, "ready");
+    node.checkpoint(pid, &file, false).unwrap();
+    assert_eq!(
+        done.recv_timeout(HANG).unwrap(),
+        status::killed(status::SIGSTOP)
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let rest = Output::default();
+    let restored = node
+        .restore_job(
+            &file,
+            None,
+            Some(KernelId::new(0, 1)),
+            Box::new(Sink::new(rest.clone(), tx)),
+        )
+        .unwrap();
+    assert_eq!(restored, pid, "the PID does not change");
+    assert_eq!(rx.recv_timeout(HANG).unwrap(), 0, "{}", rest.stderr());
+    assert_eq!(out.stdout() + &rest.stdout(), expected);
+}
