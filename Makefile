@@ -51,7 +51,8 @@ NATIVE_CC ?= gcc
 NATIVE_CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 NATIVE := $(NATIVE_DIR)/mergesort $(NATIVE_DIR)/spawn_native $(NATIVE_DIR)/true \
           $(NATIVE_DIR)/ipc_linux $(NATIVE_DIR)/swarm_native $(NATIVE_DIR)/fileio \
-          $(NATIVE_DIR)/place_native $(NATIVE_DIR)/balance $(NATIVE_DIR)/flood
+          $(NATIVE_DIR)/place_native $(NATIVE_DIR)/balance $(NATIVE_DIR)/flood \
+          $(NATIVE_DIR)/threadbench
 # The MPI benchmarks' native side, with Open MPI (scripts/setup.sh installs it).
 MPICC ?= mpicc
 ifneq ($(shell command -v $(MPICC) 2>/dev/null),)
@@ -146,6 +147,9 @@ $(NATIVE_DIR)/fileio: bench/guests/fileio.c Makefile | $(NATIVE_DIR)
 
 $(NATIVE_DIR)/balance: bench/guests/balance.c Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<)
+
+$(NATIVE_DIR)/threadbench: bench/guests/threadbench.c Makefile | $(NATIVE_DIR)
+	$(call native_compile,$@,$<,-pthread,$(NATIVE_CC) -D_GNU_SOURCE)
 
 $(NATIVE_DIR)/flood: bench/guests/flood.c Makefile | $(NATIVE_DIR)
 	$(call native_compile,$@,$<)

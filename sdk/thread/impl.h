@@ -17,7 +17,8 @@
 
 #define ATOLL_IMPORT(name) __attribute__((import_module("atoll"), import_name(name)))
 
-ATOLL_IMPORT("thread_spawn") int32_t __atoll_thread_spawn(void *arg);
+ATOLL_IMPORT("thread_spawn") int32_t __atoll_thread_spawn(void (*func)(struct __pthread *),
+                                                          struct __pthread *arg);
 ATOLL_IMPORT("thread_exit") _Noreturn void __atoll_thread_exit(volatile int *clear);
 ATOLL_IMPORT("thread_self") int32_t __atoll_thread_self(void);
 ATOLL_IMPORT("thread_locals") int32_t __atoll_thread_locals(const uint32_t *addrs, int32_t n);
@@ -27,6 +28,8 @@ ATOLL_IMPORT("futex_wake") int32_t __atoll_futex_wake(volatile int *addr, int32_
 
 /* Default stack of a new thread, as musl's. */
 #define DEFAULT_STACK (128 * 1024)
+
+struct __pthread;
 
 /* A thread. `stack_top` must stay first: atoll_thread_entry (entry.s)
  * loads the C stack pointer from offset 0 before any C code runs. */
@@ -42,7 +45,9 @@ struct __pthread {
     int detached;
     /* An ended detached thread, waiting to be freed by another. */
     struct __pthread *next_dead;
-    const void *specific[PTHREAD_KEYS_MAX];
+    /* Its thread-specific values, PTHREAD_KEYS_MAX of them, from its
+     * first pthread_setspecific on (most threads never have any). */
+    const void **specific;
 };
 
 /* The running thread's record (NULL: the first thread), and the words

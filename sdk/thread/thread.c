@@ -25,10 +25,8 @@ static struct {
 /* Called from entry.s, on the new thread's own stack. */
 void __atoll_thread_start(struct __pthread *self);
 
-/* The export threads start in (entry.s): named here so that linking
- * pthread_create pulls it out of the archive. */
+/* Where threads start (entry.s). */
 void atoll_thread_entry(struct __pthread *self);
-__attribute__((used)) static void (*const entry)(struct __pthread *) = atoll_thread_entry;
 
 void __atoll_threads_init(void) {
     static int done;
@@ -78,10 +76,10 @@ int pthread_create(pthread_t *restrict out, const pthread_attr_t *restrict attr,
     t->arg = arg;
     t->detached = detached;
     t->tid = -1;
-    int tid = __atoll_thread_spawn(t);
+    int tid = __atoll_thread_spawn(atoll_thread_entry, t);
     if (tid < 0) {
         free(t);
-        return -tid == ENOSYS || -tid == ENOTSUP ? ENOSYS : -tid;
+        return -tid == ENOTSUP ? ENOSYS : -tid;
     }
     t->tid = tid;
     *out = t;
@@ -107,6 +105,8 @@ int pthread_equal(pthread_t a, pthread_t b) {
 }
 
 static void run_destructors(struct __pthread *self) {
+    if (!self->specific)
+        return;
     for (int round = 0; round < PTHREAD_DESTRUCTOR_ITERATIONS; round++) {
         int any = 0;
         for (int k = 0; k < PTHREAD_KEYS_MAX; k++) {
@@ -120,6 +120,8 @@ static void run_destructors(struct __pthread *self) {
         if (!any)
             break;
     }
+    free(self->specific);
+    self->specific = 0;
 }
 
 _Noreturn void pthread_exit(void *result) {
@@ -200,13 +202,17 @@ int pthread_key_delete(pthread_key_t key) {
 }
 
 void *pthread_getspecific(pthread_key_t key) {
-    return key < PTHREAD_KEYS_MAX ? (void *)pthread_self()->specific[key] : 0;
+    struct __pthread *self = pthread_self();
+    return key < PTHREAD_KEYS_MAX && self->specific ? (void *)self->specific[key] : 0;
 }
 
 int pthread_setspecific(pthread_key_t key, const void *value) {
     if (key >= PTHREAD_KEYS_MAX || !keys[key].used)
         return EINVAL;
-    pthread_self()->specific[key] = value;
+    struct __pthread *self = pthread_self();
+    if (!self->specific && !(self->specific = calloc(PTHREAD_KEYS_MAX, sizeof(void *))))
+        return ENOMEM;
+    self->specific[key] = value;
     return 0;
 }
 

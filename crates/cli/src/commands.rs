@@ -431,9 +431,13 @@ pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
 
 #[derive(Args)]
 pub struct PsArgs {
-    /// Print JSON instead of a table
+    /// Print JSON instead of a table (it always lists the threads)
     #[arg(long)]
     json: bool,
+    /// Under each process with threads, one line per thread: its TID and
+    /// what it is doing
+    #[arg(long)]
+    threads: bool,
 }
 
 /// What `atoll ps` asks of the node: every kernel's report, the domains
@@ -482,6 +486,7 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
         let mut procs = r.processes.clone();
         procs.sort_by_key(|p| p.pid);
         for p in procs {
+            let threads = if a.threads { p.threads.clone() } else { Vec::new() };
             println!(
                 "{:<14} {:<7} {:<10} {:<14} {:>9.1} {:>9} {:>8} {:>8} {:>8} {:>5} {:>8}  {}{}",
                 p.pid.to_string(),
@@ -501,6 +506,9 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
                 },
                 if p.pinned { ", pinned" } else { "" }
             );
+            for t in threads {
+                println!("  thread {:<6} {}", t.tid, t.state);
+            }
         }
     }
     for p in reports.iter().flat_map(|r| &r.processes) {

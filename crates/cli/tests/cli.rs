@@ -290,6 +290,36 @@ fn run_ps_and_kill_talk_to_a_running_node() {
 }
 
 #[test]
+fn ps_threads_lists_each_thread_of_a_process() {
+    let node = Daemon::start(1);
+    let mut job = node
+        .atoll(&["run", &guest("threadmix"), "3000", "alone"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = node.wait_for("threadmix");
+    let t = Instant::now();
+    let ps = loop {
+        let ps = text(&node.atoll(&["ps", "--threads"]).output().unwrap().stdout);
+        if ps.matches("  thread ").count() == 7 {
+            break ps;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "{ps}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let after = ps.split(&pid).nth(1).unwrap();
+    assert!(after.contains("\n  thread 1      sleeping\n"), "{ps}");
+    assert!(after.contains("waiting on a futex"), "{ps}");
+    let json = node.atoll(&["ps", "--json"]).output().unwrap();
+    let reports: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let threads = &reports[0]["processes"][0]["threads"];
+    assert_eq!(threads.as_array().unwrap().len(), 7, "{reports:#}");
+    assert_eq!(threads[0]["tid"], 1);
+    node.atoll(&["kill", &pid]).output().unwrap();
+    job.wait().unwrap();
+}
+
+#[test]
 fn top_shows_the_load_tree_and_ps_the_pinned_processes() {
     let node = Daemon::start(2);
     let mut spinners: Vec<_> = (0..2)

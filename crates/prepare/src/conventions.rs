@@ -67,6 +67,15 @@
 /// make the next safepoint call [`SAFEPOINT_NAME`]; the host clears it.
 pub const YIELD_GLOBAL: &str = "atoll_yield";
 
+/// Exported mutable `i32` global, initialised to 0: how many bytes at the
+/// start of the reserved region may not be zero. The runtime raises it
+/// after each unwind (to the end of what Asyncify wrote) and whenever it
+/// writes a saved stack there; a `memory.grow` zeroes only that much of the
+/// pages it hands from the region to the program, and lowers it by as much.
+/// Zeroing the whole handed-over part (up to a MiB) at every grow made each
+/// growth cost a page fault per 4 KiB.
+pub const AREA_DIRTY_GLOBAL: &str = "atoll_area_dirty";
+
 /// Module name of the safepoint import.
 pub const SAFEPOINT_MODULE: &str = "atoll";
 
@@ -85,16 +94,19 @@ pub const GLOBAL_EXPORT_PREFIX: &str = "atoll_global_";
 pub const PREPARED_SECTION: &str = "atoll.prepared";
 
 /// Version tag at the start of the [`PREPARED_SECTION`] payload.
-pub const PREPARED_VERSION: &str = "v1";
+pub const PREPARED_VERSION: &str = "v2";
 
 /// The exported function the runtime starts a process with (WASI command).
 pub const START_EXPORT: &str = "_start";
 
-/// The exported function every thread but the first starts in,
-/// `atoll_thread_entry(arg: i32)`, defined by the guest thread library
-/// (`sdk/thread/`); optional. It sets the C stack pointer from its argument
-/// before any C code runs, so it is written in assembly.
-pub const THREAD_ENTRY_EXPORT: &str = "atoll_thread_entry";
+/// The module's function table, exported by preparation when there is one,
+/// so that the runtime can start a thread in a function the program names
+/// by its pointer (`atoll.thread_spawn(func, arg)`; the guest thread
+/// library's is `atoll_thread_entry` in `sdk/thread/entry.s`). Not an
+/// export of the function itself: wasm-ld wraps every export of a WASI
+/// command in calls to the C constructors and destructors, which would
+/// then run again at each thread's start.
+pub const TABLE_EXPORT: &str = "atoll_table";
 
 /// The exported linear memory the runtime saves, copies and restores.
 pub const MEMORY_EXPORT: &str = "memory";

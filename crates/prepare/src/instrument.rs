@@ -12,8 +12,8 @@ use walrus::{
 };
 
 use crate::conventions::{
-    global_export_name, GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT, SAFEPOINT_MODULE, SAFEPOINT_NAME,
-    START_EXPORT, YIELD_GLOBAL,
+    global_export_name, AREA_DIRTY_GLOBAL, GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT, SAFEPOINT_MODULE,
+    SAFEPOINT_NAME, START_EXPORT, TABLE_EXPORT, YIELD_GLOBAL,
 };
 use crate::{reserve, PrepareError};
 
@@ -31,7 +31,9 @@ pub(crate) fn instrument(wasm: &[u8]) -> Result<Vec<u8>, PrepareError> {
     // `globals_in_order` holds the input's globals only: the yield flag added
     // next is not exported under the `atoll_global_` prefix.
     export_mutable_globals(&mut module, &globals_in_order);
-    let yield_flag = add_yield_flag(&mut module);
+    export_function_table(&mut module);
+    let yield_flag = add_runtime_global(&mut module, YIELD_GLOBAL);
+    let area_dirty = add_runtime_global(&mut module, AREA_DIRTY_GLOBAL);
     let ty = module.types.add(&[], &[]);
     let (safepoint, _) = module.add_import_func(SAFEPOINT_MODULE, SAFEPOINT_NAME, ty);
     let mut checks = 0;
@@ -41,7 +43,7 @@ pub(crate) fn instrument(wasm: &[u8]) -> Result<Vec<u8>, PrepareError> {
     }
     tracing::debug!(checks, "inserted safepoint checks");
     // After the checks: the helpers this adds need none (they call nothing).
-    reserve::reserve_top_pages(&mut module, memory, &program)?;
+    reserve::reserve_top_pages(&mut module, memory, area_dirty, &program)?;
     Ok(module.emit_wasm())
 }
 
@@ -107,6 +109,8 @@ fn check_command(module: &Module) -> Result<MemoryId, PrepareError> {
 fn check_reserved_names(module: &Module) -> Result<(), PrepareError> {
     let reserved = |name: &str| {
         name == YIELD_GLOBAL
+            || name == AREA_DIRTY_GLOBAL
+            || name == TABLE_EXPORT
             || name.starts_with(GLOBAL_EXPORT_PREFIX)
             || name.starts_with(ASYNCIFY_EXPORT_PREFIX)
     };
@@ -135,13 +139,26 @@ fn export_mutable_globals(module: &mut Module, globals_in_order: &[GlobalId]) {
     }
 }
 
-/// Adds the exported, mutable `i32` yield flag, initialised to 0.
-fn add_yield_flag(module: &mut Module) -> GlobalId {
+/// Exports the first function table, if any, as [`TABLE_EXPORT`].
+fn export_function_table(module: &mut Module) {
+    let table = module
+        .tables
+        .iter()
+        .find(|t| t.element_ty == walrus::RefType::FUNCREF)
+        .map(|t| t.id());
+    if let Some(table) = table {
+        module.exports.add(TABLE_EXPORT, table);
+    }
+}
+
+/// Adds an exported, mutable `i32` global of the runtime's, initialised
+/// to 0 (the yield flag, the reserved region's dirty length).
+fn add_runtime_global(module: &mut Module, name: &str) -> GlobalId {
     let id = module
         .globals
         .add_local(ValType::I32, true, false, ConstExpr::Value(Value::I32(0)));
-    module.globals.get_mut(id).name = Some(YIELD_GLOBAL.to_owned());
-    module.exports.add(YIELD_GLOBAL, id);
+    module.globals.get_mut(id).name = Some(name.to_owned());
+    module.exports.add(name, id);
     id
 }
 

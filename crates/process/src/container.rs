@@ -22,15 +22,15 @@ use std::time::Duration;
 
 use quanta::Instant;
 
-use wasmtime::{Store, StoreLimitsBuilder, UpdateDeadline, Val};
+use wasmtime::{Store, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
 
 use crate::call::{CallState, KernelCall, KernelLink, Reply, Yielding};
 use crate::clock::monotonic_ns;
 use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
 use crate::image::{GlobalValue, MemoryImage, ProcessImage, PAGE_SIZE};
 use crate::runtime::{Program, Runtime};
-use crate::syscall::{ProcExit, ThreadExit};
-use crate::threads::{Context, Tid, Wait};
+use crate::syscall::ProcExit;
+use crate::threads::{Context, Entry, ThreadStop, Tid, Wait};
 use crate::uarea::{StackArea, UArea};
 
 /// How a slice ended.
@@ -262,6 +262,14 @@ impl Container {
                 .set(self.store_mut(), val(*value))
                 .map_err(|e| ContainerError::BadImage(format!("global `{name}`: {e}")))?;
         }
+        // The memory written came from elsewhere, its stack area with it:
+        // the whole area may hold saved stacks.
+        let reserved = atoll_prepare::conventions::ASYNCIFY_RESERVED_PAGES
+            * atoll_prepare::conventions::WASM_PAGE_SIZE;
+        asyncify
+            .area_dirty
+            .set(self.store_mut(), Val::I32(reserved as i32))
+            .map_err(|e| ContainerError::BadImage(format!("stack area: {e}")))?;
         Ok(())
     }
 
@@ -616,6 +624,31 @@ fn run_alone(store: &mut Store<ProcCtx>, exports: &Exports) -> Slice {
     }
 }
 
+/// The function at `index` of the module's table, if it is one a thread
+/// can start in: `(i32) -> ()`. The last one found is remembered: checking
+/// a function's type at each thread switch cost a sixth of a thread's
+/// create and join.
+pub(crate) fn thread_function(
+    mut store: impl wasmtime::AsContextMut<Data = ProcCtx>,
+    exports: &Exports,
+    index: u32,
+) -> Option<TypedFunc<i32, ()>> {
+    if let Some((i, f)) = &store.as_context().data().thread_function {
+        if *i == index {
+            return Some(f.clone());
+        }
+    }
+    let func = exports
+        .table?
+        .get(&mut store, u64::from(index))?
+        .as_func()
+        .flatten()
+        .copied()?;
+    let f = func.typed::<i32, ()>(&store).ok()?;
+    store.as_context_mut().data_mut().thread_function = Some((index, f.clone()));
+    Some(f)
+}
+
 /// How a thread's turn (or a process's only thread's) ended.
 enum Stop {
     Exited(i32),
@@ -632,17 +665,20 @@ enum Stop {
 
 /// Calls the entry of a thread (`None`: `_start`), rewinding it first if
 /// the caller started a rewind, and says how it stopped.
-fn enter(store: &mut Store<ProcCtx>, exports: &Exports, entry: Option<u32>) -> Stop {
-    let result = match (entry, &exports.thread_entry) {
-        (None, _) => exports.start.call(&mut *store, ()),
-        (Some(arg), Some(f)) => f.call(&mut *store, arg as i32),
-        (Some(_), None) => return Stop::Trapped("internal error: a thread without an entry".into()),
+fn enter(store: &mut Store<ProcCtx>, exports: &Exports, entry: Option<Entry>) -> Stop {
+    let result = match entry {
+        None => exports.start.call(&mut *store, ()),
+        Some(entry) => match thread_function(&mut *store, exports, entry.func) {
+            Some(f) => f.call(&mut *store, entry.arg as i32),
+            None => return Stop::Trapped(format!("thread entry {} is gone", entry.func)),
+        },
     };
     match result {
         Ok(()) => {
             let ctx = store.data_mut();
-            let stop = match (ctx.thread_wait.take(), &ctx.uarea.call) {
-                (Some(wait), _) => Stop::Thread(wait),
+            let stop = match (ctx.thread_stop.take(), &ctx.uarea.call) {
+                (Some(ThreadStop::Wait(wait)), _) => Stop::Thread(wait),
+                (Some(ThreadStop::Exit), _) => Stop::ThreadExit,
                 (None, CallState::Blocked(call)) => Stop::Kernel(call.clone()),
                 (None, _) => return Stop::Returned,
             };
@@ -650,16 +686,17 @@ fn enter(store: &mut Store<ProcCtx>, exports: &Exports, entry: Option<u32>) -> S
                 .asyncify
                 .as_ref()
                 .expect("only prepared modules unwind");
-            match asyncify.stop_unwind.call(&mut *store, ()) {
+            if let Err(e) = asyncify.stop_unwind.call(&mut *store, ()) {
+                return Stop::Trapped(format!("cannot finish unwinding: {e:#}"));
+            }
+            match mark_area_dirty(store, exports, asyncify) {
                 Ok(()) => stop,
-                Err(e) => Stop::Trapped(format!("cannot finish unwinding: {e:#}")),
+                Err(why) => Stop::Trapped(why),
             }
         }
         Err(e) => {
             if let Some(ProcExit(code)) = e.downcast_ref::<ProcExit>() {
                 Stop::Exited(*code)
-            } else if e.downcast_ref::<ThreadExit>().is_some() {
-                Stop::ThreadExit
             } else {
                 Stop::Trapped(describe_trap(&e))
             }
@@ -797,7 +834,7 @@ fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Resu
     let globals = asyncify
         .globals
         .iter()
-        .map(|(name, g)| global_value(g.get(&mut *store)).ok_or(format!("global `{name}`: unsupported type")))
+        .map(|(name, g)| global_value(g.get(&mut *store)).ok_or_else(|| format!("global `{name}`: unsupported type")))
         .collect::<Result<Vec<_>, _>>()?;
     let ctx = store.data();
     let area = ctx.uarea.stack_area.ok_or("a thread stopped without a stack area")?;
@@ -807,7 +844,7 @@ fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Resu
         memory
             .get(at..at + 4)
             .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .ok_or(format!("word {at:#x} is outside memory"))
+            .ok_or_else(|| format!("word {at:#x} is outside memory"))
     };
     let data = (area.addr + atoll_prepare::conventions::ASYNCIFY_DATA_HEADER) as usize;
     let current = word(area.addr)? as usize;
@@ -839,7 +876,11 @@ fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Resu
 
 /// Writes back what is thread `tid`'s own and starts rewinding it (a thread
 /// that has not run yet starts afresh). Returns its entry.
-fn switch_in(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Result<Option<u32>, String> {
+fn switch_in(
+    store: &mut Store<ProcCtx>,
+    exports: &Exports,
+    tid: Tid,
+) -> Result<Option<Entry>, String> {
     let asyncify = exports.asyncify.as_ref().ok_or("a thread of an unprepared module")?;
     let threads = &mut store.data_mut().uarea.threads;
     let locals = threads.locals().to_vec();
@@ -872,6 +913,7 @@ fn switch_in(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Result<
     let at = area.addr as usize;
     memory[at..at + 8].copy_from_slice(&area.header(used));
     memory[at + 8..at + 8 + saved.stack.len()].copy_from_slice(&saved.stack);
+    mark_area_dirty(store, exports, asyncify)?;
     let ctx = store.data_mut();
     ctx.uarea.stack_area = Some(area);
     ctx.rewinding = true;
@@ -882,11 +924,41 @@ fn switch_in(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Result<
     Ok(entry)
 }
 
+/// Raises the stack area's dirty length to the end of the saved stack its
+/// header says is there, so that a later grow zeroes it before the program
+/// gets those pages.
+fn mark_area_dirty(
+    store: &mut Store<ProcCtx>,
+    exports: &Exports,
+    asyncify: &Asyncify,
+) -> Result<(), String> {
+    let area = store
+        .data()
+        .uarea
+        .stack_area
+        .ok_or("a stop without a stack area")?;
+    let memory = exports.memory.data(&*store);
+    let at = area.addr as usize;
+    let current = memory
+        .get(at..at + 4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .ok_or("the stack area is outside memory")?;
+    let used = current.saturating_sub(area.addr) as i32;
+    let dirty = asyncify.area_dirty.get(&mut *store).i32().unwrap_or(0);
+    if used > dirty {
+        asyncify
+            .area_dirty
+            .set(&mut *store, Val::I32(used))
+            .map_err(|e| format!("cannot mark the stack area: {e:#}"))?;
+    }
+    Ok(())
+}
+
 fn write_word(memory: &mut [u8], at: u32, v: u32) -> Result<(), String> {
     let at = at as usize;
     memory
         .get_mut(at..at + 4)
-        .ok_or(format!("word {at:#x} is outside memory"))?
+        .ok_or_else(|| format!("word {at:#x} is outside memory"))?
         .copy_from_slice(&v.to_le_bytes());
     Ok(())
 }
@@ -935,8 +1007,14 @@ fn bind_exports(
             .filter(|e| e.name().starts_with(c::GLOBAL_EXPORT_PREFIX))
             .filter_map(|e| Some((e.name().to_owned(), e.into_global()?)))
             .collect::<Vec<_>>();
+        let area_dirty = instance
+            .get_global(&mut *store, c::AREA_DIRTY_GLOBAL)
+            .ok_or_else(|| {
+                wasmtime::format_err!("prepared module lacks `{}`", c::AREA_DIRTY_GLOBAL)
+            })?;
         Some(Arc::new(Asyncify {
             yield_flag,
+            area_dirty,
             start_unwind: instance.get_typed_func(&mut *store, c::ASYNCIFY_START_UNWIND)?,
             stop_unwind: instance.get_typed_func(&mut *store, c::ASYNCIFY_STOP_UNWIND)?,
             start_rewind: instance.get_typed_func(&mut *store, c::ASYNCIFY_START_REWIND)?,
@@ -946,17 +1024,11 @@ fn bind_exports(
     } else {
         None
     };
-    let thread_entry = instance
-        .get_func(&mut *store, c::THREAD_ENTRY_EXPORT)
-        .map(|f| f.typed(&*store))
-        .transpose()
-        .map_err(|_| {
-            wasmtime::format_err!("`{}` must take an i32 and return nothing", c::THREAD_ENTRY_EXPORT)
-        })?;
+    let table = instance.get_table(&mut *store, c::TABLE_EXPORT);
     Ok(Exports {
         memory,
         start,
-        thread_entry,
+        table,
         asyncify,
     })
 }

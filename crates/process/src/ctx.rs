@@ -100,10 +100,13 @@ pub struct ProcCtx {
     pub(crate) deadline: quanta::Instant,
     /// Set while the stack is being rewound into a blocked host function.
     pub(crate) rewinding: bool,
-    /// What the running thread waits for within its process, when it
-    /// unwound for that rather than for a kernel call.
-    pub(crate) thread_wait: Option<crate::threads::Wait>,
+    /// Why the running thread unwound, when it was for its process's
+    /// own business rather than for a kernel call.
+    pub(crate) thread_stop: Option<crate::threads::ThreadStop>,
     pub(crate) limits: StoreLimits,
+    /// The function threads last started in, typed
+    /// ([`crate::container::thread_function`]).
+    pub(crate) thread_function: Option<(u32, TypedFunc<i32, ()>)>,
     /// The kernel, lent for the current slice (see [`KernelLink`]); `None`
     /// between slices.
     pub(crate) link: Option<NonNull<dyn KernelLink>>,
@@ -126,8 +129,9 @@ impl ProcCtx {
             slice_start: quanta::Instant::now(),
             deadline: quanta::Instant::now(),
             rewinding: false,
-            thread_wait: None,
+            thread_stop: None,
             limits,
+            thread_function: None,
             link: None,
         }
     }
@@ -155,9 +159,10 @@ impl ProcCtx {
 pub(crate) struct Exports {
     pub memory: Memory,
     pub start: TypedFunc<(), ()>,
-    /// The guest thread library's `atoll_thread_entry(arg)`, where every
-    /// thread but the first starts; absent in programs without threads.
-    pub thread_entry: Option<TypedFunc<i32, ()>>,
+    /// The function table, where threads start
+    /// (`atoll_prepare::conventions::TABLE_EXPORT`); prepared modules with
+    /// a table only.
+    pub table: Option<wasmtime::Table>,
     /// Present in prepared modules only.
     pub asyncify: Option<Arc<Asyncify>>,
 }
@@ -166,6 +171,9 @@ pub(crate) struct Exports {
 #[derive(Clone)]
 pub(crate) struct Asyncify {
     pub yield_flag: Global,
+    /// How much of the stack area may not be zero
+    /// (`atoll_prepare::conventions::AREA_DIRTY_GLOBAL`).
+    pub area_dirty: Global,
     pub start_unwind: TypedFunc<i32, ()>,
     pub stop_unwind: TypedFunc<(), ()>,
     pub start_rewind: TypedFunc<i32, ()>,

@@ -69,11 +69,18 @@ pub struct Threads {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Thread {
     pub state: ThreadState,
-    /// What it runs: `None` for thread 1 (`_start`), or the argument of
-    /// the guest library's `atoll_thread_entry`.
-    pub entry: Option<u32>,
+    /// What it runs: `None` for thread 1 (`_start`).
+    pub entry: Option<Entry>,
     /// Its own state while it does not run; `None` before it first runs.
     pub saved: Option<Context>,
+}
+
+/// Where a thread starts: `func(arg)`, `func` an index into the module's
+/// function table (a C function pointer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub func: u32,
+    pub arg: u32,
 }
 
 /// What a thread is doing.
@@ -98,6 +105,15 @@ pub enum Wait {
     /// Its turn in the kernel, to make this call (`None`: to make again
     /// the IPC call it was making, which goes to the kernel directly).
     Seat(Option<KernelCall>),
+}
+
+/// Why a thread stopped without a kernel call.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ThreadStop {
+    Wait(Wait),
+    /// `atoll_thread_exit`: it unwinds (cheaper than a trap out of the
+    /// guest) and is dropped.
+    Exit,
 }
 
 /// What is a thread's own while another runs.
@@ -134,11 +150,11 @@ impl Threads {
         self.next = 2;
     }
 
-    /// Adds a thread that will run `atoll_thread_entry(arg)`.
+    /// Adds a thread that will run `entry`.
     ///
     /// # Errors
     /// `EAGAIN` past [`MAX_THREADS`].
-    pub(crate) fn spawn(&mut self, arg: u32) -> Result<Tid, atoll_abi::Errno> {
+    pub(crate) fn spawn(&mut self, entry: Entry) -> Result<Tid, atoll_abi::Errno> {
         self.activate();
         if self.threads.len() >= MAX_THREADS {
             return Err(atoll_abi::Errno::Again);
@@ -149,7 +165,7 @@ impl Threads {
             tid,
             Thread {
                 state: ThreadState::Ready(None),
-                entry: Some(arg),
+                entry: Some(entry),
                 saved: None,
             },
         );
@@ -390,8 +406,8 @@ mod tests {
     fn threads_run_in_turn_and_futexes_wake_the_oldest() {
         let mut t = Threads::default();
         assert!(!t.active());
-        let a = t.spawn(100).unwrap();
-        let b = t.spawn(200).unwrap();
+        let a = t.spawn(Entry { func: 1, arg: 100 }).unwrap();
+        let b = t.spawn(Entry { func: 1, arg: 200 }).unwrap();
         assert_eq!((a, b), (2, 3));
         assert_eq!(t.next_ready(), Some((2, None)));
         t.wait(2, Wait::Futex { addr: 8, until_ns: None });
@@ -409,8 +425,8 @@ mod tests {
     #[test]
     fn the_seat_goes_to_threads_in_the_order_they_asked() {
         let mut t = Threads::default();
-        t.spawn(0).unwrap();
-        t.spawn(0).unwrap();
+        t.spawn(Entry { func: 1, arg: 0 }).unwrap();
+        t.spawn(Entry { func: 1, arg: 0 }).unwrap();
         t.take_seat(1);
         assert!(t.seat_taken());
         t.wait(2, Wait::Seat(Some(KernelCall::Drain)));
@@ -428,8 +444,8 @@ mod tests {
     #[test]
     fn a_fork_keeps_the_calling_thread() {
         let mut t = Threads::default();
-        t.spawn(0).unwrap();
-        t.spawn(0).unwrap();
+        t.spawn(Entry { func: 1, arg: 0 }).unwrap();
+        t.spawn(Entry { func: 1, arg: 0 }).unwrap();
         t.take_seat(3);
         t.keep_only(3);
         assert_eq!(t.len(), 1);

@@ -173,6 +173,7 @@ fn run(
             }
             Slice::Call(KernelCall::Input { .. }) => container.reply(Reply::Input(vec![])),
             Slice::Call(other) => panic!("unexpected kernel call {other:?}"),
+            other => panic!("a guest without threads stopped with {other:?}"),
         }
     };
     let stdout = std::mem::take(&mut *console.stdout.lock().unwrap());

@@ -24,7 +24,7 @@ use wasmtime::{Caller, Linker, Val};
 use crate::call::{CallState, KernelCall, Reply};
 use crate::ctx::ProcCtx;
 use crate::memory::GuestMemory;
-use crate::threads::Wait;
+use crate::threads::{ThreadStop, Wait};
 use crate::uarea::StackArea;
 
 /// Registers every host function into `linker`.
@@ -42,11 +42,7 @@ pub(crate) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
 #[error("process exited with status {0}")]
 pub struct ProcExit(pub i32);
 
-/// The error a host function returns to end the running thread
-/// (`atoll_thread_exit`) and no other.
-#[derive(Debug, thiserror::Error)]
-#[error("thread exited")]
-pub struct ThreadExit;
+
 
 /// Runs `f` with the guest's memory and the process context, and turns its
 /// result into the errno the guest sees (0 for success).
@@ -131,8 +127,16 @@ pub(crate) fn enter_kernel(
 /// # Errors
 /// As [`enter_kernel`].
 pub(crate) fn wait_in_process(caller: &mut Caller<'_, ProcCtx>, wait: Wait) -> Result<(), Errno> {
+    stop_thread(caller, ThreadStop::Wait(wait))
+}
+
+/// Unwinds the running thread for `why`, which its process handles.
+///
+/// # Errors
+/// As [`enter_kernel`].
+pub(crate) fn stop_thread(caller: &mut Caller<'_, ProcCtx>, why: ThreadStop) -> Result<(), Errno> {
     unwind(caller)?;
-    caller.data_mut().thread_wait = Some(wait);
+    caller.data_mut().thread_stop = Some(why);
     Ok(())
 }
 

@@ -1,8 +1,9 @@
 //! The thread system calls (import module `atoll`), on which the guest
 //! thread library (`sdk/thread/`: `<pthread.h>`, `<semaphore.h>`) is built.
 //!
-//! - `thread_spawn(arg) -> tid`: a new thread that runs the module's
-//!   `atoll_thread_entry(arg)` when its turn comes; the caller goes on.
+//! - `thread_spawn(func, arg) -> tid`: a new thread that runs `func(arg)`
+//!   (a function pointer: an index into the module's table, of a function
+//!   `(i32) -> ()`) when its turn comes; the caller goes on.
 //! - `thread_exit(clear)`: ends the calling thread. If `clear` is not 0,
 //!   the word there is set to 0 and its futex waiters woken first, as
 //!   Linux does with `CLONE_CHILD_CLEARTID`: a joiner waits on that word,
@@ -21,12 +22,13 @@
 use atoll_abi::Errno;
 use wasmtime::{Caller, Linker};
 
-use super::{take_reply, wait_in_process, with_memory, ProcExit, ThreadExit};
+use super::{stop_thread, take_reply, wait_in_process, with_memory, ProcExit};
 use crate::call::Reply;
 use crate::clock::monotonic_ns;
 use crate::ctx::ProcCtx;
 use crate::memory::GuestMemory;
-use crate::threads::Wait;
+use crate::container::thread_function;
+use crate::threads::{Entry, ThreadStop, Wait};
 
 const M: &str = "atoll";
 
@@ -60,20 +62,23 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
 }
 
 /// Returns the new thread's TID, or minus an errno: `ENOTSUP` for a module
-/// run unprepared (its threads could not be switched), `ENOSYS` for one
-/// without `atoll_thread_entry`, `EAGAIN` past the process's limit.
-fn thread_spawn(mut c: Caller<'_, ProcCtx>, arg: u32) -> i32 {
+/// run unprepared (its threads could not be switched), `EINVAL` if `func`
+/// is not a function `(i32) -> ()` of its table, `EAGAIN` past the
+/// process's limit.
+fn thread_spawn(mut c: Caller<'_, ProcCtx>, func: u32, arg: u32) -> i32 {
+    let exports = c.data().exports().clone();
+    let prepared = c.data().can_wait();
     let mut tid = 0;
-    let rc = with_memory(&mut c, |_, ctx| {
-        if !ctx.can_wait() {
-            return Err(Errno::NotSup);
-        }
-        if ctx.exports().thread_entry.is_none() {
-            return Err(Errno::NoSys);
-        }
-        tid = ctx.uarea.threads.spawn(arg)?;
-        Ok(())
-    });
+    let rc = if !prepared {
+        Errno::NotSup.raw() as i32
+    } else if thread_function(&mut c, &exports, func).is_none() {
+        Errno::Inval.raw() as i32
+    } else {
+        with_memory(&mut c, |_, ctx| {
+            tid = ctx.uarea.threads.spawn(Entry { func, arg })?;
+            Ok(())
+        })
+    };
     if rc == 0 {
         tid as i32
     } else {
@@ -98,7 +103,8 @@ fn thread_exit(mut c: Caller<'_, ProcCtx>, clear: u32) -> wasmtime::Result<()> {
     if c.data().uarea.threads.len() <= 1 {
         return Err(ProcExit(0).into());
     }
-    Err(ThreadExit.into())
+    stop_thread(&mut c, ThreadStop::Exit)
+        .map_err(|e| wasmtime::format_err!("thread_exit: cannot unwind: {e}"))
 }
 
 fn thread_locals(mut c: Caller<'_, ProcCtx>, addrs: u32, n: u32) -> i32 {
