@@ -298,10 +298,12 @@ fn ps_threads_lists_each_thread_of_a_process() {
         .spawn()
         .unwrap();
     let pid = node.wait_for("threadmix");
+    // Until the end of its 3 s sleep, the threads waiting on a condition,
+    // a mutex and a semaphore are there (the others may have ended).
     let t = Instant::now();
     let ps = loop {
         let ps = text(&node.atoll(&["ps", "--threads"]).output().unwrap().stdout);
-        if ps.matches("  thread ").count() == 7 {
+        if ps.matches("waiting on a futex").count() == 3 {
             break ps;
         }
         assert!(t.elapsed() < Duration::from_secs(60), "{ps}");
@@ -313,7 +315,7 @@ fn ps_threads_lists_each_thread_of_a_process() {
     let json = node.atoll(&["ps", "--json"]).output().unwrap();
     let reports: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     let threads = &reports[0]["processes"][0]["threads"];
-    assert_eq!(threads.as_array().unwrap().len(), 7, "{reports:#}");
+    assert!(threads.as_array().unwrap().len() >= 4, "{reports:#}");
     assert_eq!(threads[0]["tid"], 1);
     node.atoll(&["kill", &pid]).output().unwrap();
     job.wait().unwrap();

@@ -18,12 +18,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use atoll_abi::{KernelId, Pid};
+use atoll_abi::KernelId;
 use atoll_migration::{MigrationReport, Mode};
 use atoll_noc::net::identity::{self, Identity};
 use atoll_noc::net::{tls, LinkConfig};
-use atoll_node::{JobSink, JobSpec, Node};
-use atoll_process::Stream;
+use atoll_node::{JobSpec, Node};
 use rustls::{ClientConnection, ServerConnection, StreamOwned};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -431,10 +430,7 @@ fn migrate_row(
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let pid = node.run_job(
         &job(dirty, "dirty", &args),
-        Box::new(Ready {
-            seen: Vec::new(),
-            ready: Some(ready_tx),
-        }),
+        super::ReadyWhen::new("dirty: ready", ready_tx),
     )?;
     match ready.recv_timeout(PATIENCE) {
         Ok(true) => {}
@@ -468,27 +464,6 @@ fn migrate_row(
         }),
         reports,
     })
-}
-
-/// Says when a `dirty` process has filled its memory (or ended first).
-struct Ready {
-    seen: Vec<u8>,
-    ready: Option<mpsc::Sender<bool>>,
-}
-
-impl JobSink for Ready {
-    fn output(&mut self, stream: Stream, bytes: &[u8]) {
-        if stream == Stream::Stdout && self.ready.is_some() {
-            self.seen.extend_from_slice(bytes);
-            if String::from_utf8_lossy(&self.seen).contains("dirty: ready") {
-                let _ = self.ready.take().map(|r| r.send(true));
-            }
-        }
-    }
-
-    fn exited(&mut self, _pid: Pid, _status: i32) {
-        let _ = self.ready.take().map(|r| r.send(false));
-    }
 }
 
 impl ClusterReport {

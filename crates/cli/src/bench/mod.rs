@@ -16,6 +16,7 @@ mod placement;
 mod plot;
 mod scale;
 mod spawn;
+mod threads;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -71,6 +72,8 @@ enum Which {
     Balance(balance::Args),
     /// A program's output to its terminal: the console, bounded and not, vs a pipe
     Console(console::Args),
+    /// Threads: create+join, migration downtime vs threads, seed 004's MergeSort (k_sistema), vs Linux
+    Threads(threads::Args),
 }
 
 impl Which {
@@ -86,6 +89,7 @@ impl Which {
             Which::Placement(_) => "placement",
             Which::Balance(_) => "balance",
             Which::Console(_) => "console",
+            Which::Threads(_) => "threads",
         }
     }
 }
@@ -104,6 +108,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
         Which::Placement(p) => emit(&placement::run(ctx, &a.build, p)?, json, record),
         Which::Balance(b) => emit(&balance::run(ctx, &a.build, b)?, json, record),
         Which::Console(c) => emit(&console::run(ctx, &a.build, c)?, json, record),
+        Which::Threads(t) => emit(&threads::run(ctx, &a.build, t)?, json, record),
     }
 }
 
@@ -121,6 +126,7 @@ pub fn schemas() -> Vec<(String, schemars::Schema)> {
         schema::<placement::PlacementReport>("bench-placement"),
         schema::<balance::BalanceReport>("bench-balance"),
         schema::<Report>("bench-console"),
+        schema::<threads::ThreadsReport>("bench-threads"),
     ]
 }
 
@@ -416,6 +422,39 @@ impl JobSink for Collect {
 
     fn exited(&mut self, _pid: Pid, status: i32) {
         let _ = self.done.send((status, std::mem::take(&mut self.out)));
+    }
+}
+
+/// A job's sink that says once when the job printed `marker` (`true`), or
+/// ended before it did (`false`); the rest of the output is dropped.
+pub struct ReadyWhen {
+    pub marker: &'static str,
+    pub seen: Vec<u8>,
+    pub ready: Option<mpsc::Sender<bool>>,
+}
+
+impl ReadyWhen {
+    pub fn new(marker: &'static str, ready: mpsc::Sender<bool>) -> Box<ReadyWhen> {
+        Box::new(ReadyWhen {
+            marker,
+            seen: Vec::new(),
+            ready: Some(ready),
+        })
+    }
+}
+
+impl JobSink for ReadyWhen {
+    fn output(&mut self, stream: Stream, bytes: &[u8]) {
+        if stream == Stream::Stdout && self.ready.is_some() {
+            self.seen.extend_from_slice(bytes);
+            if String::from_utf8_lossy(&self.seen).contains(self.marker) {
+                let _ = self.ready.take().map(|r| r.send(true));
+            }
+        }
+    }
+
+    fn exited(&mut self, _pid: Pid, _status: i32) {
+        let _ = self.ready.take().map(|r| r.send(false));
     }
 }
 
