@@ -41,7 +41,8 @@ struct __pthread {
     void *(*start)(void *);
     void *arg;
     void *result;
-    void *stack;
+    /* The malloc'd block: its stack, then this record. */
+    void *block;
     int detached;
     /* An ended detached thread, waiting to be freed by another. */
     struct __pthread *next_dead;

@@ -1,6 +1,6 @@
 /* Threads: create, join, detach, exit, self, once, keys, attributes.
  *
- * A thread's record and stack are one malloc'd block, freed by whoever
+ * A thread's stack and record are one malloc'd block, freed by whoever
  * joins it, or (detached) by the next pthread_create or pthread_join once
  * the host has said the thread ended (its `tid` word is 0): a thread
  * cannot free the stack it runs on. */
@@ -47,7 +47,7 @@ static void free_dead(void) {
         struct __pthread *t = *p;
         if (t->tid == 0) {
             *p = t->next_dead;
-            free(t);
+            free(t->block);
         } else {
             p = &t->next_dead;
         }
@@ -64,21 +64,26 @@ int pthread_create(pthread_t *restrict out, const pthread_attr_t *restrict attr,
         stack = attr->__u.__s[0] ? attr->__u.__s[0] : DEFAULT_STACK;
         detached = attr->__u.__i[1];
     }
+    /* One block: the stack, then the record at its top, where the stack's
+     * first frames are. A new thread so touches one new page, not two (a
+     * page fault is most of what a thread costs in a new process). */
     size_t head = (sizeof(struct __pthread) + 15) & ~(size_t)15;
-    struct __pthread *t = malloc(head + stack);
-    if (!t)
+    char *block = malloc(stack + head + 15);
+    if (!block)
         return EAGAIN;
+    /* The C stack grows down from the record, 16-byte aligned. */
+    uintptr_t top = ((uintptr_t)block + stack) & ~(uintptr_t)15;
+    struct __pthread *t = (struct __pthread *)top;
     memset(t, 0, sizeof *t);
-    t->stack = (char *)t + head;
-    /* The C stack grows down, 16-byte aligned. */
-    t->stack_top = ((uintptr_t)t->stack + stack) & ~(uintptr_t)15;
+    t->block = block;
+    t->stack_top = top;
     t->start = start;
     t->arg = arg;
     t->detached = detached;
     t->tid = -1;
     int tid = __atoll_thread_spawn(atoll_thread_entry, t);
     if (tid < 0) {
-        free(t);
+        free(block);
         return -tid == ENOTSUP ? ENOSYS : -tid;
     }
     t->tid = tid;
@@ -147,7 +152,7 @@ int pthread_join(pthread_t t, void **result) {
     if (result)
         *result = t->result;
     if (t != &first)
-        free(t);
+        free(t->block);
     free_dead();
     return 0;
 }
@@ -158,7 +163,7 @@ int pthread_detach(pthread_t t) {
     if (t->tid == 0) {
         /* Ended already: nobody will join it. */
         if (t != &first)
-            free(t);
+            free(t->block);
         return 0;
     }
     t->detached = 1;

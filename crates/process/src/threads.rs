@@ -52,6 +52,9 @@ pub struct Threads {
     ready: VecDeque<Tid>,
     /// Threads waiting for the seat, in the order they asked.
     queued: VecDeque<Tid>,
+    /// Threads waiting on each futex, in the order they came: a wake
+    /// costs what it wakes, not a scan of every thread.
+    futexes: BTreeMap<u32, VecDeque<Tid>>,
     /// The thread in a kernel call ([`crate::UArea::call`] is its call).
     seat: Option<Tid>,
     /// The thread that runs (during a slice) or ran last.
@@ -191,9 +194,10 @@ impl Threads {
 
     /// Ends thread `tid`. Returns whether threads remain.
     pub(crate) fn end(&mut self, tid: Tid) -> bool {
-        self.threads.remove(&tid);
-        self.ready.retain(|&t| t != tid);
-        self.queued.retain(|&t| t != tid);
+        // Its places in the ready and seat lines are skipped when reached.
+        if let Some(t) = self.threads.remove(&tid) {
+            self.unqueue_futex(tid, &t.state);
+        }
         if self.seat == Some(tid) {
             self.seat = None;
         }
@@ -203,8 +207,21 @@ impl Threads {
     /// Makes `tid` ready to resume with `reply`, last in line.
     pub(crate) fn make_ready(&mut self, tid: Tid, reply: Option<Reply>) {
         if let Some(t) = self.threads.get_mut(&tid) {
-            t.state = ThreadState::Ready(reply);
+            let was = std::mem::replace(&mut t.state, ThreadState::Ready(reply));
             self.ready.push_back(tid);
+            self.unqueue_futex(tid, &was);
+        }
+    }
+
+    /// Takes `tid` out of the queue of the futex it waited on, if any.
+    fn unqueue_futex(&mut self, tid: Tid, was: &ThreadState) {
+        if let ThreadState::Waiting(Wait::Futex { addr, .. }) = was {
+            if let Some(queue) = self.futexes.get_mut(addr) {
+                queue.retain(|&t| t != tid);
+                if queue.is_empty() {
+                    self.futexes.remove(addr);
+                }
+            }
         }
     }
 
@@ -217,7 +234,10 @@ impl Threads {
                     None
                 }
                 Wait::Sleep { until_ns } => Some(until_ns),
-                Wait::Futex { until_ns, .. } => until_ns,
+                Wait::Futex { addr, until_ns } => {
+                    self.futexes.entry(addr).or_default().push_back(tid);
+                    until_ns
+                }
             };
             if let Some(d) = deadline {
                 self.earliest = Some(self.earliest.map_or(d, |e| e.min(d)));
@@ -264,11 +284,14 @@ impl Threads {
         if self.seat.is_some() {
             return None;
         }
-        let tid = self.queued.pop_front()?;
-        match self.threads.get_mut(&tid).map(|t| &mut t.state) {
-            Some(ThreadState::Waiting(Wait::Seat(call))) => Some((tid, call.take())),
-            _ => None,
+        while let Some(tid) = self.queued.pop_front() {
+            if let Some(ThreadState::Waiting(Wait::Seat(call))) =
+                self.threads.get_mut(&tid).map(|t| &mut t.state)
+            {
+                return Some((tid, call.take()));
+            }
         }
+        None
     }
 
     /// The next ready thread, taken out of line; it becomes the current one.
@@ -285,27 +308,31 @@ impl Threads {
         None
     }
 
-    /// Whether a thread could run now (ready, or next for a free seat).
+    /// Whether a thread could run now (ready, or next for a free seat; an
+    /// ended thread's place in a line may make this say so wrongly once,
+    /// which costs an empty slice).
     pub fn runnable(&self) -> bool {
         !self.ready.is_empty() || (self.seat.is_none() && !self.queued.is_empty())
     }
 
-    /// Wakes at most `count` threads waiting on the futex at `addr`, oldest
-    /// thread first; returns how many.
+    /// Wakes at most `count` threads waiting on the futex at `addr`, in the
+    /// order they began to wait; returns how many.
     pub(crate) fn futex_wake(&mut self, addr: u32, count: u32) -> u32 {
-        let waiting: Vec<Tid> = self
-            .threads
-            .iter()
-            .filter(|(_, t)| {
-                matches!(&t.state, ThreadState::Waiting(Wait::Futex { addr: a, .. }) if *a == addr)
-            })
-            .map(|(&tid, _)| tid)
-            .take(count as usize)
-            .collect();
-        for &tid in &waiting {
-            self.make_ready(tid, Some(Reply::Woken { timed_out: false }));
+        let Some(queue) = self.futexes.get_mut(&addr) else {
+            return 0;
+        };
+        let n = queue.len().min(count as usize);
+        let woken: Vec<Tid> = queue.drain(..n).collect();
+        if queue.is_empty() {
+            self.futexes.remove(&addr);
         }
-        waiting.len() as u32
+        for &tid in &woken {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.state = ThreadState::Ready(Some(Reply::Woken { timed_out: false }));
+                self.ready.push_back(tid);
+            }
+        }
+        n as u32
     }
 
     /// Makes ready the threads whose deadline is `now_ns` or earlier;
@@ -373,6 +400,7 @@ impl Threads {
         self.threads.retain(|&t, _| t == tid);
         self.ready.retain(|&t| t == tid);
         self.queued.clear();
+        self.futexes.clear();
         self.seat = self.seat.filter(|&t| t == tid);
         self.current = tid;
     }
@@ -420,6 +448,14 @@ mod tests {
         assert!(t.wake_due(50));
         assert_eq!(t.next_ready(), Some((3, Some(Reply::Woken { timed_out: true }))));
         assert_eq!(t.futex_wake(8, 10), 0);
+
+        // In the order they began to wait, whatever their numbers.
+        t.wait(3, Wait::Futex { addr: 4, until_ns: None });
+        t.wait(2, Wait::Futex { addr: 4, until_ns: Some(10) });
+        assert!(t.wake_due(10), "2 timed out and left the queue");
+        assert_eq!(t.futex_wake(4, 5), 1);
+        assert_eq!(t.next_ready(), Some((2, Some(Reply::Woken { timed_out: true }))));
+        assert_eq!(t.next_ready(), Some((3, Some(Reply::Woken { timed_out: false }))));
     }
 
     #[test]

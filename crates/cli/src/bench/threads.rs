@@ -218,7 +218,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ThreadsReport
                 a.migrations
             ),
             format!(
-                "MergeSort: {} numbers, insertion sort per group, bottom-up merge; t = k' n_E^2/n_G + k_sistema n_G fitted by least squares per run (seed 004: Toro 71, Linux 576, Windows 2755, in its units)",
+                "MergeSort: {} numbers, insertion sort per group; t (from the first group's start to the last one's end; the merge that follows is checked, not timed: the model has no term for it) fitted to t = k' n_E^2/n_G + k_sistema n_G by least squares per run (seed 004: Toro 71, Linux 576, Windows 2755, in its units)",
                 a.elements
             ),
             "atoll processes: forked onto the kernel the DQDT chooses, each writes its sorted group back through a grant (safecopy); Linux processes: forked, in shared memory".into(),
