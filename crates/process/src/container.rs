@@ -270,6 +270,7 @@ impl Container {
             .area_dirty
             .set(self.store_mut(), Val::I32(reserved as i32))
             .map_err(|e| ContainerError::BadImage(format!("stack area: {e}")))?;
+        self.store_mut().data_mut().area_dirty = None;
         Ok(())
     }
 
@@ -938,19 +939,25 @@ fn mark_area_dirty(
         .stack_area
         .ok_or("a stop without a stack area")?;
     let memory = exports.memory.data(&*store);
+    let size = memory.len();
     let at = area.addr as usize;
     let current = memory
         .get(at..at + 4)
         .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
         .ok_or("the stack area is outside memory")?;
-    let used = current.saturating_sub(area.addr) as i32;
-    let dirty = asyncify.area_dirty.get(&mut *store).i32().unwrap_or(0);
+    let used = current.saturating_sub(area.addr);
+    if matches!(store.data().area_dirty, Some((dirty, at_size)) if at_size == size && used <= dirty)
+    {
+        return Ok(());
+    }
+    let dirty = asyncify.area_dirty.get(&mut *store).i32().unwrap_or(0) as u32;
     if used > dirty {
         asyncify
             .area_dirty
-            .set(&mut *store, Val::I32(used))
+            .set(&mut *store, Val::I32(used as i32))
             .map_err(|e| format!("cannot mark the stack area: {e:#}"))?;
     }
+    store.data_mut().area_dirty = Some((used.max(dirty), size));
     Ok(())
 }
 

@@ -104,6 +104,11 @@ pub struct ProcCtx {
     /// own business rather than for a kernel call.
     pub(crate) thread_stop: Option<crate::threads::ThreadStop>,
     pub(crate) limits: StoreLimits,
+    /// The stack area's dirty length as last set, and the memory's size
+    /// then: only a grow changes the global, and a grow changes the size,
+    /// so while the size is the same the global need not be read (an
+    /// unwind on the IPC path paid 4 % for reading it).
+    pub(crate) area_dirty: Option<(u32, usize)>,
     /// The function threads last started in, typed
     /// ([`crate::container::thread_function`]).
     pub(crate) thread_function: Option<(u32, TypedFunc<i32, ()>)>,
@@ -132,6 +137,7 @@ impl ProcCtx {
             thread_stop: None,
             limits,
             thread_function: None,
+            area_dirty: None,
             link: None,
         }
     }
