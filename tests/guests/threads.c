@@ -1,7 +1,7 @@
 /* POSIX threads on atoll: each part of <pthread.h> and <semaphore.h> the
- * guest library provides, checked. Prints one line per check and exits 1
- * if any failed. Also built natively in spirit: nothing here is
- * atoll-specific but atoll_thread_id. */
+ * guest library provides, checked, and a fork from a process with threads
+ * (atoll_fork). Prints one line per check and exits 1 if any failed. */
+#include <atoll.h>
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -60,6 +60,10 @@ static void create_and_join(void) {
     }
     check(counter == 8000 && sum == 56, "create, join, mutex");
     check(pthread_join(pthread_self(), 0) == EDEADLK, "join self is EDEADLK");
+}
+
+static void *nothing_but(void *arg) {
+    return arg;
 }
 
 /* 2. detach, and a detached thread's end seen through a semaphore. */
@@ -350,6 +354,43 @@ static void no_thread_holds_up_another(void) {
     check((long)seen > 0, "sleep and spin");
 }
 
+/* 11. fork copies the calling thread alone (POSIX): the child, which
+ * forked from a thread other than the first, can make and join threads of
+ * its own, while the parent's other thread still waits for the parent. */
+static sem_t release;
+
+static void *waiting(void *arg) {
+    sem_wait(&release);
+    return arg;
+}
+
+static void *forking(void *arg) {
+    (void)arg;
+    atoll_pid_t child = atoll_fork(ATOLL_KERNEL_ANY);
+    if (child == 0) {
+        pthread_t t;
+        void *r = 0;
+        int ok = pthread_create(&t, 0, nothing_but, (void *)7L) == 0 && pthread_join(t, &r) == 0;
+        exit(ok && (long)r == 7 ? 0 : 1);
+    }
+    int status = -1;
+    if (child > 0)
+        atoll_wait(child, &status, 0);
+    return (void *)(long)status;
+}
+
+static void fork_with_threads(void) {
+    sem_init(&release, 0, 0);
+    pthread_t w, f;
+    pthread_create(&w, 0, waiting, (void *)3L);
+    pthread_create(&f, 0, forking, 0);
+    void *status, *waited;
+    pthread_join(f, &status);
+    sem_post(&release);
+    pthread_join(w, &waited);
+    check((long)status == 0 && (long)waited == 3, "fork in a process with threads");
+}
+
 int main(void) {
     create_and_join();
     detach();
@@ -361,6 +402,7 @@ int main(void) {
     barriers();
     semaphores();
     no_thread_holds_up_another();
+    fork_with_threads();
     printf("thread ids: %d\n", atoll_thread_id());
     return failed;
 }

@@ -31,8 +31,8 @@ fn the_pthread_api_works_as_posix_says() {
     let (status, out) = run(&node, &job("threads", &[]));
     assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
     let lines: Vec<String> = out.stdout().lines().map(str::to_owned).collect();
-    assert_eq!(lines.len(), 15, "{lines:#?}");
-    for line in &lines[..14] {
+    assert_eq!(lines.len(), 16, "{lines:#?}");
+    for line in &lines[..15] {
         assert!(line.ends_with(": ok"), "{line}");
     }
 }
@@ -104,4 +104,25 @@ fn a_checkpointed_process_with_threads_is_restored_as_it_was() {
     assert_eq!(restored, pid, "the PID does not change");
     assert_eq!(rx.recv_timeout(HANG).unwrap(), 0, "{}", rest.stderr());
     assert_eq!(out.stdout() + &rest.stdout(), expected);
+}
+
+#[test]
+fn processes_with_threads_go_dormant_and_wake_as_they_were() {
+    // Eight instances per kernel: of 24 processes whose threads all wait,
+    // most are kept as images while they do.
+    let mut config = config(2);
+    config.runtime.instances = 16;
+    let node = atoll_node::Node::start(config).unwrap();
+    let spec = job("threadmix", &["1500", "alone"]);
+    let (status, out) = run(&node, &spec);
+    assert_eq!(status, 0, "{}", out.stderr());
+    let expected = out.stdout();
+    let jobs: Vec<_> = (0..24).map(|_| start(&node, &spec)).collect();
+    wait_until(&node, "a dormant process with threads", |p| {
+        p.dormant_bytes.is_some() && !p.threads.is_empty()
+    });
+    for (_, out, done) in jobs {
+        assert_eq!(done.recv_timeout(HANG).unwrap(), 0, "{}", out.stderr());
+        assert_eq!(out.stdout(), expected);
+    }
 }

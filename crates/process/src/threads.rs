@@ -123,7 +123,9 @@ pub(crate) enum ThreadStop {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Context {
     pub globals: Vec<GlobalValue>,
-    /// The Asyncify data its unwind left (the stack area's buffer).
+    /// The Asyncify data its unwind left (the stack area's buffer); as
+    /// bytes, not a sequence: a migration's downtime pays for its encoding.
+    #[serde(with = "serde_bytes")]
     pub stack: Vec<u8>,
     /// Its values of the registered per-thread words.
     pub locals: Vec<u32>,
