@@ -486,7 +486,11 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
         let mut procs = r.processes.clone();
         procs.sort_by_key(|p| p.pid);
         for p in procs {
-            let threads = if a.threads { p.threads.clone() } else { Vec::new() };
+            let threads = if a.threads {
+                p.threads.clone()
+            } else {
+                Vec::new()
+            };
             println!(
                 "{:<14} {:<7} {:<10} {:<14} {:>9.1} {:>9} {:>8} {:>8} {:>8} {:>5} {:>8}  {}{}",
                 p.pid.to_string(),

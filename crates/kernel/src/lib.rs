@@ -38,5 +38,5 @@ pub use kernel::MigrationConfig;
 pub use kernel::{start, KernelParams};
 pub use msg::{
     ConsoleEvent, Control, Handover, IpcCounters, KernelReport, MigrationMsg, NocMsg, NodeEvent,
-    Packet, ProcInfo, ThreadInfo, ProcessSpec, ReplyTo, Times,
+    Packet, ProcInfo, ProcessSpec, ReplyTo, ThreadInfo, Times,
 };

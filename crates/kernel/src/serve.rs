@@ -6,11 +6,11 @@ use std::cmp::Reverse;
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{GrantTable, IpcState};
 use atoll_prepare::ContentHash;
+use atoll_process::threads::Threads;
 use atoll_process::{
     clock::monotonic_ns, Accounting, CallState, Children, ConsoleFlow, Container, ContainerError,
     KernelCall, Quotas, Reply, SpawnModule, SpawnRequest, Stream, Yielding,
 };
-use atoll_process::threads::Threads;
 
 use crate::kernel::{Kernel, Process};
 use crate::loader::{Load, Loaded, ThenRun};

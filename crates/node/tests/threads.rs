@@ -20,7 +20,11 @@ fn on(mut spec: JobSpec, kernel: u16) -> JobSpec {
 fn wait_for(out: &Output, text: &str) {
     let t = Instant::now();
     while !out.stdout().contains(text) {
-        assert!(t.elapsed() < HANG, "never printed {text:?}: {}", out.stdout());
+        assert!(
+            t.elapsed() < HANG,
+            "never printed {text:?}: {}",
+            out.stdout()
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -46,16 +50,26 @@ fn threads_in_every_state_migrate_with_their_process() {
     let node = node(2);
     let spec = on(job("threadmix", &["800"]), 0);
     let (status, out) = run(&node, &spec);
-    assert_eq!((status, out.stdout().as_str()), (0, EXPECTED), "{}", out.stderr());
+    assert_eq!(
+        (status, out.stdout().as_str()),
+        (0, EXPECTED),
+        "{}",
+        out.stderr()
+    );
     for mode in [Mode::Handover, Mode::Copy] {
         let (pid, out, done) = start(&node, &spec);
         wait_for(&out, "ready");
         // Seen by ps: the first thread sleeps, the others wait where they
         // were left (one in the kernel, in its receive), one computes.
-        let p = wait_until(&node, "eight threads", |p| p.pid == pid && p.threads.len() == 8);
+        let p = wait_until(&node, "eight threads", |p| {
+            p.pid == pid && p.threads.len() == 8
+        });
         let states: Vec<&str> = p.threads.iter().map(|t| t.state.as_str()).collect();
         assert!(states.contains(&"waiting on a futex"), "{states:?}");
-        assert!(states.iter().any(|s| s.to_lowercase().contains("receiv")), "{states:?}");
+        assert!(
+            states.iter().any(|s| s.to_lowercase().contains("receiv")),
+            "{states:?}"
+        );
         let mut moved = 0;
         for i in 0..20 {
             if out.stdout().lines().count() > 1 {

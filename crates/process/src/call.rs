@@ -145,7 +145,9 @@ pub enum Reply {
     Drained,
     /// To a thread's futex wait: woken by `futex_wake`, or its deadline
     /// came first ([`crate::threads`]).
-    Woken { timed_out: bool },
+    Woken {
+        timed_out: bool,
+    },
     /// To a thread that waited for its turn in the kernel to make an IPC
     /// call: make it now.
     Retry,

@@ -711,11 +711,7 @@ fn enter(store: &mut Store<ProcCtx>, exports: &Exports, entry: Option<Entry>) ->
 ///
 /// Between turns [`UArea::call`] is the call of the thread in the kernel
 /// (the seat), if any; during a turn it is the running thread's.
-fn run_threads(
-    store: &mut Store<ProcCtx>,
-    exports: &Exports,
-    mut stopped: Option<Stop>,
-) -> Slice {
+fn run_threads(store: &mut Store<ProcCtx>, exports: &Exports, mut stopped: Option<Stop>) -> Slice {
     loop {
         if let Some(stop) = stopped.take() {
             let tid = store.data().uarea.threads.current();
@@ -774,7 +770,12 @@ fn run_threads(
 
 /// What follows a thread's turn: its own state saved, and where it
 /// waits; `Some` when the slice ends there.
-fn after_turn(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid, stop: Stop) -> Option<Slice> {
+fn after_turn(
+    store: &mut Store<ProcCtx>,
+    exports: &Exports,
+    tid: Tid,
+    stop: Stop,
+) -> Option<Slice> {
     let call = match stop {
         Stop::Exited(code) => return Some(Slice::Exited(code)),
         Stop::Trapped(why) => return Some(Slice::Trapped(why)),
@@ -831,14 +832,23 @@ fn after_turn(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid, stop: Sto
 /// Saves what is thread `tid`'s own, just after it unwound: the globals,
 /// its saved stack, its per-thread words.
 fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Result<(), String> {
-    let asyncify = exports.asyncify.as_ref().ok_or("a thread of an unprepared module")?;
+    let asyncify = exports
+        .asyncify
+        .as_ref()
+        .ok_or("a thread of an unprepared module")?;
     let globals = asyncify
         .globals
         .iter()
-        .map(|(name, g)| global_value(g.get(&mut *store)).ok_or_else(|| format!("global `{name}`: unsupported type")))
+        .map(|(name, g)| {
+            global_value(g.get(&mut *store))
+                .ok_or_else(|| format!("global `{name}`: unsupported type"))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let ctx = store.data();
-    let area = ctx.uarea.stack_area.ok_or("a thread stopped without a stack area")?;
+    let area = ctx
+        .uarea
+        .stack_area
+        .ok_or("a thread stopped without a stack area")?;
     let memory = exports.memory.data(&*store);
     let word = |at: u32| -> Result<u32, String> {
         let at = at as usize;
@@ -882,7 +892,10 @@ fn switch_in(
     exports: &Exports,
     tid: Tid,
 ) -> Result<Option<Entry>, String> {
-    let asyncify = exports.asyncify.as_ref().ok_or("a thread of an unprepared module")?;
+    let asyncify = exports
+        .asyncify
+        .as_ref()
+        .ok_or("a thread of an unprepared module")?;
     let threads = &mut store.data_mut().uarea.threads;
     let locals = threads.locals().to_vec();
     let thread = threads

@@ -440,24 +440,60 @@ mod tests {
         let b = t.spawn(Entry { func: 1, arg: 200 }).unwrap();
         assert_eq!((a, b), (2, 3));
         assert_eq!(t.next_ready(), Some((2, None)));
-        t.wait(2, Wait::Futex { addr: 8, until_ns: None });
+        t.wait(
+            2,
+            Wait::Futex {
+                addr: 8,
+                until_ns: None,
+            },
+        );
         assert_eq!(t.next_ready(), Some((3, None)));
-        t.wait(3, Wait::Futex { addr: 8, until_ns: Some(50) });
+        t.wait(
+            3,
+            Wait::Futex {
+                addr: 8,
+                until_ns: Some(50),
+            },
+        );
         assert!(!t.runnable());
         assert_eq!(t.next_deadline(), Some(50));
         assert_eq!(t.futex_wake(8, 1), 1);
-        assert_eq!(t.next_ready(), Some((2, Some(Reply::Woken { timed_out: false }))));
+        assert_eq!(
+            t.next_ready(),
+            Some((2, Some(Reply::Woken { timed_out: false })))
+        );
         assert!(t.wake_due(50));
-        assert_eq!(t.next_ready(), Some((3, Some(Reply::Woken { timed_out: true }))));
+        assert_eq!(
+            t.next_ready(),
+            Some((3, Some(Reply::Woken { timed_out: true })))
+        );
         assert_eq!(t.futex_wake(8, 10), 0);
 
         // In the order they began to wait, whatever their numbers.
-        t.wait(3, Wait::Futex { addr: 4, until_ns: None });
-        t.wait(2, Wait::Futex { addr: 4, until_ns: Some(10) });
+        t.wait(
+            3,
+            Wait::Futex {
+                addr: 4,
+                until_ns: None,
+            },
+        );
+        t.wait(
+            2,
+            Wait::Futex {
+                addr: 4,
+                until_ns: Some(10),
+            },
+        );
         assert!(t.wake_due(10), "2 timed out and left the queue");
         assert_eq!(t.futex_wake(4, 5), 1);
-        assert_eq!(t.next_ready(), Some((2, Some(Reply::Woken { timed_out: true }))));
-        assert_eq!(t.next_ready(), Some((3, Some(Reply::Woken { timed_out: false }))));
+        assert_eq!(
+            t.next_ready(),
+            Some((2, Some(Reply::Woken { timed_out: true })))
+        );
+        assert_eq!(
+            t.next_ready(),
+            Some((3, Some(Reply::Woken { timed_out: false })))
+        );
     }
 
     #[test]

@@ -27,8 +27,8 @@ use serde::Serialize;
 
 use super::plot::{LineChart, Series};
 use super::{
-    artifact, atoll_job, command_line, field, job_on_kernel0, md_table, median, native,
-    page_head, text_table, Machine, ReadyWhen, Recorded,
+    artifact, atoll_job, command_line, field, job_on_kernel0, md_table, median, native, page_head,
+    text_table, Machine, ReadyWhen, Recorded,
 };
 use crate::commands::Context;
 use crate::progress;
@@ -42,7 +42,11 @@ pub struct Args {
     #[arg(long, default_value_t = 20_000)]
     elements: u32,
     /// Group counts (n_G) the MergeSort runs with
-    #[arg(long, value_delimiter = ',', default_value = "1,2,5,10,20,50,100,200,500,1000")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,5,10,20,50,100,200,500,1000"
+    )]
     groups: Vec<u32>,
     /// Thread counts of the migration experiment
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
@@ -130,7 +134,11 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ThreadsReport
     let create = ["create".to_string(), a.creates.to_string()];
     let (mut on_atoll, mut on_core, mut on_cores) = (vec![], vec![], vec![]);
     for run in 0..a.runs {
-        progress::say(format!("bench threads: create and join, run {}/{}", run + 1, a.runs));
+        progress::say(format!(
+            "bench threads: create and join, run {}/{}",
+            run + 1,
+            a.runs
+        ));
         on_atoll.push(field(&atoll(&create)?, "ns")?);
         on_core.push(field(&pinned(&create)?, "ns")?);
         on_cores.push(field(&linux(&create)?, "ns")?);
@@ -167,7 +175,11 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ThreadsReport
     type Runner<'a> = Box<dyn Fn(&[String]) -> anyhow::Result<String> + 'a>;
     let ways: Vec<(&str, &str, Runner)> = vec![
         ("atoll threads, one kernel", "sort", Box::new(atoll)),
-        ("atoll processes, two kernels", "sort-procs", Box::new(atoll)),
+        (
+            "atoll processes, two kernels",
+            "sort-procs",
+            Box::new(atoll),
+        ),
         ("Linux pthreads, one core", "sort", Box::new(pinned)),
         ("Linux pthreads, two cores", "sort", Box::new(linux)),
         ("Linux processes, two cores", "sort-procs", Box::new(linux)),
@@ -187,7 +199,10 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ThreadsReport
                 let out = runner(&[mode.to_string(), a.elements.to_string(), g.to_string()])?;
                 let sum = field(&out, "sum")?;
                 if *checksum.get_or_insert(sum) != sum {
-                    bail!("{name} sorted {} numbers in {g} groups differently", a.elements);
+                    bail!(
+                        "{name} sorted {} numbers in {g} groups differently",
+                        a.elements
+                    );
                 }
                 per_run[i] = field(&out, "ns")?;
             }
@@ -236,7 +251,12 @@ fn downtimes(
     migrations: usize,
 ) -> anyhow::Result<Vec<f64>> {
     let (tx, ready) = mpsc::channel();
-    let argv = ["threadbench", "park", &threads.to_string(), &pages.to_string()];
+    let argv = [
+        "threadbench",
+        "park",
+        &threads.to_string(),
+        &pages.to_string(),
+    ];
     let pid = node.run_job(
         &job_on_kernel0(wasm.to_path_buf(), argv.map(String::from).to_vec()),
         ReadyWhen::new("ready", tx),
@@ -384,7 +404,10 @@ impl Recorded for ThreadsReport {
         s += &text_table(CREATE_HEAD, &self.create_rows());
         s += "\nmigration downtime\n";
         s += &text_table(DOWNTIME_HEAD, &self.downtime_rows());
-        s += &format!("\nMergeSort of {} numbers (seed 004)\n", self.mergesort.elements);
+        s += &format!(
+            "\nMergeSort of {} numbers (seed 004)\n",
+            self.mergesort.elements
+        );
         s += &text_table(SORT_HEAD, &self.sort_rows());
         for n in &self.notes {
             s += &format!("  {n}\n");

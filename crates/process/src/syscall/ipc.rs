@@ -19,10 +19,10 @@ use atoll_ipc::{
 use wasmtime::{Caller, Linker};
 
 use super::{enter_kernel, take_reply, wait_in_process, with_memory};
-use crate::threads::Wait;
 use crate::call::{IpcCaller, IpcOutcome, KernelCall, Reply};
 use crate::ctx::ProcCtx;
 use crate::memory::GuestMemory;
+use crate::threads::Wait;
 
 const M: &str = "atoll";
 

@@ -42,8 +42,6 @@ pub(crate) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
 #[error("process exited with status {0}")]
 pub struct ProcExit(pub i32);
 
-
-
 /// Runs `f` with the guest's memory and the process context, and turns its
 /// result into the errno the guest sees (0 for success).
 pub(crate) fn with_memory(

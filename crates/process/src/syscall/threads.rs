@@ -25,9 +25,9 @@ use wasmtime::{Caller, Linker};
 use super::{stop_thread, take_reply, wait_in_process, with_memory, ProcExit};
 use crate::call::Reply;
 use crate::clock::monotonic_ns;
+use crate::container::thread_function;
 use crate::ctx::ProcCtx;
 use crate::memory::GuestMemory;
-use crate::container::thread_function;
 use crate::threads::{Entry, ThreadStop, Wait};
 
 const M: &str = "atoll";
@@ -45,19 +45,23 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
     })?;
     linker.func_wrap(M, "thread_locals", thread_locals)?;
     linker.func_wrap(M, "futex_wait", futex_wait)?;
-    linker.func_wrap(M, "futex_wake", |mut c: Caller<'_, ProcCtx>, addr: u32, count: u32| {
-        let mut woken = 0;
-        let rc = with_memory(&mut c, |mem, ctx| {
-            futex_word(mem, addr)?;
-            woken = ctx.uarea.threads.futex_wake(addr, count);
-            Ok(())
-        });
-        if rc == 0 {
-            woken as i32
-        } else {
-            -rc
-        }
-    })?;
+    linker.func_wrap(
+        M,
+        "futex_wake",
+        |mut c: Caller<'_, ProcCtx>, addr: u32, count: u32| {
+            let mut woken = 0;
+            let rc = with_memory(&mut c, |mem, ctx| {
+                futex_word(mem, addr)?;
+                woken = ctx.uarea.threads.futex_wake(addr, count);
+                Ok(())
+            });
+            if rc == 0 {
+                woken as i32
+            } else {
+                -rc
+            }
+        },
+    )?;
     Ok(())
 }
 
@@ -164,7 +168,7 @@ fn futex_wait(
 
 /// A futex word: 4-byte aligned, inside memory.
 fn futex_word(mem: &GuestMemory<'_>, addr: u32) -> Result<u32, Errno> {
-    if addr % 4 != 0 {
+    if !addr.is_multiple_of(4) {
         return Err(Errno::Inval);
     }
     mem.u32(addr)?;
