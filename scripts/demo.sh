@@ -2,9 +2,10 @@
 # atoll's main job, end to end: installs what is missing, builds atoll and the
 # example programs, then runs real workloads on several kernels of a node,
 # including processes migrated live between kernels (hand-over and copy
-# mode, with their downtime), a checkpoint restored from a file, Minix IPC
-# between processes on one kernel and across kernels, and an MPI job (HPL)
-# with a rank moved while it runs.
+# mode, with their downtime), a checkpoint restored from a file, a process
+# with threads moved while they wait, Minix IPC between processes on one
+# kernel and across kernels, and an MPI job (HPL) with a rank moved while
+# it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -84,6 +85,16 @@ $atoll restore target/demo-progress.img --on 2 >> target/demo-checkpointed.txt
 $atoll run --embedded build/wasm/progress.wasm 20 30000000 > target/demo-unmoved.txt
 cmp target/demo-checkpointed.txt target/demo-unmoved.txt
 echo "checkpointed, restored on another kernel, and the output is exactly an unbroken run's"
+
+step "POSIX threads: a process whose threads wait on a condition, a mutex, a join, a sleep, an IPC receive and a semaphore, moved while they do"
+$atoll run --on 0 build/wasm/threadmix.wasm 2000 > target/demo-threads.txt &
+pid=$(pid_of threadmix | head -n 1) # it spawns a child of its name
+until grep -q ready target/demo-threads.txt; do sleep 0.1; done
+$atoll ps --threads 2>/dev/null
+$atoll migrate "$pid" --to 1 --mode copy
+$atoll migrate "$pid" --to 2 --mode handover
+wait
+cat target/demo-threads.txt
 
 step "Minix IPC in a domain of its own: 16 client/server pairs over the node's 4 kernels"
 $atoll domain create demo
