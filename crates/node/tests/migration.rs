@@ -388,18 +388,9 @@ fn a_checkpoint_file_restores_the_process_where_it_stopped() {
     assert!(out.stderr().contains("checkpointed"), "{}", out.stderr());
     let first = out.stdout();
     assert!(expected.starts_with(&first) && first.len() < expected.len());
-    let (tx, rx) = std::sync::mpsc::channel();
-    let rest = Output::default();
-    let restored = node
-        .restore_job(
-            &file,
-            None,
-            Some(KernelId::new(0, 1)),
-            Box::new(Sink::new(rest.clone(), tx)),
-        )
-        .unwrap();
+    let (restored, status, rest) = restore_and_run(&node, &file, 1);
     assert_eq!(restored, pid, "the PID does not change");
-    assert_eq!(rx.recv_timeout(HANG).unwrap(), 0);
+    assert_eq!(status, 0, "{}", rest.stderr());
     assert_eq!(first + &rest.stdout(), expected);
 }
 

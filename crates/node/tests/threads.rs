@@ -105,18 +105,9 @@ fn a_checkpointed_process_with_threads_is_restored_as_it_was() {
         done.recv_timeout(HANG).unwrap(),
         status::killed(status::SIGSTOP)
     );
-    let (tx, rx) = std::sync::mpsc::channel();
-    let rest = Output::default();
-    let restored = node
-        .restore_job(
-            &file,
-            None,
-            Some(KernelId::new(0, 1)),
-            Box::new(Sink::new(rest.clone(), tx)),
-        )
-        .unwrap();
+    let (restored, status, rest) = restore_and_run(&node, &file, 1);
     assert_eq!(restored, pid, "the PID does not change");
-    assert_eq!(rx.recv_timeout(HANG).unwrap(), 0, "{}", rest.stderr());
+    assert_eq!(status, 0, "{}", rest.stderr());
     assert_eq!(out.stdout() + &rest.stdout(), expected);
 }
 

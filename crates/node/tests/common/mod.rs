@@ -167,6 +167,23 @@ pub fn run(node: &Node, spec: &JobSpec) -> (i32, Output) {
     (status, out)
 }
 
+/// Restores the checkpoint `file` as a job of its own on kernel `kernel`
+/// of node 0 and runs it to its end: its PID, status and output.
+pub fn restore_and_run(node: &Node, file: &Path, kernel: u16) -> (Pid, i32, Output) {
+    let (tx, rx) = mpsc::channel();
+    let out = Output::default();
+    let pid = node
+        .restore_job(
+            file,
+            None,
+            Some(atoll_abi::KernelId::new(0, kernel)),
+            Box::new(Sink::new(out.clone(), tx)),
+        )
+        .expect("restored");
+    let status = rx.recv_timeout(HANG).expect("restored job ends");
+    (pid, status, out)
+}
+
 /// A sink for jobs that are expected not to start.
 pub struct NullSink;
 
