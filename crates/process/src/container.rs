@@ -843,7 +843,7 @@ fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Resu
             global_value(g.get(&mut *store))
                 .ok_or_else(|| format!("global `{name}`: unsupported type"))
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<_, _>>()?;
     let ctx = store.data();
     let area = ctx
         .uarea
@@ -869,7 +869,7 @@ fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Resu
         .locals()
         .iter()
         .map(|&at| word(at))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<_, _>>()?;
     let saved = Context {
         globals,
         stack,

@@ -30,6 +30,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::call::{KernelCall, Reply};
 use crate::image::GlobalValue;
@@ -119,16 +120,18 @@ pub(crate) enum ThreadStop {
     Exit,
 }
 
-/// What is a thread's own while another runs.
+/// What is a thread's own while another runs. Kept inline where it is small
+/// (a C program has one mutable global, and registers two words): a
+/// migration's final round clones, encodes and decodes every thread's.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Context {
-    pub globals: Vec<GlobalValue>,
+    pub globals: SmallVec<[GlobalValue; 2]>,
     /// The Asyncify data its unwind left (the stack area's buffer); as
     /// bytes, not a sequence: a migration's downtime pays for its encoding.
     #[serde(with = "serde_bytes")]
     pub stack: Vec<u8>,
     /// Its values of the registered per-thread words.
-    pub locals: Vec<u32>,
+    pub locals: SmallVec<[u32; 4]>,
 }
 
 impl Threads {
@@ -385,7 +388,7 @@ impl Threads {
         }
         for t in self.threads.values_mut() {
             if let Some(saved) = &mut t.saved {
-                saved.locals = vec![0; addrs.len()];
+                saved.locals = smallvec::smallvec![0; addrs.len()];
             }
         }
         self.locals = addrs;
