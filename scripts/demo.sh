@@ -88,12 +88,13 @@ echo "checkpointed, restored on another kernel, and the output is exactly an unb
 
 step "POSIX threads: a process whose threads wait on a condition, a mutex, a join, a sleep, an IPC receive and a semaphore, moved while they do"
 $atoll run --on 0 build/wasm/threadmix.wasm 2000 > target/demo-threads.txt &
+job=$!
 pid=$(pid_of threadmix | head -n 1) # it spawns a child of its name
 until grep -q ready target/demo-threads.txt; do sleep 0.1; done
 $atoll ps --threads 2>/dev/null
 $atoll migrate "$pid" --to 1 --mode copy
 $atoll migrate "$pid" --to 2 --mode handover
-wait
+wait $job
 cat target/demo-threads.txt
 
 step "Minix IPC in a domain of its own: 16 client/server pairs over the node's 4 kernels"
