@@ -41,8 +41,9 @@ struct __pthread {
     void *(*start)(void *);
     void *arg;
     void *result;
-    /* The malloc'd block: its stack, then this record. */
+    /* Its block: the stack, then this record. */
     void *block;
+    size_t block_size;
     int detached;
     /* An ended detached thread, waiting to be freed by another. */
     struct __pthread *next_dead;
