@@ -397,6 +397,27 @@ impl Container {
         self.capture_with(|bytes| MemoryImage::capture_blocks(bytes, blocks.iter().copied()))
     }
 
+    /// As [`capture_delta`](Self::capture_delta), encoded
+    /// ([`ProcessImage::encode`]) straight from the process, without a copy
+    /// of its UArea: the last round of a migration, whose downtime pays for
+    /// that copy. Returns the bytes and the number of memory blocks in them.
+    ///
+    /// # Errors
+    /// As [`capture`](Self::capture).
+    pub fn encode_delta(&mut self, blocks: &[u32]) -> Result<(Vec<u8>, usize), ContainerError> {
+        let store = match &mut self.state {
+            State::Live(store) => store,
+            State::Dormant(dormant) => return Ok((dormant.0.encode(), dormant.0.memory.blocks())),
+        };
+        let globals = stopped_globals(store)?;
+        let memory = MemoryImage::capture_blocks(
+            store.data().exports().memory.data(&*store),
+            blocks.iter().copied(),
+        );
+        let bytes = crate::image::encode_parts(&store.data().uarea, &globals, &memory);
+        Ok((bytes, memory.blocks()))
+    }
+
     /// Captures the process with the non-zero blocks of `range` only: a
     /// piece of a first migration round that goes out in pieces.
     ///

@@ -345,9 +345,13 @@ impl Kernel {
                 dirty.extend(more);
                 dirty.sort_unstable();
                 dirty.dedup();
-                Some(container.capture_delta(&dirty))
+                Some(container.encode_delta(&dirty))
             }
-            (Mode::Copy, None) => Some(container.capture()),
+            (Mode::Copy, None) => Some(
+                container
+                    .capture()
+                    .map(|image| (image.encode(), image.memory.blocks())),
+            ),
         };
         let image = image
             .transpose()
@@ -383,9 +387,9 @@ impl Kernel {
             self.transmit(to, packet);
             return Ok(());
         };
-        let bytes = image.encode();
+        let (bytes, blocks) = image;
         report.rounds.push(RoundReport {
-            blocks: image.memory.blocks() as u64,
+            blocks: blocks as u64,
             bytes: bytes.len() as u64,
             us: t.elapsed().as_micros() as u64,
         });
