@@ -262,7 +262,7 @@ pub enum ImageError {
 
 /// An image's parts, borrowed: they encode as the [`ProcessImage`] they
 /// would make, so a process can be encoded without a copy of its UArea
-/// ([`crate::Container::encode_delta`]).
+/// ([`crate::Container::encode`]).
 #[derive(Serialize)]
 struct ImageParts<'a> {
     uarea: &'a UArea,

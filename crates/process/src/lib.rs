@@ -32,7 +32,7 @@ pub use call::{
     CallState, IpcCaller, IpcOutcome, KernelCall, KernelLink, Reply, SpawnModule, SpawnRequest,
     Yielding,
 };
-pub use container::{Container, ContainerError, Slice};
+pub use container::{Container, ContainerError, EncodedImage, Slice};
 pub use ctx::{Console, Host, Stream, CONSOLE_WINDOW};
 pub use fd::{DirFd, Fd, FdTable, FileFd, FileId, Preopen, Rights};
 pub use fs::op::{FileAnswer, FileOp};

@@ -3,7 +3,7 @@
 
 use atoll_abi::{KernelId, Pid};
 use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport, BLOCK};
-use atoll_process::ProcessImage;
+use atoll_process::MemoryImage;
 use quanta::Instant;
 
 use crate::homes::Kin;
@@ -175,16 +175,18 @@ impl Kernel {
             d.round0_at = (end < len).then_some(end);
             (at, end)
         });
+        let module = container.uarea().module;
         let image = match piece {
-            Some((at, end)) => container
-                .capture_nonzero((at / BLOCK) as u32..end.div_ceil(BLOCK) as u32)
-                .map(|mut image| {
-                    // The memory the destination starts from is zero but
-                    // for this piece; later pieces fill in the rest.
-                    image.memory.complete = at == 0;
-                    image
-                }),
-            None => container.capture_delta(&dirty),
+            Some((at, end)) => container.encode(|bytes| MemoryImage {
+                // The memory the destination starts from is zero but for
+                // this piece; later pieces fill in the rest.
+                complete: at == 0,
+                ..MemoryImage::capture_nonzero(
+                    bytes,
+                    (at / BLOCK) as u32..end.div_ceil(BLOCK) as u32,
+                )
+            }),
+            None => container.encode(|bytes| MemoryImage::capture_blocks(bytes, dirty)),
         };
         let image = match image {
             Ok(i) => i,
@@ -195,16 +197,15 @@ impl Kernel {
         };
         let (req, to, frame) = (d.req, d.to, d.frames_sent);
         d.frames_sent += 1;
-        let module = image.uarea.module;
         let round = MigrationMsg::Round {
             pid,
             req,
             frame,
             module,
         };
-        let bytes = self.send_image(to, round, &image);
+        let blocks = image.blocks as u64;
+        let bytes = self.send_image(to, round, image.bytes);
         let d = self.departure(pid);
-        let blocks = image.memory.blocks() as u64;
         let us = t.elapsed().as_micros() as u64;
         match (piece, d.rounds.last_mut()) {
             (Some((at, _)), Some(r)) if at > 0 => {
@@ -217,8 +218,7 @@ impl Kernel {
         Ok(())
     }
 
-    fn send_image(&mut self, to: KernelId, msg: MigrationMsg, image: &ProcessImage) -> u64 {
-        let bytes = image.encode();
+    fn send_image(&mut self, to: KernelId, msg: MigrationMsg, bytes: Vec<u8>) -> u64 {
         let len = bytes.len() as u64;
         self.transmit(
             to,
@@ -345,13 +345,9 @@ impl Kernel {
                 dirty.extend(more);
                 dirty.sort_unstable();
                 dirty.dedup();
-                Some(container.encode_delta(&dirty))
+                Some(container.encode(|bytes| MemoryImage::capture_blocks(bytes, dirty)))
             }
-            (Mode::Copy, None) => Some(
-                container
-                    .capture()
-                    .map(|image| (image.encode(), image.memory.blocks())),
-            ),
+            (Mode::Copy, None) => Some(container.encode(MemoryImage::capture)),
         };
         let image = image
             .transpose()
@@ -387,10 +383,9 @@ impl Kernel {
             self.transmit(to, packet);
             return Ok(());
         };
-        let (bytes, blocks) = image;
         report.rounds.push(RoundReport {
-            blocks: blocks as u64,
-            bytes: bytes.len() as u64,
+            blocks: image.blocks as u64,
+            bytes: image.bytes.len() as u64,
             us: t.elapsed().as_micros() as u64,
         });
         let module = p.container.uarea().module;
@@ -401,7 +396,7 @@ impl Kernel {
         self.transmit(
             to,
             Packet {
-                bulk: Some(bytes),
+                bulk: Some(image.bytes),
                 ..Packet::new(NocMsg::Migration(MigrationMsg::Final {
                     pid,
                     req,
