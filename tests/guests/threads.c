@@ -354,7 +354,27 @@ static void no_thread_holds_up_another(void) {
     check((long)seen > 0, "sleep and spin");
 }
 
-/* 11. fork copies the calling thread alone (POSIX): the child, which
+/* 11. a thread's sleep ends on time while another thread of the process
+ * waits in the kernel (here, for a message that never comes). */
+static void *receive_forever(void *arg) {
+    message m;
+    int status;
+    ipc_receive(ATOLL_ANY, &m, &status);
+    return arg;
+}
+
+static void sleep_beside_the_kernel(void) {
+    pthread_t sleeping, receiving;
+    double t0 = now_ms();
+    pthread_create(&sleeping, 0, sleeper, 0); /* asleep first, then */
+    pthread_create(&receiving, 0, receive_forever, 0);
+    pthread_join(sleeping, 0);
+    double waited = now_ms() - t0;
+    check(waited >= 49 && waited < 5000, "sleep beside a thread in the kernel");
+    pthread_detach(receiving);
+}
+
+/* 12. fork copies the calling thread alone (POSIX): the child, which
  * forked from a thread other than the first, can make and join threads of
  * its own, while the parent's other thread still waits for the parent. */
 static sem_t release;
@@ -403,6 +423,9 @@ int main(void) {
     semaphores();
     no_thread_holds_up_another();
     fork_with_threads();
+    /* Last: it leaves a thread in the kernel for good, and the other
+     * threads' kernel calls would wait their turn behind it. */
+    sleep_beside_the_kernel();
     printf("thread ids: %d\n", atoll_thread_id());
     return failed;
 }

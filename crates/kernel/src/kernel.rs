@@ -416,7 +416,7 @@ impl Kernel {
             Slice::Call(call) => {
                 if !self.over_cpu_limit(pid) {
                     self.serve(pid, call);
-                    self.run_other_threads(pid);
+                    self.keep_threads_going(pid);
                 }
             }
             Slice::Preempted(why) => {
@@ -443,15 +443,21 @@ impl Kernel {
         }
     }
 
-    /// Queues `pid` if its kernel call waits but other threads of it can
-    /// run meanwhile (if it was answered at once, it is queued already).
-    fn run_other_threads(&mut self, pid: Pid) {
+    /// A process whose kernel call waits may have other threads to run:
+    /// it is queued if one can run now, else woken at the earliest
+    /// deadline one waits for. (Answered at once, it is queued already.)
+    fn keep_threads_going(&mut self, pid: Pid) {
         let Some(p) = self.procs.get(&pid) else {
             return;
         };
         let u = p.container.uarea();
-        if matches!(u.call, CallState::Blocked(_)) && u.threads.runnable() {
+        if !u.threads.active() || !matches!(u.call, CallState::Blocked(_)) {
+            return;
+        }
+        if u.threads.runnable() {
             self.run_queue.push(pid);
+        } else if let Some(t) = u.threads.next_deadline() {
+            self.timers.push(Reverse((t, pid)));
         }
     }
 
@@ -1281,16 +1287,12 @@ impl Kernel {
 
     /// Puts a process that arrived (or came back) where its state says.
     pub(crate) fn schedule(&mut self, pid: Pid) {
+        // Its other threads go on, whatever the one in the kernel waits for.
+        self.keep_threads_going(pid);
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
         let u = p.container.uarea();
-        // Its threads may run or wait for a time of their own, whatever
-        // the one in the kernel waits for: a slice finds out, and says
-        // when to come back (`Slice::Idle`).
-        if u.threads.active() && matches!(u.call, CallState::Blocked(_)) {
-            self.run_queue.push(pid);
-        }
         match u.call.clone() {
             CallState::Running | CallState::Replied(_) => self.run_queue.push(pid),
             CallState::Blocked(KernelCall::Sleep { until_ns }) => {
