@@ -875,15 +875,8 @@ fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Resu
         .stack_area
         .ok_or("a thread stopped without a stack area")?;
     let memory = exports.memory.data(&*store);
-    let word = |at: u32| -> Result<u32, String> {
-        let at = at as usize;
-        memory
-            .get(at..at + 4)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .ok_or_else(|| format!("word {at:#x} is outside memory"))
-    };
     let data = (area.addr + atoll_prepare::conventions::ASYNCIFY_DATA_HEADER) as usize;
-    let current = word(area.addr)? as usize;
+    let current = read_word(memory, area.addr)? as usize;
     let stack = memory
         .get(data..current)
         .ok_or("the saved stack's header is corrupt")?
@@ -893,7 +886,7 @@ fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Resu
         .threads
         .locals()
         .iter()
-        .map(|&at| word(at))
+        .map(|&at| read_word(memory, at))
         .collect::<Result<_, _>>()?;
     let saved = Context {
         globals,
@@ -978,12 +971,7 @@ fn mark_area_dirty(
         .ok_or("a stop without a stack area")?;
     let memory = exports.memory.data(&*store);
     let size = memory.len();
-    let at = area.addr as usize;
-    let current = memory
-        .get(at..at + 4)
-        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-        .ok_or("the stack area is outside memory")?;
-    let used = current.saturating_sub(area.addr);
+    let used = read_word(memory, area.addr)?.saturating_sub(area.addr);
     if matches!(store.data().area_dirty, Some((dirty, at_size)) if at_size == size && used <= dirty)
     {
         return Ok(());
@@ -997,6 +985,14 @@ fn mark_area_dirty(
     }
     store.data_mut().area_dirty = Some((used.max(dirty), size));
     Ok(())
+}
+
+fn read_word(memory: &[u8], at: u32) -> Result<u32, String> {
+    let at = at as usize;
+    memory
+        .get(at..at + 4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+        .ok_or_else(|| format!("word {at:#x} is outside memory"))
 }
 
 fn write_word(memory: &mut [u8], at: u32, v: u32) -> Result<(), String> {

@@ -55,11 +55,7 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
                 woken = ctx.uarea.threads.futex_wake(addr, count);
                 Ok(())
             });
-            if rc == 0 {
-                woken as i32
-            } else {
-                -rc
-            }
+            count_or_errno(rc, woken)
         },
     )?;
     Ok(())
@@ -83,8 +79,14 @@ fn thread_spawn(mut c: Caller<'_, ProcCtx>, func: u32, arg: u32) -> i32 {
             Ok(())
         })
     };
+    count_or_errno(rc, tid)
+}
+
+/// What a call returning a number or minus an errno returns: `n` if the
+/// call's errno `rc` is 0.
+fn count_or_errno(rc: i32, n: u32) -> i32 {
     if rc == 0 {
-        tid as i32
+        n as i32
     } else {
         -rc
     }
