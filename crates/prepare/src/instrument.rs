@@ -5,7 +5,14 @@
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use walrus::ir::{dfs_in_order, Instr, InstrLocId, InstrSeqId, Loop, Value, Visitor};
+use std::collections::HashSet;
+
+use petgraph::algo::tarjan_scc;
+use petgraph::graphmap::DiGraphMap;
+use walrus::ir::{
+    dfs_in_order, Block, Br, BrIf, BrTable, Call, GlobalGet, IfElse, Instr, InstrLocId, InstrSeq,
+    InstrSeqId, InstrSeqType, Loop, ReturnCall, Value, Visitor,
+};
 use walrus::{
     ConstExpr, ExportItem, FunctionId, GlobalId, LocalFunction, MemoryId, Module, ModuleConfig,
     ValType,
@@ -36,12 +43,18 @@ pub(crate) fn instrument(wasm: &[u8]) -> Result<Vec<u8>, PrepareError> {
     let area_dirty = add_runtime_global(&mut module, AREA_DIRTY_GLOBAL);
     let ty = module.types.add(&[], &[]);
     let (safepoint, _) = module.add_import_func(SAFEPOINT_MODULE, SAFEPOINT_NAME, ty);
+    let recursive = may_recurse(&module, &program);
     let mut checks = 0;
     for &id in &program {
+        let at_entry = recursive.contains(&id);
         let func = module.funcs.get_mut(id).kind.unwrap_local_mut();
-        checks += insert_safepoint_checks(func, yield_flag, safepoint);
+        checks += insert_safepoint_checks(func, at_entry, yield_flag, safepoint);
     }
-    tracing::debug!(checks, "inserted safepoint checks");
+    tracing::debug!(
+        checks,
+        recursive = recursive.len(),
+        "inserted safepoint checks"
+    );
     // After the checks: the helpers this adds need none (they call nothing).
     reserve::reserve_top_pages(&mut module, memory, area_dirty, &program)?;
     Ok(module.emit_wasm())
@@ -162,45 +175,294 @@ fn add_runtime_global(module: &mut Module, name: &str) -> GlobalId {
     id
 }
 
-/// Puts `global.get $yield_flag; if; call $safepoint; end` at the start of the
-/// function body and of every loop body in `func`; returns how many.
+/// Inserts the safepoint checks into `func`: one on every branch back to
+/// the start of a loop, and one at the start of its body if `at_entry`.
+/// Returns how many loops and entries are checked.
 fn insert_safepoint_checks(
     func: &mut LocalFunction,
+    at_entry: bool,
     yield_flag: GlobalId,
     safepoint: FunctionId,
 ) -> usize {
-    let mut loops = LoopBodies::default();
-    dfs_in_order(&mut loops, func, func.entry_block());
-    let mut seqs = loops.0;
-    seqs.push(func.entry_block());
-    for &seq in &seqs {
-        func.builder_mut()
-            .instr_seq(seq)
-            .if_else_at(
-                0,
-                None,
-                |then| {
-                    then.call(safepoint);
-                },
-                |_| {},
-            )
-            .instr_at(
-                0,
-                Instr::GlobalGet(walrus::ir::GlobalGet { global: yield_flag }),
-            );
+    let loops = find_loops(func);
+    let branches = branches_to_loops(func);
+    let mut checked = 0;
+    // Loops are wrapped first (one instruction replaced by one), then the
+    // branches are rewritten (which shifts what follows them in their
+    // sequence), and the checks at the start of a sequence come last.
+    let mut inside = Vec::new();
+    let mut rewrites = Vec::new();
+    for &(holder, index, body) in &loops {
+        let back: Vec<_> = branches.iter().filter(|b| b.target == body).collect();
+        if back.is_empty() {
+            continue; // not a cycle: runs once, needs no check
+        }
+        checked += 1;
+        let simple = matches!(func.block(body).ty, InstrSeqType::Simple(_));
+        if !simple || back.iter().any(|b| b.kind == BranchKind::Table) {
+            // Values on the back edge, or a branch table: keep the check
+            // at the start of the body, inside the loop.
+            inside.push(body);
+            continue;
+        }
+        let out = wrap_loop(func, (holder, index, body), safepoint);
+        rewrites.extend(back.into_iter().map(|b| (*b, out)));
     }
-    seqs.len()
+    // Later places first, so that the earlier ones stay where they were.
+    rewrites.sort_by_key(|(b, _)| std::cmp::Reverse((b.seq, b.index)));
+    for (branch, out) in rewrites {
+        check_branch(func, branch, out, yield_flag);
+    }
+    for body in inside {
+        check_at_start(func, body, yield_flag, safepoint);
+    }
+    if at_entry {
+        check_at_start(func, func.entry_block(), yield_flag, safepoint);
+    }
+    checked + usize::from(at_entry)
 }
 
-/// Collects the body of every `loop` in a function.
-#[derive(Default)]
-struct LoopBodies(Vec<InstrSeqId>);
+/// A branch to the start of a loop: where it is and how it branches.
+#[derive(Clone, Copy, Debug)]
+struct Branch {
+    seq: InstrSeqId,
+    index: usize,
+    target: InstrSeqId,
+    kind: BranchKind,
+}
 
-impl<'instr> Visitor<'instr> for LoopBodies {
-    fn visit_instr(&mut self, instr: &'instr Instr, _: &'instr InstrLocId) {
-        if let Instr::Loop(Loop { seq }) = instr {
-            self.0.push(*seq);
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BranchKind {
+    Br,
+    BrIf,
+    Table,
+}
+
+/// Every branch in `func` (a `br`, `br_if` or `br_table` label), with the
+/// sequence it targets; those targeting loop bodies are the back edges.
+fn branches_to_loops(func: &LocalFunction) -> Vec<Branch> {
+    let mut seqs = Sequences::default();
+    dfs_in_order(&mut seqs, func, func.entry_block());
+    let mut branches = Vec::new();
+    for seq in seqs.0 {
+        for (index, (instr, _)) in func.block(seq).instrs.iter().enumerate() {
+            let mut push = |target, kind| {
+                branches.push(Branch {
+                    seq,
+                    index,
+                    target,
+                    kind,
+                })
+            };
+            match instr {
+                Instr::Br(Br { block }) => push(*block, BranchKind::Br),
+                Instr::BrIf(BrIf { block }) => push(*block, BranchKind::BrIf),
+                Instr::BrTable(BrTable { blocks, default }) => {
+                    for target in blocks.iter().chain([default]) {
+                        push(*target, BranchKind::Table);
+                    }
+                }
+                _ => {}
+            }
         }
+    }
+    branches
+}
+
+/// Makes a back edge look at the yield flag first: `br $loop` becomes
+/// `global.get $atoll_yield; br_if $out; br $loop`, and `br_if $loop`
+/// becomes `if; global.get $atoll_yield; br_if $out; br $loop; end`.
+fn check_branch(func: &mut LocalFunction, branch: Branch, out: InstrSeqId, yield_flag: GlobalId) {
+    let flag = Instr::GlobalGet(GlobalGet { global: yield_flag });
+    let leave = Instr::BrIf(BrIf { block: out });
+    let again = Instr::Br(Br {
+        block: branch.target,
+    });
+    match branch.kind {
+        BranchKind::Br => {
+            func.builder_mut()
+                .instr_seq(branch.seq)
+                .instr_at(branch.index, leave)
+                .instr_at(branch.index, flag);
+        }
+        BranchKind::BrIf => {
+            let builder = func.builder_mut();
+            let mut then = builder.dangling_instr_seq(None);
+            then.instr(flag).instr(leave).instr(again);
+            let consequent = then.id();
+            let alternative = builder.dangling_instr_seq(None).id();
+            func.block_mut(branch.seq).instrs[branch.index].0 = Instr::IfElse(IfElse {
+                consequent,
+                alternative,
+            });
+        }
+        BranchKind::Table => unreachable!("loops with a branch table keep the check inside"),
+    }
+}
+
+/// The functions of `program` that need a safepoint check at their entry:
+/// those that may be part of a recursion.
+///
+/// Loops are checked in their bodies, so a run without a check can only
+/// go on for long by calling round a cycle of functions; one check per
+/// cycle bounds it. A cycle of direct calls is a strongly connected
+/// component of the call graph (or a function calling itself), and every
+/// function in one is checked. A cycle through a table passes through an
+/// indirect call, so every function that calls indirectly is checked too.
+///
+/// The others are left without a check, and that is what keeps them fast:
+/// a function with no loop that calls only such functions never reaches an
+/// import, so Asyncify leaves it as it was, and calls to it cost its
+/// callers nothing either (a loop calling only such helpers stays tight).
+fn may_recurse(module: &Module, program: &[FunctionId]) -> HashSet<FunctionId> {
+    let defined: HashSet<FunctionId> = program.iter().copied().collect();
+    let mut graph = DiGraphMap::<FunctionId, ()>::new();
+    let mut recursive = HashSet::new();
+    for &id in program {
+        graph.add_node(id);
+        let func = module.funcs.get(id).kind.unwrap_local();
+        let mut calls = Calls::default();
+        dfs_in_order(&mut calls, func, func.entry_block());
+        if calls.indirect {
+            recursive.insert(id);
+        }
+        for callee in calls.direct {
+            if defined.contains(&callee) {
+                graph.add_edge(id, callee, ());
+            }
+        }
+    }
+    for component in tarjan_scc(&graph) {
+        if component.len() > 1 || graph.contains_edge(component[0], component[0]) {
+            recursive.extend(component);
+        }
+    }
+    recursive
+}
+
+/// The calls a function makes: the functions it calls by name, and
+/// whether it calls through a table or a reference.
+#[derive(Default)]
+struct Calls {
+    direct: Vec<FunctionId>,
+    indirect: bool,
+}
+
+impl<'instr> Visitor<'instr> for Calls {
+    fn visit_instr(&mut self, instr: &'instr Instr, _: &'instr InstrLocId) {
+        match instr {
+            Instr::Call(Call { func }) | Instr::ReturnCall(ReturnCall { func }) => {
+                self.direct.push(*func)
+            }
+            Instr::CallIndirect(_)
+            | Instr::ReturnCallIndirect(_)
+            | Instr::CallRef(_)
+            | Instr::ReturnCallRef(_) => self.indirect = true,
+            _ => {}
+        }
+    }
+}
+
+/// Puts `global.get $yield_flag; if; call $safepoint; end` at the start of
+/// `seq`.
+fn check_at_start(
+    func: &mut LocalFunction,
+    seq: InstrSeqId,
+    yield_flag: GlobalId,
+    safepoint: FunctionId,
+) {
+    func.builder_mut()
+        .instr_seq(seq)
+        .if_else_at(
+            0,
+            None,
+            |then| {
+                then.call(safepoint);
+            },
+            |_| {},
+        )
+        .instr_at(0, Instr::GlobalGet(GlobalGet { global: yield_flag }));
+}
+
+/// Wraps a loop so that the checks on its back edges (added by the
+/// caller, [`check_branch`]) stop *outside* it; returns `$out`:
+///
+/// ```wat
+/// block $done (result T)          ;; replaces the loop where it was
+///   loop $again (result T)
+///     block $out
+///       loop $body (result T)     ;; the original loop
+///         ...                     ;; the original body, where each
+///         global.get $atoll_yield ;; branch back to $body is first
+///         br_if $out              ;; a way out, locals intact
+///         br $body
+///       end
+///       br $done                  ;; the loop ended as it would have
+///     end
+///     call $atoll.safepoint       ;; stop here, outside the loop
+///     br $again                   ;; then start the next iteration
+///   end
+/// end
+/// ```
+///
+/// This is what keeps tight loops fast. Asyncify must be able to come back
+/// to any call that may unwind, so every piece of a loop body that contains
+/// such a call is guarded by tests of its state, paid on every iteration.
+/// With the call outside, a loop whose body calls nothing that may unwind
+/// (most inner loops) is left alone by Asyncify, and an iteration pays only
+/// the load of the flag and a branch. The check is on the way back, not
+/// at the start of the body, so that coming back from the safepoint
+/// always runs an iteration before the next check: a process stopped at
+/// every safepoint still makes progress.
+fn wrap_loop(
+    func: &mut LocalFunction,
+    (holder, index, body): (InstrSeqId, usize, InstrSeqId),
+    safepoint: FunctionId,
+) -> InstrSeqId {
+    let ty = func.block(body).ty;
+    let builder = func.builder_mut();
+    let done = builder.dangling_instr_seq(ty).id();
+    let again = builder.dangling_instr_seq(ty).id();
+    let out = builder.dangling_instr_seq(None).id();
+    builder
+        .instr_seq(out)
+        .instr(Instr::Loop(Loop { seq: body }))
+        .instr(Instr::Br(Br { block: done }));
+    builder
+        .instr_seq(again)
+        .instr(Instr::Block(Block { seq: out }))
+        .call(safepoint)
+        .instr(Instr::Br(Br { block: again }));
+    builder
+        .instr_seq(done)
+        .instr(Instr::Loop(Loop { seq: again }));
+    func.block_mut(holder).instrs[index].0 = Instr::Block(Block { seq: done });
+    out
+}
+
+/// Every `loop` of a function, as (the sequence that holds it, its index
+/// there, its body), found before any is rewritten.
+fn find_loops(func: &LocalFunction) -> Vec<(InstrSeqId, usize, InstrSeqId)> {
+    let mut seqs = Sequences::default();
+    dfs_in_order(&mut seqs, func, func.entry_block());
+    let mut loops = Vec::new();
+    for holder in seqs.0 {
+        for (index, (instr, _)) in func.block(holder).instrs.iter().enumerate() {
+            if let Instr::Loop(Loop { seq }) = instr {
+                loops.push((holder, index, *seq));
+            }
+        }
+    }
+    loops
+}
+
+/// Collects every instruction sequence of a function.
+#[derive(Default)]
+struct Sequences(Vec<InstrSeqId>);
+
+impl<'instr> Visitor<'instr> for Sequences {
+    fn start_instr_seq(&mut self, seq: &'instr InstrSeq) {
+        self.0.push(seq.id());
     }
 }
 
@@ -268,9 +530,61 @@ mod tests {
             && func.block(*alternative).instrs.is_empty()
     }
 
-    #[test]
-    fn every_function_entry_and_loop_body_is_checked() {
-        let module = instrumented();
+    /// Whether every branch back to loop `body` is `global.get $flag;
+    /// br_if $out; br $body`, where `$out` starts with the loop and is
+    /// followed by `call $safepoint` and a branch back to it.
+    fn checked_from_outside(
+        func: &LocalFunction,
+        body: InstrSeqId,
+        flag: GlobalId,
+        sp: FunctionId,
+    ) -> bool {
+        let back: Vec<_> = branches_to_loops(func)
+            .into_iter()
+            .filter(|b| b.target == body)
+            .collect();
+        !back.is_empty()
+            && back.iter().all(|b| {
+                let instrs = &func.block(b.seq).instrs;
+                let (Some(i), BranchKind::Br) = (b.index.checked_sub(2), b.kind) else {
+                    return false;
+                };
+                let [(Instr::GlobalGet(GlobalGet { global }), _), (Instr::BrIf(BrIf { block: out }), _)] =
+                    &instrs[i..b.index]
+                else {
+                    return false;
+                };
+                *global == flag && leads_to_safepoint(func, body, *out, sp)
+            })
+    }
+
+    /// Whether `out` starts with loop `body` and is followed by `call $sp`
+    /// and a branch back to the loop that holds it. (What follows the loop
+    /// in `out`, the branch past it all, is dropped by the parser when the
+    /// loop never ends.)
+    fn leads_to_safepoint(
+        func: &LocalFunction,
+        body: InstrSeqId,
+        out: InstrSeqId,
+        sp: FunctionId,
+    ) -> bool {
+        let holds_loop = matches!(
+            &func.block(out).instrs[..],
+            [(Instr::Loop(Loop { seq }), _), ..] if *seq == body
+        );
+        let mut seqs = Sequences::default();
+        dfs_in_order(&mut seqs, func, func.entry_block());
+        let stops_after = seqs.0.iter().any(|&again| {
+            matches!(
+                &func.block(again).instrs[..],
+                [(Instr::Block(Block { seq }), _), (Instr::Call(Call { func }), _), (Instr::Br(Br { block }), _)]
+                    if *seq == out && *func == sp && *block == again
+            )
+        });
+        holds_loop && stops_after
+    }
+
+    fn flag_and_safepoint(module: &Module) -> (GlobalId, FunctionId) {
         let flag = module
             .exports
             .iter()
@@ -284,24 +598,93 @@ mod tests {
             .imports
             .get_func(SAFEPOINT_MODULE, SAFEPOINT_NAME)
             .unwrap();
+        (flag, sp)
+    }
+
+    #[test]
+    fn every_loop_body_and_recursive_function_is_checked() {
+        let module = instrumented();
+        let (flag, sp) = flag_and_safepoint(&module);
         let mut loops_seen = 0;
         for (id, func) in module.funcs.iter_local() {
             let name = module.funcs.get(id).name.as_deref().unwrap_or_default();
             if name.starts_with("atoll_memory_") {
                 continue; // our own helpers call nothing, so need no check
             }
-            assert!(
-                starts_with_check(func, func.entry_block(), flag, sp),
-                "{name}"
-            );
-            let mut loops = LoopBodies::default();
-            dfs_in_order(&mut loops, func, func.entry_block());
-            for &body in &loops.0 {
-                assert!(starts_with_check(func, body, flag, sp));
+            let entry = starts_with_check(func, func.entry_block(), flag, sp);
+            // Only $rec calls itself; $loops and _start are not recursive.
+            assert_eq!(entry, name == "rec", "{name}");
+            for (_, _, body) in find_loops(func) {
+                // A loop of the input, or the one that re-enters it.
+                let reenters = matches!(
+                    &func.block(body).instrs[..],
+                    [(Instr::Block(_), _), (Instr::Call(Call { func }), _), (Instr::Br(_), _)]
+                        if *func == sp
+                );
+                if !reenters {
+                    assert!(checked_from_outside(func, body, flag, sp), "{name}");
+                    loops_seen += 1;
+                }
             }
-            loops_seen += loops.0.len();
         }
         assert_eq!(loops_seen, 2);
+    }
+
+    #[test]
+    fn cycles_and_indirect_callers_are_checked_at_entry() {
+        let wat = r#"
+            (module
+              (type $v (func))
+              (memory (export "memory") 1)
+              (table 1 funcref)
+              (func $ping (call $pong))
+              (func $pong (call $ping))
+              (func $leaf)
+              (func $caller (call $leaf))
+              (func $dispatch (call_indirect (type $v) (i32.const 0)))
+              (func (export "_start") (call $ping) (call $caller) (call $dispatch)))
+        "#;
+        let wasm = instrument(&wat::parse_str(wat).unwrap()).unwrap();
+        let module = Module::from_buffer(&wasm).unwrap();
+        let (flag, sp) = flag_and_safepoint(&module);
+        let checked: HashSet<&str> = module
+            .funcs
+            .iter_local()
+            .filter(|(_, func)| starts_with_check(func, func.entry_block(), flag, sp))
+            .filter_map(|(id, _)| module.funcs.get(id).name.as_deref())
+            .collect();
+        assert_eq!(checked, HashSet::from(["ping", "pong", "dispatch"]));
+    }
+
+    #[test]
+    fn a_loop_that_takes_values_keeps_its_check_inside() {
+        let wat = r#"
+            (module
+              (type $take (func (param i32) (result i32)))
+              (memory (export "memory") 1)
+              (func (export "_start") (local i32)
+                i32.const 3
+                loop (type $take)
+                  i32.const 1
+                  i32.sub
+                  local.tee 0
+                  local.get 0
+                  br_if 0
+                end
+                drop))
+        "#;
+        let wasm = instrument(&wat::parse_str(wat).unwrap()).unwrap();
+        let module = Module::from_buffer(&wasm).unwrap();
+        let (flag, sp) = flag_and_safepoint(&module);
+        let (_, func) = module
+            .funcs
+            .iter_local()
+            .find(|(id, _)| module.funcs.get(*id).name.is_none())
+            .unwrap();
+        let [(_, _, body)] = find_loops(func)[..] else {
+            panic!("one loop")
+        };
+        assert!(starts_with_check(func, body, flag, sp));
     }
 
     #[test]

@@ -19,12 +19,16 @@
 //!    initialised to 0 and exported as `atoll_yield`, and an import
 //!    `atoll.safepoint : [] -> []`. The host raises the flag when the process
 //!    must stop; the import is where it stops.
-//! 3. **Insert safepoint checks** — `global.get $atoll_yield; if; call
-//!    $atoll.safepoint; end` — at the start of every loop body and at the entry
-//!    of every defined function. Together they bound the time between two
-//!    checks (recursion without loops is covered by the function entries), so
-//!    a spinning process can always be preempted. A check costs one global
-//!    load and a well-predicted branch.
+//! 3. **Insert safepoint checks**, `global.get $atoll_yield` and a branch
+//!    to `call $atoll.safepoint`, at the start of every loop body and at
+//!    the entry of every function that may recurse (in a cycle of the call
+//!    graph, or calling through a table). Every cycle of control then passes
+//!    a check, which bounds the time between two, so a spinning process can
+//!    always be preempted. A loop's check branches *out* of the loop to the
+//!    call and re-enters it at its header, and functions that cannot recurse
+//!    get none: Asyncify then leaves alone every loop and function that
+//!    calls nothing that may stop, and a tight loop pays one global load
+//!    and a well-predicted branch per iteration.
 //! 4. **Reserve the top of memory** for Asyncify's buffer: the memory is
 //!    declared [`conventions::ASYNCIFY_RESERVED_PAGES`] larger and the program's
 //!    `memory.size` / `memory.grow` are rewritten to hide those top pages.
