@@ -3,9 +3,10 @@
 #
 #   make guests   examples/, tests/guests/ and bench/guests/ -> build/wasm/NAME.wasm,
 #                 the MPI programs of tests/mpi/ and bench/mpi/ (with sdk/bin/atoll-mpicc),
-#                 and HPL -> build/wasm/hpl.wasm (from Debian's hpcc source, fetched once)
+#                 HPL -> build/wasm/hpl.wasm (from Debian's hpcc source, fetched once)
+#                 and bzip2 -> build/wasm/bzip2.wasm (Debian's bzip2 source, fetched once)
 #   make native   build/native/{mergesort,spawn_native,true,ipc_linux,swarm_native,fileio,
-#                 place_native,balance,flood} (gcc -O2),
+#                 place_native,balance,flood,bzip2} (gcc -O2),
 #                 and bench/mpi/NAME.c -> NAME_mpi and HPL -> hpl_mpi (Open MPI's mpicc,
 #                 Debian's reference BLAS) when mpicc is installed
 #   make all      both (the default)
@@ -52,7 +53,7 @@ NATIVE_CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 NATIVE := $(NATIVE_DIR)/mergesort $(NATIVE_DIR)/spawn_native $(NATIVE_DIR)/true \
           $(NATIVE_DIR)/ipc_linux $(NATIVE_DIR)/swarm_native $(NATIVE_DIR)/fileio \
           $(NATIVE_DIR)/place_native $(NATIVE_DIR)/balance $(NATIVE_DIR)/flood \
-          $(NATIVE_DIR)/threadbench
+          $(NATIVE_DIR)/threadbench $(NATIVE_DIR)/bzip2
 # The MPI benchmarks' native side, with Open MPI (scripts/setup.sh installs it).
 MPICC ?= mpicc
 ifneq ($(shell command -v $(MPICC) 2>/dev/null),)
@@ -74,9 +75,23 @@ HPCC_UNPACKED := $(HPCC_DIR)/.unpacked
 HPL_SOURCES := $(HPCC_DIR)/hpl/src/*/*.c $(HPCC_DIR)/hpl/testing/*/*.c bench/hpl/hpl.c
 HPL_CFLAGS := -w -DHPL_CALL_CBLAS -I $(HPCC_DIR)/hpl/include -I $(HPCC_DIR)/include
 
+# bzip2 1.0.8, unmodified, as Debian ships it: a large real C program for
+# comparing prepared wasm with native code (`atoll bench compress`). WASI
+# has no fchmod/fchown (bzip2 copies a file's mode and owner to its output)
+# and emulates signals and process clocks.
+BZIP2_TARBALL := bzip2_1.0.8.orig.tar.gz
+BZIP2_URL := http://deb.debian.org/debian/pool/main/b/bzip2/$(BZIP2_TARBALL)
+BZIP2_SHA256 := ab5a03176ee106d3f0fa90e381da478ddae405918153cca248e682cd0c4a2269
+BZIP2_DIR := $(BUILD)/bzip2-1.0.8
+BZIP2_UNPACKED := $(BZIP2_DIR)/.unpacked
+BZIP2_SOURCES := $(addprefix $(BZIP2_DIR)/,blocksort.c huffman.c crctable.c randtable.c \
+	compress.c decompress.c bzlib.c bzip2.c)
+BZIP2_WASI_FLAGS := -w -D_WASI_EMULATED_SIGNAL -D_WASI_EMULATED_PROCESS_CLOCKS \
+	-D'fchmod(fd,mode)=0' -D'fchown(fd,uid,gid)=0'
+
 .PHONY: all guests native clean
 all: guests native
-guests: $(GUESTS) $(MPI_GUESTS) $(WASM_DIR)/hpl.wasm
+guests: $(GUESTS) $(MPI_GUESTS) $(WASM_DIR)/hpl.wasm $(WASM_DIR)/bzip2.wasm
 native: $(NATIVE)
 
 # One rule per source directory; make picks the one whose source exists.
@@ -105,11 +120,27 @@ $(foreach d,tests/mpi bench/mpi,$(eval $(call mpi_rule,$(d))))
 -include $(wildcard $(DEP_DIR)/*.d)
 
 $(HPCC_UNPACKED):
-	@$(if $(atoll_q),printf '  FETCH   %s\n' '$(HPCC_URL)')
-	$(atoll_q)curl -fsSL --retry 3 -o $(BUILD)/$(HPCC_TARBALL).part '$(HPCC_URL)'
-	$(atoll_q)echo '$(HPCC_SHA256)  $(BUILD)/$(HPCC_TARBALL).part' | sha256sum -c --quiet
-	$(atoll_q)rm -rf $(HPCC_DIR) && tar -xzf $(BUILD)/$(HPCC_TARBALL).part -C $(BUILD)
-	$(atoll_q)rm $(BUILD)/$(HPCC_TARBALL).part && touch $@
+	$(call fetch_debian_source,$(HPCC_URL),$(HPCC_TARBALL),$(HPCC_SHA256),$(HPCC_DIR))
+
+# $(call fetch_debian_source,URL,TARBALL,SHA256,DIR): the orig tarball of a
+# Debian source package, checked against its hash, unpacked into DIR.
+define fetch_debian_source
+	@$(if $(atoll_q),printf '  FETCH   %s\n' '$(1)')
+	$(atoll_q)curl -fsSL --retry 3 -o $(BUILD)/$(2).part '$(1)'
+	$(atoll_q)echo '$(3)  $(BUILD)/$(2).part' | sha256sum -c --quiet
+	$(atoll_q)rm -rf $(4) && tar -xzf $(BUILD)/$(2).part -C $(BUILD)
+	$(atoll_q)rm $(BUILD)/$(2).part && touch $(4)/.unpacked
+endef
+
+$(BZIP2_UNPACKED):
+	$(call fetch_debian_source,$(BZIP2_URL),$(BZIP2_TARBALL),$(BZIP2_SHA256),$(BZIP2_DIR))
+
+$(WASM_DIR)/bzip2.wasm: $(BZIP2_UNPACKED) $(ATOLL_SDK_DEPS) Makefile | $(WASM_DIR)
+	$(call atoll_compile,$@,$(BZIP2_SOURCES),$(BZIP2_WASI_FLAGS) -lwasi-emulated-signal \
+		-lwasi-emulated-process-clocks)
+
+$(NATIVE_DIR)/bzip2: $(BZIP2_UNPACKED) Makefile | $(NATIVE_DIR)
+	$(call native_compile,$@,$(BZIP2_SOURCES),,$(NATIVE_CC) -w -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64)
 
 $(WASM_DIR)/hpl.wasm: $(HPCC_UNPACKED) bench/hpl/hpl.c bench/hpl/cblas.c $(MPI_LIB) Makefile \
 		| $(WASM_DIR)

@@ -83,6 +83,7 @@ fn recorded_benchmark_results_fit_their_schemas() {
     for bench in [
         "spawn",
         "mergesort",
+        "compress",
         "ipc",
         "migrate",
         "cluster",

@@ -1,15 +1,12 @@
 //! The mergesort example native, as plain wasm, and prepared (migratable).
 //!
-//! All three must print the same checksums; the benchmark refuses to report
-//! times for outputs that differ.
+//! All three must print the same checksums.
 
 use std::path::Path;
 
-use super::{
-    artifact, atoll_job, command_line, job_on_kernel0, median, native, Machine, Report, Row,
-};
+use super::three_ways::{self, Way};
+use super::{artifact, atoll_job, job_on_kernel0, native, Report};
 use crate::commands::Context;
-use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -40,51 +37,22 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
     };
     node.runtime().load_file(&wasm, false)?;
     node.runtime().load_file(&wasm, true)?;
-    let (mut t_native, mut t_plain, mut t_prepared) = (vec![], vec![], vec![]);
-    let mut expected: Option<String> = None;
-    let mut check = |what: &str, out: String| -> anyhow::Result<()> {
-        match &expected {
-            None => expected = Some(out),
-            Some(e) if *e != out => {
-                anyhow::bail!("{what} printed something else than native:\n{out}\nvs\n{e}")
-            }
-            Some(_) => {}
-        }
-        Ok(())
-    };
-    for run in 0..a.runs {
-        progress::say(format!("bench mergesort: run {}/{}", run + 1, a.runs));
-        let (out, t) = native(&exe, &args)?;
-        check("native", out)?;
-        t_native.push(t.as_secs_f64());
-        let (out, t) = atoll_job(&node, &job(false))?;
-        check("plain wasm", out)?;
-        t_plain.push(t.as_secs_f64());
-        let (out, t) = atoll_job(&node, &job(true))?;
-        check("prepared wasm", out)?;
-        t_prepared.push(t.as_secs_f64());
-    }
+    let report = three_ways::compare(
+        "mergesort",
+        a.runs,
+        format!(
+            "mergesort of {} int32, {} rounds, identical checksums in all three",
+            a.n, a.rounds
+        ),
+        |way| {
+            let (out, t) = match way {
+                Way::Native => native(&exe, &args)?,
+                Way::Plain => atoll_job(&node, &job(false))?,
+                Way::Prepared => atoll_job(&node, &job(true))?,
+            };
+            Ok((t, out.into_bytes()))
+        },
+    );
     node.shutdown();
-    let (m_native, m_plain, m_prepared) =
-        (median(&t_native), median(&t_plain), median(&t_prepared));
-    let mut report = Report {
-        name: "mergesort".into(),
-        command: command_line(),
-        machine: Machine::probe(),
-        unit: "seconds".into(),
-        higher_is_better: false,
-        rows: vec![
-            Row { name: "atoll prepared wasm (migratable)".into(), median: m_prepared, samples: t_prepared, atoll_ratio: None },
-            Row { name: "atoll plain wasm (--no-prepare)".into(), median: m_plain, samples: t_plain, atoll_ratio: None },
-            Row { name: "native gcc -O2".into(), median: m_native, samples: t_native, atoll_ratio: None },
-        ],
-        notes: vec![
-            format!("mergesort of {} int32, {} rounds, identical checksums in all three", a.n, a.rounds),
-            format!("prepared / native = {:.2}x, prepared / plain = {:.2}x, plain / native = {:.2}x", m_prepared / m_native, m_prepared / m_plain, m_plain / m_native),
-            "native includes process start-up (fork+exec of a dynamic binary); atoll includes instantiation".into(),
-            "target (issue 2): prepared wasm within 1.5x of native".into(),
-        ],
-    };
-    report.ratios_against("atoll prepared wasm (migratable)");
-    Ok(report)
+    report
 }

@@ -7,6 +7,7 @@
 
 mod balance;
 mod cluster;
+mod compress;
 mod console;
 mod ipc;
 mod mergesort;
@@ -17,6 +18,7 @@ mod plot;
 mod scale;
 mod spawn;
 mod threads;
+mod three_ways;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -56,6 +58,8 @@ enum Which {
     Spawn(spawn::Args),
     /// A CPU-bound mergesort: native (gcc -O2) vs plain wasm vs prepared wasm
     Mergesort(mergesort::Args),
+    /// bzip2 (Debian's source) compressing and decompressing: native vs plain wasm vs prepared wasm
+    Compress(compress::Args),
     /// Minix IPC (IPC1-3, COPY1-2) vs pipes, FIFOs, mqueues, sockets, eventfd, futex, shm
     Ipc(ipc::Args),
     /// Live migration downtime and total time, hand-over and copy mode, vs memory, WWS, parallelism
@@ -81,6 +85,7 @@ impl Which {
         match self {
             Which::Spawn(_) => "spawn",
             Which::Mergesort(_) => "mergesort",
+            Which::Compress(_) => "compress",
             Which::Ipc(_) => "ipc",
             Which::Migrate(_) => "migrate",
             Which::Cluster(_) => "cluster",
@@ -100,6 +105,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
     match a.which {
         Which::Spawn(s) => emit(&spawn::run(ctx, &a.build, s)?, json, record),
         Which::Mergesort(m) => emit(&mergesort::run(ctx, &a.build, m)?, json, record),
+        Which::Compress(c) => emit(&compress::run(ctx, &a.build, c)?, json, record),
         Which::Ipc(i) => emit(&ipc::run(ctx, &a.build, i)?, json, record),
         Which::Migrate(m) => emit(&migrate::run(ctx, &a.build, m)?, json, record),
         Which::Cluster(c) => emit(&cluster::run(ctx, &a.build, c)?, json, record),
@@ -118,6 +124,7 @@ pub fn schemas() -> Vec<(String, schemars::Schema)> {
     vec![
         schema::<Report>("bench-spawn"),
         schema::<Report>("bench-mergesort"),
+        schema::<Report>("bench-compress"),
         schema::<ipc::IpcReport>("bench-ipc"),
         schema::<migrate::MigrateReport>("bench-migrate"),
         schema::<cluster::ClusterReport>("bench-cluster"),
