@@ -84,6 +84,7 @@ fn recorded_benchmark_results_fit_their_schemas() {
         "spawn",
         "mergesort",
         "compress",
+        "prepare",
         "ipc",
         "migrate",
         "cluster",
@@ -92,6 +93,7 @@ fn recorded_benchmark_results_fit_their_schemas() {
         "placement",
         "balance",
         "console",
+        "threads",
     ] {
         let recorded = std::fs::read(results.join(format!("{bench}.json"))).unwrap();
         check(&format!("bench-{bench}"), &recorded);

@@ -63,7 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     )?;
     println!(
-        "size: input {} B, prepared {} B ({:+.1}%), prepared without -O2 {} B",
+        "size: input {} B, prepared {} B ({:+.1}%), prepared without optimisation {} B",
         input.len(),
         prepared.len(),
         percent(prepared.len(), input.len()),

@@ -39,11 +39,13 @@
 //!    `atoll_global_<N>`, `N` being its index in the input's global index
 //!    space. Together with linear memory these are the whole data state of a
 //!    stopped process, and the runtime saves and restores them by these names.
-//! 6. **Apply binaryen's Asyncify** (`wasm-opt --asyncify -O2`): every
-//!    function that may reach an import learns to save its locals and position
-//!    into linear memory (unwind) and to come back to the same point (rewind).
-//!    Every import may unwind, so every system call is a safepoint too. `-O2`
-//!    (see [`Options::optimize`]) wins back most of the cost.
+//! 6. **Apply binaryen's Asyncify** (`wasm-opt --optimize-level 2
+//!    --asyncify`): every function that may reach an import learns to save
+//!    its locals and position into linear memory (unwind) and to come back
+//!    to the same point (rewind). Every import may unwind, so every system
+//!    call is a safepoint too. Asyncify optimises the functions it
+//!    instruments (see [`Options::optimize`]); the others are left as clang
+//!    made them.
 //! 7. **Mark the result** with a custom section `atoll.prepared` whose payload
 //!    is `v1 <sha256 of the input>`, so that preparing twice is a no-op and a
 //!    prepared module names its source.
@@ -93,9 +95,9 @@ pub struct Options {
     /// The binaryen `wasm-opt` executable: a path, or a name looked up on
     /// `PATH`. Default: `$ATOLL_WASM_OPT` if set, else `wasm-opt`.
     pub wasm_opt: PathBuf,
-    /// Run binaryen's `-O2` after Asyncify. Default: true. Turning it off only
-    /// makes sense to debug the transformation: the output is much larger and
-    /// slower.
+    /// Let Asyncify optimise the functions it instruments (binaryen's
+    /// optimize level 2). Default: true. Turning it off only makes sense to
+    /// debug the transformation: the output is much larger and slower.
     pub optimize: bool,
 }
 

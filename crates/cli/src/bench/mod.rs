@@ -15,6 +15,7 @@ mod migrate;
 mod mpi;
 mod placement;
 mod plot;
+mod prepare;
 mod scale;
 mod spawn;
 mod threads;
@@ -60,6 +61,8 @@ enum Which {
     Mergesort(mergesort::Args),
     /// bzip2 (Debian's source) compressing and decompressing: native vs plain wasm vs prepared wasm
     Compress(compress::Args),
+    /// Time to a module's first run: prepare + compile, cold, vs wasmtime compiling it as it is
+    Prepare(prepare::Args),
     /// Minix IPC (IPC1-3, COPY1-2) vs pipes, FIFOs, mqueues, sockets, eventfd, futex, shm
     Ipc(ipc::Args),
     /// Live migration downtime and total time, hand-over and copy mode, vs memory, WWS, parallelism
@@ -86,6 +89,7 @@ impl Which {
             Which::Spawn(_) => "spawn",
             Which::Mergesort(_) => "mergesort",
             Which::Compress(_) => "compress",
+            Which::Prepare(_) => "prepare",
             Which::Ipc(_) => "ipc",
             Which::Migrate(_) => "migrate",
             Which::Cluster(_) => "cluster",
@@ -106,6 +110,7 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
         Which::Spawn(s) => emit(&spawn::run(ctx, &a.build, s)?, json, record),
         Which::Mergesort(m) => emit(&mergesort::run(ctx, &a.build, m)?, json, record),
         Which::Compress(c) => emit(&compress::run(ctx, &a.build, c)?, json, record),
+        Which::Prepare(p) => emit(&prepare::run(ctx, &a.build, p)?, json, record),
         Which::Ipc(i) => emit(&ipc::run(ctx, &a.build, i)?, json, record),
         Which::Migrate(m) => emit(&migrate::run(ctx, &a.build, m)?, json, record),
         Which::Cluster(c) => emit(&cluster::run(ctx, &a.build, c)?, json, record),
@@ -125,6 +130,7 @@ pub fn schemas() -> Vec<(String, schemars::Schema)> {
         schema::<Report>("bench-spawn"),
         schema::<Report>("bench-mergesort"),
         schema::<Report>("bench-compress"),
+        schema::<Report>("bench-prepare"),
         schema::<ipc::IpcReport>("bench-ipc"),
         schema::<migrate::MigrateReport>("bench-migrate"),
         schema::<cluster::ClusterReport>("bench-cluster"),
