@@ -194,14 +194,23 @@ fn memory_cpu_time_and_process_limits_from_the_command_line() {
 
 #[test]
 fn trap_reports_demangle_rust_and_cpp_symbols() {
-    // Unprepared, so that binaryen's inliner keeps every frame.
-    let out = run(&["run", "--no-prepare", &guest("trap"), "mangled"]);
-    assert_eq!(out.status.code(), Some(134));
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("    in std::process::abort\n    in app::crash(int)\n    in main\n"),
-        "{err}"
-    );
+    // Prepared too: preparation inlines nothing, so every frame is kept.
+    for prepare in [&["--no-prepare"][..], &[]] {
+        let trap = guest("trap");
+        let args: Vec<&str> = ["run"]
+            .iter()
+            .chain(prepare)
+            .chain(&[trap.as_str(), "mangled"])
+            .copied()
+            .collect();
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(134));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("    in std::process::abort\n    in app::crash(int)\n    in main\n"),
+            "{prepare:?}: {err}"
+        );
+    }
 }
 
 #[test]
