@@ -2,16 +2,19 @@
  * spawn_native - what starting a process (or thread) costs on plain Linux,
  * the baseline for bench/guests/spawnbench.
  *
- *   spawn_native fork_exec|posix_spawn|pthread N [TARGET]
+ *   spawn_native fork_exec|posix_spawn|pthread N [INFLIGHT [TARGET]]
  *
  *   fork_exec    fork(), execv(TARGET) in the child, waitpid() in the parent
  *   posix_spawn  posix_spawn(TARGET), then waitpid()
  *   pthread      pthread_create() of an empty thread, then pthread_join();
  *                TARGET is not used
  *
- * Runs N iterations one at a time (start, then wait) and prints
+ * Runs N iterations, keeping at most INFLIGHT (default 1) started and not
+ * yet waited for, as spawnbench does: with 1, each is started and waited
+ * for in turn; with more, a process is reaped whichever ends first
+ * (waitpid(-1)) and a thread in the order started. Prints
  *
- *   spawn_native mode=MODE n=N seconds=S rate=R
+ *   spawn_native mode=MODE n=N inflight=W seconds=S rate=R
  *
  * with R in iterations per second on the monotonic clock. TARGET should be a
  * tiny program that exits 0 at once (build/native/true). Exit status: 0, 1 if
@@ -32,6 +35,8 @@
 
 extern char **environ;
 
+#define MAX_INFLIGHT 4096
+
 static double now_seconds(void)
 {
     struct timespec ts;
@@ -39,19 +44,19 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* 0 if the child ran and exited 0. */
-static int reap(pid_t pid)
-{
-    int status;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR)
-            return -1;
-    }
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
-}
+/* What each mode does: start one, and wait for one of those started. */
+struct mode {
+    const char *name;
+    int (*start)(char *const argv[], long slot);
+    int (*finish)(long slot);
+};
 
-static int run_fork_exec(char *const argv[])
+/* Threads are joined by slot (the oldest first); processes by any pid. */
+static pthread_t threads[MAX_INFLIGHT];
+
+static int start_fork_exec(char *const argv[], long slot)
 {
+    (void)slot;
     pid_t pid = fork();
     if (pid < 0)
         return -1;
@@ -59,32 +64,14 @@ static int run_fork_exec(char *const argv[])
         execv(argv[0], argv);
         _exit(127); /* exec failed: the parent sees a non-zero status */
     }
-    return reap(pid);
+    return 0;
 }
 
-static int run_posix_spawn(char *const argv[])
+static int start_posix_spawn(char *const argv[], long slot)
 {
+    (void)slot;
     pid_t pid;
     int err = posix_spawn(&pid, argv[0], NULL, NULL, argv, environ);
-    if (err != 0) {
-        errno = err;
-        return -1;
-    }
-    return reap(pid);
-}
-
-static void *empty_thread(void *arg)
-{
-    return arg;
-}
-
-static int run_pthread(char *const argv[])
-{
-    (void)argv;
-    pthread_t thread;
-    int err = pthread_create(&thread, NULL, empty_thread, NULL);
-    if (err == 0)
-        err = pthread_join(thread, NULL);
     if (err != 0) {
         errno = err;
         return -1;
@@ -92,47 +79,101 @@ static int run_pthread(char *const argv[])
     return 0;
 }
 
+/* 0 if a child ran and exited 0. */
+static int reap_any(long slot)
+{
+    (void)slot;
+    int status;
+    while (waitpid(-1, &status, 0) < 0) {
+        if (errno != EINTR)
+            return -1;
+    }
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static void *empty_thread(void *arg)
+{
+    return arg;
+}
+
+static int start_pthread(char *const argv[], long slot)
+{
+    (void)argv;
+    int err = pthread_create(&threads[slot], NULL, empty_thread, NULL);
+    if (err != 0) {
+        errno = err;
+        return -1;
+    }
+    return 0;
+}
+
+static int join_pthread(long slot)
+{
+    int err = pthread_join(threads[slot], NULL);
+    if (err != 0) {
+        errno = err;
+        return -1;
+    }
+    return 0;
+}
+
+static const struct mode modes[] = {
+    {"fork_exec", start_fork_exec, reap_any},
+    {"posix_spawn", start_posix_spawn, reap_any},
+    {"pthread", start_pthread, join_pthread},
+};
+
+static int failed(const char *mode, const char *what, long i)
+{
+    fprintf(stderr, "spawn_native: %s: %s %ld failed (%s)\n", mode, what, i,
+            errno != 0 ? strerror(errno) : "child exited non-zero");
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
-    const char *mode = argc > 1 ? argv[1] : "";
+    const char *name = argc > 1 ? argv[1] : "";
     long n = argc > 2 ? strtol(argv[2], NULL, 10) : 0;
-    char *target = argc > 3 ? argv[3] : NULL;
+    long inflight = argc > 3 ? strtol(argv[3], NULL, 10) : 1;
+    char *target = argc > 4 ? argv[4] : NULL;
 
-    int (*run)(char *const argv[]);
-    if (strcmp(mode, "fork_exec") == 0)
-        run = run_fork_exec;
-    else if (strcmp(mode, "posix_spawn") == 0)
-        run = run_posix_spawn;
-    else if (strcmp(mode, "pthread") == 0)
-        run = run_pthread;
-    else
-        run = NULL;
-
-    if (run == NULL || n < 1 || argc > 4 ||
-        (run != run_pthread && target == NULL)) {
+    const struct mode *mode = NULL;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        if (strcmp(name, modes[i].name) == 0)
+            mode = &modes[i];
+    }
+    int threaded = mode != NULL && mode->start == start_pthread;
+    if (mode == NULL || n < 1 || inflight < 1 || inflight > MAX_INFLIGHT ||
+        argc > 5 || (!threaded && target == NULL)) {
         fprintf(stderr,
-                "usage: spawn_native fork_exec|posix_spawn|pthread N [TARGET]\n"
-                "       (TARGET is required except for pthread)\n");
+                "usage: spawn_native fork_exec|posix_spawn|pthread N [INFLIGHT [TARGET]]\n"
+                "       (1 <= INFLIGHT <= %d; TARGET is required except for pthread)\n",
+                MAX_INFLIGHT);
         return 2;
     }
-    if (run != run_pthread && access(target, X_OK) != 0) {
+    if (!threaded && access(target, X_OK) != 0) {
         fprintf(stderr, "spawn_native: %s: %s\n", target, strerror(errno));
         return 2;
     }
 
     char *target_argv[] = {target, NULL};
+    long started = 0, finished = 0;
     double start = now_seconds();
-    for (long i = 0; i < n; i++) {
+    while (finished < n) {
         errno = 0;
-        if (run(target_argv) != 0) {
-            fprintf(stderr, "spawn_native: %s: iteration %ld failed (%s)\n", mode,
-                    i, errno != 0 ? strerror(errno) : "child exited non-zero");
-            return 1;
+        if (started < n && started - finished < inflight) {
+            if (mode->start(target_argv, started % inflight) != 0)
+                return failed(name, "start", started);
+            started++;
+        } else {
+            if (mode->finish(finished % inflight) != 0)
+                return failed(name, "wait", finished);
+            finished++;
         }
     }
     double seconds = now_seconds() - start;
 
-    printf("spawn_native mode=%s n=%ld seconds=%.6f rate=%.1f\n", mode, n,
-           seconds, (double)n / seconds);
+    printf("spawn_native mode=%s n=%ld inflight=%ld seconds=%.6f rate=%.1f\n", name, n,
+           inflight, seconds, (double)n / seconds);
     return 0;
 }

@@ -99,7 +99,48 @@ pub struct Dqdt {
     settling: HashMap<Subtree, Instant>,
     /// Processes placed and not yet in their subtree's reports: counted
     /// in its loads meanwhile.
+    placed: OnTheWay,
+}
+
+/// The processes placed and not yet arrived, and how many go to each
+/// subtree: a placement asks that at once, and a node spawning 100,000
+/// processes a second has thousands on their way between two reports.
+#[derive(Default, Debug)]
+struct OnTheWay {
     placed: Vec<Placed>,
+    per_subtree: HashMap<Subtree, u64>,
+}
+
+impl OnTheWay {
+    fn push(&mut self, p: Placed) {
+        *self.per_subtree.entry(p.subtree).or_default() += 1;
+        self.placed.push(p);
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&Placed) -> bool) {
+        let per_subtree = &mut self.per_subtree;
+        self.placed.retain(|p| {
+            let kept = keep(p);
+            if !kept {
+                if let Some(n) = per_subtree.get_mut(&p.subtree) {
+                    *n -= 1;
+                    if *n == 0 {
+                        per_subtree.remove(&p.subtree);
+                    }
+                }
+            }
+            kept
+        });
+    }
+
+    /// How many are on their way to `subtree`.
+    fn to(&self, subtree: Subtree) -> u64 {
+        self.per_subtree.get(&subtree).copied().unwrap_or(0)
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, Placed> {
+        self.placed.iter()
+    }
 }
 
 /// A process placed in a subtree, on its way there.
@@ -131,7 +172,7 @@ impl Dqdt {
             sums: BTreeMap::new(),
             sent: HashMap::new(),
             settling: HashMap::new(),
-            placed: Vec::new(),
+            placed: OnTheWay::default(),
         }
     }
 
@@ -288,7 +329,7 @@ impl Dqdt {
 
     /// Adds the processes placed lately to the loads of `children`.
     fn count_placed(&self, children: &mut [(Subtree, Load)]) {
-        for p in &self.placed {
+        for p in self.placed.iter() {
             if let Some(c) = children.iter_mut().find(|c| c.0 == p.subtree) {
                 c.1.expect_one();
             }
@@ -320,11 +361,11 @@ impl Dqdt {
                     let c = pick(known, toward, self.me);
                     if let (Some(c), Toward::Lightest) = (c, toward) {
                         let reported = known.iter().find(|k| k.0 == c).map(|k| k.1.arrivals);
-                        let on_the_way = self.placed.iter().filter(|p| p.subtree == c).count();
+                        let arrived_at = reported.unwrap_or(0) + self.placed.to(c) + 1;
                         self.placed.push(Placed {
                             subtree: c,
                             at: now,
-                            arrived_at: reported.unwrap_or(0) + on_the_way as u64 + 1,
+                            arrived_at,
                         });
                     }
                     c
