@@ -94,7 +94,7 @@ pub const GLOBAL_EXPORT_PREFIX: &str = "atoll_global_";
 pub const PREPARED_SECTION: &str = "atoll.prepared";
 
 /// Version tag at the start of the [`PREPARED_SECTION`] payload.
-pub const PREPARED_VERSION: &str = "v4";
+pub const PREPARED_VERSION: &str = "v5";
 
 /// The exported function the runtime starts a process with (WASI command).
 pub const START_EXPORT: &str = "_start";

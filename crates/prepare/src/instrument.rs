@@ -10,8 +10,9 @@ use std::collections::HashSet;
 use petgraph::algo::tarjan_scc;
 use petgraph::graphmap::DiGraphMap;
 use walrus::ir::{
-    dfs_in_order, Block, Br, BrIf, BrTable, Call, GlobalGet, IfElse, Instr, InstrLocId, InstrSeq,
-    InstrSeqId, InstrSeqType, Loop, ReturnCall, Value, Visitor,
+    dfs_in_order, Block, Br, BrIf, BrOnCast, BrOnCastFail, BrOnNonNull, BrOnNull, BrTable, Call,
+    GlobalGet, IfElse, Instr, InstrLocId, InstrSeq, InstrSeqId, InstrSeqType, Loop, ReturnCall,
+    TryTable, TryTableCatch, Value, Visitor,
 };
 use walrus::{
     ConstExpr, ExportItem, FunctionId, GlobalId, LocalFunction, MemoryId, Module, ModuleConfig,
@@ -199,9 +200,9 @@ fn insert_safepoint_checks(
         }
         checked += 1;
         let simple = matches!(func.block(body).ty, InstrSeqType::Simple(_));
-        if !simple || back.iter().any(|b| b.kind == BranchKind::Table) {
-            // Values on the back edge, or a branch table: keep the check
-            // at the start of the body, inside the loop.
+        if !simple || back.iter().any(|b| b.kind == BranchKind::Other) {
+            // Values on the back edge, or a branch that cannot be given a
+            // way out: keep the check at the start of the body, inside.
             inside.push(body);
             continue;
         }
@@ -235,11 +236,14 @@ struct Branch {
 enum BranchKind {
     Br,
     BrIf,
-    Table,
+    /// `br_table`, `br_on_*` and the labels of `try_table`'s catches: a
+    /// loop they go back to keeps its check inside.
+    Other,
 }
 
-/// Every branch in `func` (a `br`, `br_if` or `br_table` label), with the
-/// sequence it targets; those targeting loop bodies are the back edges.
+/// Every branch in `func`, with the sequence it targets; those targeting
+/// loop bodies are the back edges. Every instruction that names a label
+/// to branch to is here: a back edge missed would be a cycle unchecked.
 fn branches_to_loops(func: &LocalFunction) -> Vec<Branch> {
     let mut seqs = Sequences::default();
     dfs_in_order(&mut seqs, func, func.entry_block());
@@ -259,7 +263,22 @@ fn branches_to_loops(func: &LocalFunction) -> Vec<Branch> {
                 Instr::BrIf(BrIf { block }) => push(*block, BranchKind::BrIf),
                 Instr::BrTable(BrTable { blocks, default }) => {
                     for target in blocks.iter().chain([default]) {
-                        push(*target, BranchKind::Table);
+                        push(*target, BranchKind::Other);
+                    }
+                }
+                Instr::BrOnNull(BrOnNull { block })
+                | Instr::BrOnNonNull(BrOnNonNull { block })
+                | Instr::BrOnCast(BrOnCast { block, .. })
+                | Instr::BrOnCastFail(BrOnCastFail { block, .. }) => {
+                    push(*block, BranchKind::Other)
+                }
+                Instr::TryTable(TryTable { catches, .. }) => {
+                    for catch in catches {
+                        let (TryTableCatch::Catch { label, .. }
+                        | TryTableCatch::CatchRef { label, .. }
+                        | TryTableCatch::CatchAll { label }
+                        | TryTableCatch::CatchAllRef { label }) = catch;
+                        push(*label, BranchKind::Other);
                     }
                 }
                 _ => {}
@@ -296,15 +315,15 @@ fn check_branch(func: &mut LocalFunction, branch: Branch, out: InstrSeqId, yield
                 alternative,
             });
         }
-        BranchKind::Table => unreachable!("loops with a branch table keep the check inside"),
+        BranchKind::Other => unreachable!("loops with such branches keep the check inside"),
     }
 }
 
 /// The functions of `program` that need a safepoint check at their entry:
 /// those that may be part of a recursion.
 ///
-/// Loops are checked in their bodies, so a run without a check can only
-/// go on for long by calling round a cycle of functions; one check per
+/// Loops are checked on their back edges, so a run without a check can
+/// only go on for long by calling round a cycle of functions; one check per
 /// cycle bounds it. A cycle of direct calls is a strongly connected
 /// component of the call graph (or a function calling itself), and every
 /// function in one is checked. A cycle through a table passes through an
@@ -657,34 +676,46 @@ mod tests {
     }
 
     #[test]
-    fn a_loop_that_takes_values_keeps_its_check_inside() {
-        let wat = r#"
-            (module
-              (type $take (func (param i32) (result i32)))
-              (memory (export "memory") 1)
-              (func (export "_start") (local i32)
-                i32.const 3
-                loop (type $take)
-                  i32.const 1
-                  i32.sub
-                  local.tee 0
-                  local.get 0
-                  br_if 0
-                end
-                drop))
-        "#;
-        let wasm = instrument(&wat::parse_str(wat).unwrap()).unwrap();
-        let module = Module::from_buffer(&wasm).unwrap();
-        let (flag, sp) = flag_and_safepoint(&module);
-        let (_, func) = module
-            .funcs
-            .iter_local()
-            .find(|(id, _)| module.funcs.get(*id).name.is_none())
-            .unwrap();
-        let [(_, _, body)] = find_loops(func)[..] else {
-            panic!("one loop")
-        };
-        assert!(starts_with_check(func, body, flag, sp));
+    fn loops_that_cannot_be_left_keep_their_check_inside() {
+        // Values on the back edge; a branch table back to the loop.
+        for body in [
+            r#"(local i32)
+               i32.const 3
+               loop (type $take)
+                 i32.const 1
+                 i32.sub
+                 local.tee 0
+                 local.get 0
+                 br_if 0
+               end
+               drop"#,
+            r#"(local i32)
+               block
+                 loop
+                   local.get 0
+                   br_table 0 1
+                 end
+               end"#,
+        ] {
+            let wat = format!(
+                r#"(module
+                     (type $take (func (param i32) (result i32)))
+                     (memory (export "memory") 1)
+                     (func (export "_start") {body}))"#
+            );
+            let wasm = instrument(&wat::parse_str(&wat).unwrap()).unwrap();
+            let module = Module::from_buffer(&wasm).unwrap();
+            let (flag, sp) = flag_and_safepoint(&module);
+            let (_, func) = module
+                .funcs
+                .iter_local()
+                .find(|(id, _)| module.funcs.get(*id).name.is_none())
+                .unwrap();
+            let [(_, _, body)] = find_loops(func)[..] else {
+                panic!("one loop, not wrapped")
+            };
+            assert!(starts_with_check(func, body, flag, sp), "{wat}");
+        }
     }
 
     #[test]
