@@ -5,7 +5,7 @@
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use petgraph::algo::tarjan_scc;
 use petgraph::graphmap::DiGraphMap;
@@ -186,7 +186,10 @@ fn insert_safepoint_checks(
     safepoint: FunctionId,
 ) -> usize {
     let loops = find_loops(func);
-    let branches = branches_to_loops(func);
+    let mut back_edges: HashMap<InstrSeqId, Vec<Branch>> = HashMap::new();
+    for branch in branches_to_loops(func) {
+        back_edges.entry(branch.target).or_default().push(branch);
+    }
     let mut checked = 0;
     // Loops are wrapped first (one instruction replaced by one), then the
     // branches are rewritten (which shifts what follows them in their
@@ -194,10 +197,9 @@ fn insert_safepoint_checks(
     let mut inside = Vec::new();
     let mut rewrites = Vec::new();
     for &(holder, index, body) in &loops {
-        let back: Vec<_> = branches.iter().filter(|b| b.target == body).collect();
-        if back.is_empty() {
+        let Some(back) = back_edges.remove(&body) else {
             continue; // not a cycle: runs once, needs no check
-        }
+        };
         checked += 1;
         let simple = matches!(func.block(body).ty, InstrSeqType::Simple(_));
         if !simple || back.iter().any(|b| b.kind == BranchKind::Other) {
@@ -207,7 +209,7 @@ fn insert_safepoint_checks(
             continue;
         }
         let out = wrap_loop(func, (holder, index, body), safepoint);
-        rewrites.extend(back.into_iter().map(|b| (*b, out)));
+        rewrites.extend(back.into_iter().map(|b| (b, out)));
     }
     // Later places first, so that the earlier ones stay where they were.
     rewrites.sort_by_key(|(b, _)| std::cmp::Reverse((b.seq, b.index)));
