@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use atoll_abi::{status, Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainTable, IpcState};
 use atoll_migration::{MigrationReport, Mode, RoundPolicy};
-use atoll_noc::{Doorbell, Endpoint, SendError};
+use atoll_noc::{Awake, Doorbell, Endpoint, SendError};
 use atoll_prepare::ContentHash;
 pub(crate) use atoll_process::clock::monotonic_ns;
 use atoll_process::{
@@ -42,9 +42,11 @@ pub struct KernelParams {
     pub runtime: Arc<Runtime>,
     pub console: Arc<dyn Console>,
     pub quantum: Duration,
-    /// How long an idle kernel polls for messages before it sleeps (zero
-    /// when kernels outnumber cores).
+    /// How long an idle kernel polls for messages before it sleeps, while
+    /// `awake` says there is room (zero: never).
     pub spin: Duration,
+    /// The node's kernels that are awake, shared by all of them.
+    pub awake: Arc<Awake>,
     /// Pin the thread to core `index % cores`.
     pub pin: bool,
     pub migration: MigrationConfig,
@@ -144,6 +146,7 @@ pub(crate) struct Kernel {
     quantum: Duration,
     /// How long an idle kernel polls before it sleeps.
     spin: Duration,
+    awake: Arc<Awake>,
     /// Hashed with FxHash: the IPC paths look processes up several times
     /// per message, and SipHash showed up at 9% of a ping-pong.
     pub procs: FxHashMap<Pid, Process>,
@@ -218,6 +221,7 @@ impl Kernel {
             host,
             quantum: p.quantum,
             spin: p.spin,
+            awake: p.awake,
             procs: FxHashMap::default(),
             run_queue: RunQueue::new(p.quantum),
             timers: BinaryHeap::new(),
@@ -328,14 +332,15 @@ impl Kernel {
 
     /// Polls the doorbell for a short while before sleeping: an answer from
     /// another kernel often arrives within microseconds, and waking from a
-    /// futex costs more than that. Only when every kernel has a core of its
-    /// own; otherwise spinning steals the core from another kernel.
+    /// futex costs more than that. Only while this kernel has a core to
+    /// itself ([`Awake`]); otherwise spinning steals the core from another
+    /// kernel.
     fn spin_before_sleep(&self) -> bool {
         if self.spin.is_zero() {
             return false;
         }
         let t = Instant::now();
-        while t.elapsed() < self.spin {
+        while t.elapsed() < self.spin && self.awake.room_to_poll(self.id.index) {
             if self.noc.doorbell().is_pending()
                 || self
                     .timers

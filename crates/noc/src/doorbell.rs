@@ -1,7 +1,7 @@
 //! Sleep and wake-up for one kernel.
 
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
 
@@ -18,9 +18,22 @@ pub struct Doorbell {
     sleeping: AtomicBool,
     /// The owner's thread, set once when the owner starts.
     owner: OnceLock<Thread>,
+    /// The node's count of awake kernels and the owner's index in it.
+    awake: Option<(Arc<Awake>, u16)>,
 }
 
 impl Doorbell {
+    /// The doorbell of kernel `kernel`, counted in `awake` while it is
+    /// not asleep. The one who wakes a sleeper counts it awake at once:
+    /// until its thread runs, the sleeper needs its core as much as if it
+    /// ran.
+    pub fn counted(awake: Arc<Awake>, kernel: u16) -> Doorbell {
+        Doorbell {
+            awake: Some((awake, kernel)),
+            ..Doorbell::default()
+        }
+    }
+
     /// Binds the doorbell to the calling thread, which alone may [`sleep`](Self::sleep).
     pub fn bind_current_thread(&self) {
         let _ = self.owner.set(std::thread::current());
@@ -30,6 +43,7 @@ impl Doorbell {
     pub fn ring(&self) {
         self.pending.store(true, SeqCst);
         if self.sleeping.load(SeqCst) && self.sleeping.swap(false, SeqCst) {
+            self.count(1);
             if let Some(t) = self.owner.get() {
                 t.unpark();
             }
@@ -52,13 +66,95 @@ impl Doorbell {
     /// Returns at once if the doorbell was rung since the last `take`.
     pub fn sleep(&self, timeout: Option<Duration>) {
         self.sleeping.store(true, SeqCst);
+        self.count(-1);
         if !self.pending.load(SeqCst) {
             match timeout {
                 Some(t) => std::thread::park_timeout(t),
                 None => std::thread::park(),
             }
         }
-        self.sleeping.store(false, SeqCst);
+        // Not rung (a timeout, or pending before it parked): no one
+        // counted it awake again.
+        if self.sleeping.swap(false, SeqCst) {
+            self.count(1);
+        }
+    }
+
+    fn count(&self, delta: isize) {
+        if let Some((awake, kernel)) = &self.awake {
+            let count = awake.count(*kernel);
+            if delta > 0 {
+                count.fetch_add(1, Relaxed);
+            } else {
+                count.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+}
+
+/// How many of a node's kernels are awake (running, polling, or rung and
+/// not yet running), against
+/// the cores they have: whether an idle kernel may poll its doorbell
+/// before it sleeps.
+///
+/// Polling saves the wake-up of a sleeping thread, which costs tens of
+/// microseconds on a VM, but only while the poller has a core to itself:
+/// a kernel polling on a core another kernel needs takes the time from
+/// it. With more kernels than cores most are usually asleep, and two that
+/// talk to each other can still poll while the others sleep. Kernels
+/// pinned to cores (kernel `i` on core `i % cores`) are counted per core,
+/// the others together.
+#[derive(Debug)]
+pub struct Awake {
+    /// Per core if pinned, else one count for the node.
+    counts: Box<[Padded]>,
+    cores: usize,
+    pinned: bool,
+}
+
+/// A count on a cache line of its own: a kernel polls its core's count
+/// while the kernel of the next core writes its own.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded(AtomicUsize);
+
+impl Awake {
+    /// `kernels` kernels, all awake, on `cores` cores, pinned or not.
+    pub fn new(kernels: usize, cores: usize, pinned: bool) -> Awake {
+        let cores = cores.max(1);
+        let counts = if pinned {
+            (0..cores)
+                .map(|c| Padded(AtomicUsize::new((c..kernels).step_by(cores).count())))
+                .collect()
+        } else {
+            vec![Padded(AtomicUsize::new(kernels))].into()
+        };
+        Awake {
+            counts,
+            cores,
+            pinned,
+        }
+    }
+
+    fn count(&self, kernel: u16) -> &AtomicUsize {
+        let slot = if self.pinned {
+            usize::from(kernel) % self.cores
+        } else {
+            0
+        };
+        &self.counts[slot].0
+    }
+
+    /// Whether `kernel` has a core to itself: no other kernel pinned to
+    /// its core is awake, or (unpinned) no more kernels are awake than
+    /// there are cores.
+    pub fn room_to_poll(&self, kernel: u16) -> bool {
+        let awake = self.count(kernel).load(Relaxed);
+        if self.pinned {
+            awake <= 1
+        } else {
+            awake <= self.cores
+        }
     }
 }
 
@@ -67,6 +163,66 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Instant;
+
+    /// Kernel `k`'s doorbell put to sleep until rung or for 10 ms, on a
+    /// thread of its own; returns that thread once it sleeps.
+    fn doze(bells: &Arc<Vec<Doorbell>>, k: usize) -> std::thread::JoinHandle<()> {
+        let b = bells.clone();
+        let t = std::thread::spawn(move || {
+            b[k].bind_current_thread();
+            b[k].sleep(Some(Duration::from_secs(10)));
+        });
+        while !bells[k].sleeping.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        t
+    }
+
+    #[test]
+    fn unpinned_kernels_may_poll_while_no_more_are_awake_than_cores() {
+        let awake = Arc::new(Awake::new(4, 2, false));
+        let bells: Arc<Vec<_>> = Arc::new(
+            (0..4)
+                .map(|k| Doorbell::counted(awake.clone(), k))
+                .collect(),
+        );
+        assert!(!awake.room_to_poll(0), "4 awake on 2 cores");
+        let two = doze(&bells, 2);
+        assert!(!awake.room_to_poll(0), "3 awake");
+        let three = doze(&bells, 3);
+        assert!(awake.room_to_poll(0), "2 awake");
+        bells[2].ring();
+        assert!(!awake.room_to_poll(0), "rung: counted awake before it runs");
+        bells[3].ring();
+        two.join().unwrap();
+        three.join().unwrap();
+        assert!(!awake.room_to_poll(0), "all 4 awake again");
+    }
+
+    #[test]
+    fn pinned_kernels_may_poll_while_alone_awake_on_their_core() {
+        // Kernels 0, 2 and 4 on core 0; 1 and 3 on core 1.
+        let awake = Arc::new(Awake::new(5, 2, true));
+        let bells: Arc<Vec<_>> = Arc::new(
+            (0..5)
+                .map(|k| Doorbell::counted(awake.clone(), k))
+                .collect(),
+        );
+        assert!(!awake.room_to_poll(1));
+        let three = doze(&bells, 3);
+        assert!(awake.room_to_poll(1), "alone on core 1");
+        assert!(!awake.room_to_poll(0), "core 0 has three");
+        let two = doze(&bells, 2);
+        let four = doze(&bells, 4);
+        assert!(awake.room_to_poll(0), "alone on core 0");
+        for k in [2, 3, 4] {
+            bells[k].ring();
+        }
+        for t in [two, three, four] {
+            t.join().unwrap();
+        }
+        assert!(!awake.room_to_poll(1));
+    }
 
     #[test]
     fn ring_before_sleep_is_not_lost() {

@@ -45,5 +45,5 @@ mod doorbell;
 mod endpoint;
 pub mod net;
 
-pub use doorbell::Doorbell;
+pub use doorbell::{Awake, Doorbell};
 pub use endpoint::{Endpoint, Incoming, Noc, Remote, SendError, Uplink};

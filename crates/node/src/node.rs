@@ -15,7 +15,7 @@ use atoll_kernel::{
 };
 use atoll_migration::{MigrationReport, Mode};
 use atoll_noc::net::{LinkConfig, Links, Member};
-use atoll_noc::{Doorbell, Incoming, Noc, Remote};
+use atoll_noc::{Awake, Doorbell, Incoming, Noc, Remote};
 use atoll_prepare::ContentHash;
 use atoll_process::{ConsoleId, Limits, Preopen, ProcessImage, Runtime, RuntimeConfig};
 
@@ -289,7 +289,10 @@ impl Node {
             );
         }
         let runtime = Runtime::new(config.runtime).context("starting the WebAssembly runtime")?;
-        let doorbells: Arc<[Doorbell]> = (0..config.kernels).map(|_| Doorbell::default()).collect();
+        let awake = Arc::new(Awake::new(usize::from(config.kernels), cores(), config.pin));
+        let doorbells: Arc<[Doorbell]> = (0..config.kernels)
+            .map(|k| Doorbell::counted(awake.clone(), k))
+            .collect();
         let (events_tx, events_rx) = mpsc::channel();
         let (controls, control_rxs): (Vec<_>, Vec<_>) =
             (0..config.kernels).map(|_| mpsc::channel()).unzip();
@@ -342,11 +345,8 @@ impl Node {
                 runtime: runtime.clone(),
                 console: console_impl.clone(),
                 quantum: config.quantum,
-                spin: if config.kernels as usize <= cores() {
-                    Duration::from_micros(50)
-                } else {
-                    Duration::ZERO
-                },
+                spin: Duration::from_micros(50),
+                awake: awake.clone(),
                 pin: config.pin,
                 migration: config.migration,
                 balance: config.balance,
