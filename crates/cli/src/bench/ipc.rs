@@ -121,14 +121,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<IpcReport> {
     }
     let wanted = |t: &str| a.tests.as_ref().is_none_or(|ts| ts.iter().any(|x| x == t));
     let node = atoll_node::Node::start(super::bench_node(ctx, Some(2)))?;
-    node.runtime().load_file(&wasm, true)?;
-    let bench = Bench {
-        node: &node,
-        wasm,
-        linux,
-        runs: a.runs,
-        seconds: a.seconds,
-    };
+    let bench = Bench::new(&node, wasm, linux, &a)?;
     let mut measures = Vec::new();
     for cores in [Cores::One, Cores::Two] {
         for test in IPC_TESTS.into_iter().filter(|t| wanted(t)) {
@@ -190,14 +183,7 @@ fn oversubscribed(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let kernels = u16::try_from(2 * cores).unwrap_or(u16::MAX);
     let node = atoll_node::Node::start(super::bench_node(ctx, Some(kernels)))?;
-    node.runtime().load_file(&wasm, true)?;
-    let on_it = Bench {
-        node: &node,
-        wasm,
-        linux,
-        runs: a.runs,
-        seconds: a.seconds,
-    };
+    let on_it = Bench::new(&node, wasm, linux, a)?;
     let mut measures = Vec::new();
     for test in IPC_TESTS.into_iter().filter(|t| wanted(t)) {
         progress::say(format!(
@@ -219,7 +205,24 @@ struct Bench<'a> {
     seconds: f64,
 }
 
-impl Bench<'_> {
+impl<'a> Bench<'a> {
+    /// Runs on `node`, with `wasm` prepared and compiled there first.
+    fn new(
+        node: &'a atoll_node::Node,
+        wasm: PathBuf,
+        linux: PathBuf,
+        a: &Args,
+    ) -> anyhow::Result<Self> {
+        node.runtime().load_file(&wasm, true)?;
+        Ok(Bench {
+            node,
+            wasm,
+            linux,
+            runs: a.runs,
+            seconds: a.seconds,
+        })
+    }
+
     fn atoll(&self, test: &str, size: Option<u32>, cores: Cores) -> anyhow::Result<Measure> {
         let run = |iters: u64| -> anyhow::Result<Line> {
             let mut args = vec![
