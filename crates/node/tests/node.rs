@@ -178,7 +178,9 @@ fn exit_status_is_the_programs() {
 #[test]
 fn a_parent_moved_while_its_children_end_hears_from_every_child() {
     let node = node(4);
-    let mut spec = job("spawn", &["12"]);
+    // Enough children that the job outlasts a few moves: with prepared
+    // loops near native speed, 12 children ended before a second move.
+    let mut spec = job("spawn", &["100"]);
     spec.kernel = Some(KernelId::new(0, 0));
     let (pid, out, done) = start(&node, &spec);
     let mut moves = 0;
@@ -197,7 +199,7 @@ fn a_parent_moved_while_its_children_end_hears_from_every_child() {
     assert!(moves >= 2, "only {moves} moves happened");
     assert!(
         out.stdout()
-            .contains("spawn: all 12 children exited as expected"),
+            .contains("spawn: all 100 children exited as expected"),
         "{}",
         out.stdout()
     );
