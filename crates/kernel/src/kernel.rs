@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use atoll_abi::{status, Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainTable, IpcState};
 use atoll_migration::{MigrationReport, Mode, RoundPolicy};
-use atoll_noc::{Awake, Doorbell, Endpoint, SendError};
+use atoll_noc::{Doorbell, Endpoint, SendError};
 use atoll_prepare::ContentHash;
 pub(crate) use atoll_process::clock::monotonic_ns;
 use atoll_process::{
@@ -43,10 +43,8 @@ pub struct KernelParams {
     pub console: Arc<dyn Console>,
     pub quantum: Duration,
     /// How long an idle kernel polls for messages before it sleeps, while
-    /// `awake` says there is room (zero: never).
+    /// its doorbell says it has a core to itself (zero: never).
     pub spin: Duration,
-    /// The node's kernels that are awake, shared by all of them.
-    pub awake: Arc<Awake>,
     /// Pin the thread to core `index % cores`.
     pub pin: bool,
     pub migration: MigrationConfig,
@@ -146,7 +144,6 @@ pub(crate) struct Kernel {
     quantum: Duration,
     /// How long an idle kernel polls before it sleeps.
     spin: Duration,
-    awake: Arc<Awake>,
     /// Hashed with FxHash: the IPC paths look processes up several times
     /// per message, and SipHash showed up at 9% of a ping-pong.
     pub procs: FxHashMap<Pid, Process>,
@@ -221,7 +218,6 @@ impl Kernel {
             host,
             quantum: p.quantum,
             spin: p.spin,
-            awake: p.awake,
             procs: FxHashMap::default(),
             run_queue: RunQueue::new(p.quantum),
             timers: BinaryHeap::new(),
@@ -333,15 +329,16 @@ impl Kernel {
     /// Polls the doorbell for a short while before sleeping: an answer from
     /// another kernel often arrives within microseconds, and waking from a
     /// futex costs more than that. Only while this kernel has a core to
-    /// itself ([`Awake`]); otherwise spinning steals the core from another
-    /// kernel.
+    /// itself ([`Doorbell::room_to_poll`]); otherwise spinning steals the
+    /// core from another kernel.
     fn spin_before_sleep(&self) -> bool {
         if self.spin.is_zero() {
             return false;
         }
         let t = Instant::now();
-        while t.elapsed() < self.spin && self.awake.room_to_poll(self.id.index) {
-            if self.noc.doorbell().is_pending()
+        let doorbell = self.noc.doorbell();
+        while t.elapsed() < self.spin && doorbell.room_to_poll() {
+            if doorbell.is_pending()
                 || self
                     .timers
                     .peek()

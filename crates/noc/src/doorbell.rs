@@ -43,7 +43,7 @@ impl Doorbell {
     pub fn ring(&self) {
         self.pending.store(true, SeqCst);
         if self.sleeping.load(SeqCst) && self.sleeping.swap(false, SeqCst) {
-            self.count(1);
+            self.count_awake(true);
             if let Some(t) = self.owner.get() {
                 t.unpark();
             }
@@ -66,7 +66,7 @@ impl Doorbell {
     /// Returns at once if the doorbell was rung since the last `take`.
     pub fn sleep(&self, timeout: Option<Duration>) {
         self.sleeping.store(true, SeqCst);
-        self.count(-1);
+        self.count_awake(false);
         if !self.pending.load(SeqCst) {
             match timeout {
                 Some(t) => std::thread::park_timeout(t),
@@ -76,14 +76,22 @@ impl Doorbell {
         // Not rung (a timeout, or pending before it parked): no one
         // counted it awake again.
         if self.sleeping.swap(false, SeqCst) {
-            self.count(1);
+            self.count_awake(true);
         }
     }
 
-    fn count(&self, delta: isize) {
-        if let Some((awake, kernel)) = &self.awake {
-            let count = awake.count(*kernel);
-            if delta > 0 {
+    /// Whether the owner has a core to itself, so that it may poll this
+    /// doorbell rather than sleep ([`Awake`]); always, if not counted.
+    pub fn room_to_poll(&self) -> bool {
+        self.awake
+            .as_ref()
+            .is_none_or(|(awake, kernel)| awake.room_to_poll(*kernel))
+    }
+
+    fn count_awake(&self, awake: bool) {
+        if let Some((counts, kernel)) = &self.awake {
+            let count = counts.count(*kernel);
+            if awake {
                 count.fetch_add(1, Relaxed);
             } else {
                 count.fetch_sub(1, Relaxed);
@@ -93,9 +101,8 @@ impl Doorbell {
 }
 
 /// How many of a node's kernels are awake (running, polling, or rung and
-/// not yet running), against
-/// the cores they have: whether an idle kernel may poll its doorbell
-/// before it sleeps.
+/// not yet running), against the cores they have: whether an idle kernel
+/// may poll its doorbell before it sleeps ([`Doorbell::room_to_poll`]).
 ///
 /// Polling saves the wake-up of a sleeping thread, which costs tens of
 /// microseconds on a VM, but only while the poller has a core to itself:
@@ -148,7 +155,7 @@ impl Awake {
     /// Whether `kernel` has a core to itself: no other kernel pinned to
     /// its core is awake, or (unpinned) no more kernels are awake than
     /// there are cores.
-    pub fn room_to_poll(&self, kernel: u16) -> bool {
+    fn room_to_poll(&self, kernel: u16) -> bool {
         let awake = self.count(kernel).load(Relaxed);
         if self.pinned {
             awake <= 1
@@ -186,17 +193,20 @@ mod tests {
                 .map(|k| Doorbell::counted(awake.clone(), k))
                 .collect(),
         );
-        assert!(!awake.room_to_poll(0), "4 awake on 2 cores");
+        assert!(!bells[0].room_to_poll(), "4 awake on 2 cores");
         let two = doze(&bells, 2);
-        assert!(!awake.room_to_poll(0), "3 awake");
+        assert!(!bells[0].room_to_poll(), "3 awake");
         let three = doze(&bells, 3);
-        assert!(awake.room_to_poll(0), "2 awake");
+        assert!(bells[0].room_to_poll(), "2 awake");
         bells[2].ring();
-        assert!(!awake.room_to_poll(0), "rung: counted awake before it runs");
+        assert!(
+            !bells[0].room_to_poll(),
+            "rung: counted awake before it runs"
+        );
         bells[3].ring();
         two.join().unwrap();
         three.join().unwrap();
-        assert!(!awake.room_to_poll(0), "all 4 awake again");
+        assert!(!bells[0].room_to_poll(), "all 4 awake again");
     }
 
     #[test]
@@ -208,20 +218,20 @@ mod tests {
                 .map(|k| Doorbell::counted(awake.clone(), k))
                 .collect(),
         );
-        assert!(!awake.room_to_poll(1));
+        assert!(!bells[1].room_to_poll());
         let three = doze(&bells, 3);
-        assert!(awake.room_to_poll(1), "alone on core 1");
-        assert!(!awake.room_to_poll(0), "core 0 has three");
+        assert!(bells[1].room_to_poll(), "alone on core 1");
+        assert!(!bells[0].room_to_poll(), "core 0 has three");
         let two = doze(&bells, 2);
         let four = doze(&bells, 4);
-        assert!(awake.room_to_poll(0), "alone on core 0");
+        assert!(bells[0].room_to_poll(), "alone on core 0");
         for k in [2, 3, 4] {
             bells[k].ring();
         }
         for t in [two, three, four] {
             t.join().unwrap();
         }
-        assert!(!awake.room_to_poll(1));
+        assert!(!bells[1].room_to_poll());
     }
 
     #[test]

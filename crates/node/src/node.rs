@@ -346,7 +346,6 @@ impl Node {
                 console: console_impl.clone(),
                 quantum: config.quantum,
                 spin: Duration::from_micros(50),
-                awake: awake.clone(),
                 pin: config.pin,
                 migration: config.migration,
                 balance: config.balance,
