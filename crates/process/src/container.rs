@@ -14,6 +14,7 @@
 //! it); its memory is reachable again after [`Container::wake`]. This is
 //! what lets a node hold far more processes than it has instances.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -27,7 +28,7 @@ use wasmtime::{Store, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
 use crate::call::{CallState, KernelCall, KernelLink, Reply, Yielding};
 use crate::clock::monotonic_ns;
 use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
-use crate::image::{GlobalValue, MemoryImage, ProcessImage, PAGE_SIZE};
+use crate::image::{GlobalValue, ImageParts, MemoryImage, ProcessImage, PAGE_SIZE};
 use crate::runtime::{Program, Runtime};
 use crate::syscall::ProcExit;
 use crate::threads::{Context, Entry, ThreadStop, Tid, Wait};
@@ -393,15 +394,7 @@ impl Container {
     /// [`ContainerError::NotPrepared`] for modules run without preparation;
     /// [`ContainerError::NotStopped`] if the process is not at a safepoint.
     pub fn capture(&mut self) -> Result<ProcessImage, ContainerError> {
-        self.stopped(
-            MemoryImage::capture,
-            |uarea, globals, memory| ProcessImage {
-                uarea: uarea.clone(),
-                globals,
-                memory,
-            },
-            ProcessImage::clone,
-        )
+        Ok(self.stopped(MemoryImage::capture)?.into_image())
     }
 
     /// Encodes the process ([`ProcessImage::encode`]) with the part of its
@@ -418,38 +411,31 @@ impl Container {
         &mut self,
         memory: impl FnOnce(&[u8]) -> MemoryImage,
     ) -> Result<EncodedImage, ContainerError> {
-        let encoded = |bytes: Vec<u8>, memory: &MemoryImage| EncodedImage {
-            bytes,
-            blocks: memory.blocks(),
-        };
-        self.stopped(
-            memory,
-            |uarea, globals, memory| {
-                encoded(
-                    crate::image::encode_parts(uarea, &globals, &memory),
-                    &memory,
-                )
-            },
-            |image| encoded(image.encode(), &image.memory),
-        )
+        let parts = self.stopped(memory)?;
+        Ok(EncodedImage {
+            bytes: parts.encode(),
+            blocks: parts.memory.blocks(),
+        })
     }
 
-    /// What `live` makes of a stopped process's UArea, globals and the
-    /// memory `memory` takes, or `dormant` of its image.
-    fn stopped<T>(
+    /// A stopped process's UArea, globals and the memory `memory` takes
+    /// (all of it, if dormant: its image).
+    fn stopped(
         &mut self,
         memory: impl FnOnce(&[u8]) -> MemoryImage,
-        live: impl FnOnce(&UArea, Vec<(String, GlobalValue)>, MemoryImage) -> T,
-        dormant: impl FnOnce(&ProcessImage) -> T,
-    ) -> Result<T, ContainerError> {
+    ) -> Result<ImageParts<'_>, ContainerError> {
         let store = match &mut self.state {
             State::Live(store) => store,
             // Stopped, since it went dormant.
-            State::Dormant(image) => return Ok(dormant(&image.0)),
+            State::Dormant(image) => return Ok(image.0.parts()),
         };
         let globals = stopped_globals(store)?;
         let memory = memory(store.data().exports().memory.data(&*store));
-        Ok(live(&store.data().uarea, globals, memory))
+        Ok(ImageParts {
+            uarea: &store.data().uarea,
+            globals: Cow::Owned(globals),
+            memory: Cow::Owned(memory),
+        })
     }
 
     /// A copy of this stopped process as a new process with `uarea`, on

@@ -14,6 +14,8 @@
 //! LE), a CRC-32 of the payload (u32 LE), then the payload (postcard). A
 //! damaged, truncated or foreign file is refused with a precise error.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::uarea::UArea;
@@ -260,48 +262,55 @@ pub enum ImageError {
     Payload(#[from] postcard::Error),
 }
 
-/// An image's parts, borrowed: they encode as the [`ProcessImage`] they
-/// would make, so a process can be encoded without a copy of its UArea
-/// ([`crate::Container::encode`]).
+/// A stopped process's state, borrowed where it can be: it encodes as
+/// the [`ProcessImage`] it would make, so a process can be encoded
+/// without a copy of its UArea ([`crate::Container::encode`]).
 #[derive(Serialize)]
-struct ImageParts<'a> {
-    uarea: &'a UArea,
-    globals: &'a [(String, GlobalValue)],
-    memory: &'a MemoryImage,
+pub(crate) struct ImageParts<'a> {
+    pub uarea: &'a UArea,
+    pub globals: Cow<'a, [(String, GlobalValue)]>,
+    pub memory: Cow<'a, MemoryImage>,
 }
 
-impl ProcessImage {
-    /// Encodes the image with its header and checksum.
+impl ImageParts<'_> {
+    /// Encodes the image these parts make, with its header and checksum.
     pub fn encode(&self) -> Vec<u8> {
-        encode_parts(&self.uarea, &self.globals, &self.memory)
+        let mut out = Vec::with_capacity(HEADER + self.memory.data_bytes() + 4096);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&[0; 12]);
+        let mut out = postcard::to_extend(self, out).expect("images always serialize");
+        let payload = &out[HEADER..];
+        let len = (payload.len() as u64).to_le_bytes();
+        let crc = crc32fast::hash(payload).to_le_bytes();
+        out[10..18].copy_from_slice(&len);
+        out[18..22].copy_from_slice(&crc);
+        out
+    }
+
+    pub fn into_image(self) -> ProcessImage {
+        ProcessImage {
+            uarea: self.uarea.clone(),
+            globals: self.globals.into_owned(),
+            memory: self.memory.into_owned(),
+        }
     }
 }
 
-/// Encodes the image these parts make, with its header and checksum.
-pub(crate) fn encode_parts(
-    uarea: &UArea,
-    globals: &[(String, GlobalValue)],
-    memory: &MemoryImage,
-) -> Vec<u8> {
-    let parts = ImageParts {
-        uarea,
-        globals,
-        memory,
-    };
-    let mut out = Vec::with_capacity(HEADER + memory.data_bytes() + 4096);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&[0; 12]);
-    let mut out = postcard::to_extend(&parts, out).expect("images always serialize");
-    let payload = &out[HEADER..];
-    let len = (payload.len() as u64).to_le_bytes();
-    let crc = crc32fast::hash(payload).to_le_bytes();
-    out[10..18].copy_from_slice(&len);
-    out[18..22].copy_from_slice(&crc);
-    out
-}
-
 impl ProcessImage {
+    pub(crate) fn parts(&self) -> ImageParts<'_> {
+        ImageParts {
+            uarea: &self.uarea,
+            globals: Cow::Borrowed(&self.globals),
+            memory: Cow::Borrowed(&self.memory),
+        }
+    }
+
+    /// Encodes the image with its header and checksum.
+    pub fn encode(&self) -> Vec<u8> {
+        self.parts().encode()
+    }
+
     /// Decodes and checks an encoded image.
     ///
     /// # Errors

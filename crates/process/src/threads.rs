@@ -122,7 +122,7 @@ pub(crate) enum ThreadStop {
 
 /// What is a thread's own while another runs. Kept inline where it is small
 /// (a C program has one mutable global, and registers two words): a
-/// migration's final round clones, encodes and decodes every thread's.
+/// migration's final round encodes and decodes every thread's.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Context {
     pub globals: SmallVec<[GlobalValue; 2]>,
