@@ -137,10 +137,6 @@ impl OnTheWay {
     fn to(&self, subtree: Subtree) -> u64 {
         self.per_subtree.get(&subtree).copied().unwrap_or(0)
     }
-
-    fn iter(&self) -> std::slice::Iter<'_, Placed> {
-        self.placed.iter()
-    }
 }
 
 /// A process placed in a subtree, on its way there.
@@ -329,10 +325,9 @@ impl Dqdt {
 
     /// Adds the processes placed lately to the loads of `children`.
     fn count_placed(&self, children: &mut [(Subtree, Load)]) {
-        for p in self.placed.iter() {
-            if let Some(c) = children.iter_mut().find(|c| c.0 == p.subtree) {
-                c.1.expect_one();
-            }
+        for (subtree, load) in children {
+            let n = self.placed.to(*subtree);
+            load.expect(u32::try_from(n).unwrap_or(u32::MAX));
         }
     }
 
@@ -451,7 +446,7 @@ impl Dqdt {
                 }
                 for _ in 0..count {
                     children[from].1.lose_one();
-                    children[to].1.expect_one();
+                    children[to].1.expect(1);
                 }
                 took[to] = true;
                 moved += count;
@@ -500,7 +495,7 @@ impl Dqdt {
 fn pick(known: &mut [(Subtree, Load)], toward: Toward, me: KernelId) -> Option<Subtree> {
     let i = extreme(known, toward, me)?;
     if toward == Toward::Lightest {
-        known[i].1.expect_one();
+        known[i].1.expect(1);
     }
     Some(known[i].0)
 }

@@ -31,11 +31,11 @@ impl Load {
         self.arrivals += other.arrivals;
     }
 
-    /// Counts one more process, about to arrive: placed there but not yet
-    /// in the subtree's next report.
-    pub fn expect_one(&mut self) {
-        self.runnable += 1;
-        self.processes += 1;
+    /// Counts `n` more processes, about to arrive: placed there but not
+    /// yet in the subtree's next report.
+    pub fn expect(&mut self, n: u32) {
+        self.runnable += n;
+        self.processes += n;
     }
 
     /// Counts one process less, about to leave.
