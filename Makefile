@@ -119,9 +119,6 @@ $(foreach d,tests/mpi bench/mpi,$(eval $(call mpi_rule,$(d))))
 
 -include $(wildcard $(DEP_DIR)/*.d)
 
-$(HPCC_UNPACKED):
-	$(call fetch_debian_source,$(HPCC_URL),$(HPCC_TARBALL),$(HPCC_SHA256),$(HPCC_DIR))
-
 # $(call fetch_debian_source,URL,TARBALL,SHA256,DIR): the orig tarball of a
 # Debian source package, checked against its hash, unpacked into DIR.
 define fetch_debian_source
@@ -131,6 +128,9 @@ define fetch_debian_source
 	$(atoll_q)rm -rf $(4) && tar -xzf $(BUILD)/$(2).part -C $(BUILD)
 	$(atoll_q)rm $(BUILD)/$(2).part && touch $(4)/.unpacked
 endef
+
+$(HPCC_UNPACKED):
+	$(call fetch_debian_source,$(HPCC_URL),$(HPCC_TARBALL),$(HPCC_SHA256),$(HPCC_DIR))
 
 $(BZIP2_UNPACKED):
 	$(call fetch_debian_source,$(BZIP2_URL),$(BZIP2_TARBALL),$(BZIP2_SHA256),$(BZIP2_DIR))
