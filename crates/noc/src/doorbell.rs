@@ -171,7 +171,17 @@ mod tests {
     use std::sync::Arc;
     use std::time::Instant;
 
-    /// Kernel `k`'s doorbell put to sleep until rung or for 10 ms, on a
+    /// The doorbells of a node's `kernels` kernels on `cores` cores.
+    fn node_bells(kernels: u16, cores: usize, pinned: bool) -> Arc<Vec<Doorbell>> {
+        let awake = Arc::new(Awake::new(usize::from(kernels), cores, pinned));
+        Arc::new(
+            (0..kernels)
+                .map(|k| Doorbell::counted(awake.clone(), k))
+                .collect(),
+        )
+    }
+
+    /// Kernel `k`'s doorbell put to sleep until rung (or for 10 s), on a
     /// thread of its own; returns that thread once it sleeps.
     fn doze(bells: &Arc<Vec<Doorbell>>, k: usize) -> std::thread::JoinHandle<()> {
         let b = bells.clone();
@@ -187,12 +197,7 @@ mod tests {
 
     #[test]
     fn unpinned_kernels_may_poll_while_no_more_are_awake_than_cores() {
-        let awake = Arc::new(Awake::new(4, 2, false));
-        let bells: Arc<Vec<_>> = Arc::new(
-            (0..4)
-                .map(|k| Doorbell::counted(awake.clone(), k))
-                .collect(),
-        );
+        let bells = node_bells(4, 2, false);
         assert!(!bells[0].room_to_poll(), "4 awake on 2 cores");
         let two = doze(&bells, 2);
         assert!(!bells[0].room_to_poll(), "3 awake");
@@ -212,12 +217,7 @@ mod tests {
     #[test]
     fn pinned_kernels_may_poll_while_alone_awake_on_their_core() {
         // Kernels 0, 2 and 4 on core 0; 1 and 3 on core 1.
-        let awake = Arc::new(Awake::new(5, 2, true));
-        let bells: Arc<Vec<_>> = Arc::new(
-            (0..5)
-                .map(|k| Doorbell::counted(awake.clone(), k))
-                .collect(),
-        );
+        let bells = node_bells(5, 2, true);
         assert!(!bells[1].room_to_poll());
         let three = doze(&bells, 3);
         assert!(bells[1].room_to_poll(), "alone on core 1");
