@@ -89,7 +89,10 @@ echo "checkpointed, restored on another kernel, and the output is exactly an unb
 step "POSIX threads: a process whose threads wait on a condition, a mutex, a join, a sleep, an IPC receive and a semaphore, moved while they do"
 $atoll run --on 0 build/wasm/threadmix.wasm 2000 > target/demo-threads.txt &
 job=$!
-pid=$(pid_of threadmix | head -n 1) # it spawns a child of its name
+# It spawns a child of its name: the first listed is the parent. (Not
+# `| head -n 1`: under pipefail, head leaving early can end the script.)
+pid=$(pid_of threadmix)
+pid=${pid%%$'\n'*}
 until grep -q ready target/demo-threads.txt; do sleep 0.1; done
 $atoll ps --threads 2>/dev/null
 $atoll migrate "$pid" --to 1 --mode copy
