@@ -13,10 +13,13 @@
 //! - [`frame`]: what travels on a link is frames of length, format version
 //!   and a postcard-encoded message, bounded in size; a frame that does not
 //!   decode is an error for its link alone.
+//! - `conn`: one connection, which any kernel sends on directly and whose
+//!   task reads what arrives.
 //! - [`link`]: membership (joining through any member, node ids and
 //!   incarnations) and the control and bulk connections between each pair
 //!   of nodes, which carry kernel messages for the kernels' [`Uplink`](crate::Uplink).
 
+mod conn;
 pub mod frame;
 pub mod identity;
 pub mod link;

@@ -1,7 +1,9 @@
 //! Frames: how messages travel on a link between nodes.
 //!
 //! A frame is a little-endian `u32` length, then that many bytes: a `u16`
-//! format version and a postcard-encoded message. The reader is told the
+//! format version, a postcard-encoded message, and the message's tail: raw
+//! bytes (a process image, a file's data) that the sender writes from where
+//! they lie instead of copying them into the frame. The reader is told the
 //! largest frame its link accepts (small for control, large for bulk) and
 //! refuses a longer one before allocating for it, so a garbled or hostile
 //! peer can make a link fail but never make a node allocate at will. A
@@ -19,7 +21,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// 3: a process's spec and UArea carry its resource limits.
 /// 4: the DQDT's messages; UAreas say whether a process is pinned.
 /// 5: stdin and the console's drain cross nodes; UAreas count the backlog.
-pub const VERSION: u16 = 5;
+/// 6: bulk bytes travel as the frame's tail, after the message.
+pub const VERSION: u16 = 6;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;
@@ -50,10 +53,19 @@ pub enum FrameError {
 /// # Errors
 /// `Encode` when serde refuses the message; `TooLarge` past 4 GiB.
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    encode_head(msg, 0)
+}
+
+/// Encodes `msg` as the head of a frame whose tail, `tail` bytes, the
+/// sender writes right after it.
+///
+/// # Errors
+/// `Encode` when serde refuses the message; `TooLarge` past 4 GiB.
+pub fn encode_head<T: Serialize>(msg: &T, tail: usize) -> Result<Vec<u8>, FrameError> {
     let mut frame = vec![0u8; LEN];
     frame.extend_from_slice(&VERSION.to_le_bytes());
     let mut frame = postcard::to_extend(msg, frame).map_err(FrameError::Encode)?;
-    let len = frame.len() - LEN;
+    let len = frame.len() - LEN + tail;
     let len32 = u32::try_from(len).map_err(|_| FrameError::TooLarge {
         len: len as u64,
         max: u32::MAX,
@@ -95,6 +107,89 @@ pub async fn read_async<T: DeserializeOwned>(
     decode(&body, len)
 }
 
+/// Cuts a byte stream into frames as its bytes arrive, for a reader that
+/// cannot wait for a whole frame (a link's non-blocking connection). The
+/// length of a frame is checked against the link's largest as soon as its
+/// prefix is in, and the buffer grows only with bytes that arrived.
+pub struct Frames {
+    /// Zeroed once as it grows, so that reading into it costs no zeroing.
+    buf: Vec<u8>,
+    /// Where the first frame not yet taken starts.
+    start: usize,
+    /// Where the bytes that arrived end.
+    end: usize,
+    max: u32,
+}
+
+/// The least room made in the buffer before reading into it.
+const FILL: usize = 64 << 10;
+/// A buffer emptied after growing past this is given back.
+const KEEP: usize = 16 << 20;
+
+impl Frames {
+    /// Frames of at most `max` bytes (after the length prefix).
+    pub fn new(max: u32) -> Frames {
+        Frames {
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            max,
+        }
+    }
+
+    /// Takes what `r` has now, until it would block. Returns `false` when
+    /// `r` is at its end.
+    ///
+    /// # Errors
+    /// What `r` gives other than `WouldBlock`.
+    pub fn fill(&mut self, r: &mut impl Read) -> io::Result<bool> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        loop {
+            if self.buf.len() - self.end < FILL {
+                let grown = (self.buf.len() * 2).max(self.end + FILL);
+                self.buf.resize(grown, 0);
+            }
+            match r.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next whole frame, if it is all in: its message and its tail.
+    ///
+    /// # Errors
+    /// `TooLarge` as soon as the prefix is in, `TooShort`, `Version`,
+    /// `Decode`: the stream cannot be read further.
+    pub fn take<T: DeserializeOwned>(&mut self) -> Result<Option<(T, Vec<u8>)>, FrameError> {
+        let avail = &self.buf[self.start..self.end];
+        let Some(prefix) = avail.first_chunk::<LEN>() else {
+            return Ok(None);
+        };
+        let len = check_len(*prefix, self.max)?;
+        let Some(body) = avail[LEN..].get(..len as usize) else {
+            return Ok(None);
+        };
+        let (msg, tail) = decode_with_tail(body, len)?;
+        let msg = (msg, tail.to_vec());
+        self.start += LEN + len as usize;
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+            if self.buf.len() > KEEP {
+                self.buf = Vec::new();
+            }
+        }
+        Ok(Some(msg))
+    }
+}
+
 fn check_len(prefix: [u8; LEN], max: u32) -> Result<u64, FrameError> {
     let len = u32::from_le_bytes(prefix);
     if len > max {
@@ -111,6 +206,11 @@ fn check_len(prefix: [u8; LEN], max: u32) -> Result<u64, FrameError> {
 
 /// Decodes a frame's body, which should be `len` bytes long.
 fn decode<T: DeserializeOwned>(body: &[u8], len: u64) -> Result<T, FrameError> {
+    decode_with_tail(body, len).map(|(msg, _)| msg)
+}
+
+/// Decodes a frame's body into its message and its tail.
+fn decode_with_tail<T: DeserializeOwned>(body: &[u8], len: u64) -> Result<(T, &[u8]), FrameError> {
     if (body.len() as u64) < len {
         return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
     }
@@ -118,7 +218,7 @@ fn decode<T: DeserializeOwned>(body: &[u8], len: u64) -> Result<T, FrameError> {
     if version != VERSION {
         return Err(FrameError::Version(version));
     }
-    postcard::from_bytes(&body[VERSION_LEN..]).map_err(FrameError::Decode)
+    postcard::take_from_bytes(&body[VERSION_LEN..]).map_err(FrameError::Decode)
 }
 
 #[cfg(test)]
@@ -155,6 +255,72 @@ mod tests {
             read::<Msg>(&mut huge.as_slice(), 1 << 20),
             Err(FrameError::TooLarge { .. })
         ));
+    }
+
+    /// Gives its bytes a few at a time, then would block.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = self.1.min(self.0.len()).min(buf.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn frames_are_cut_from_pieces_of_any_size() {
+        let mut wire = Vec::new();
+        write(&mut wire, &Msg::Ping(7)).unwrap();
+        write(&mut wire, &Msg::Bulk(vec![3; 5000])).unwrap();
+        write(&mut wire, &Msg::Ping(8)).unwrap();
+        wire.extend(encode_head(&Msg::Ping(9), 3).unwrap());
+        wire.extend([1, 2, 3]);
+        for piece in [1, 3, 7, 100, 4096, wire.len()] {
+            let mut frames = Frames::new(1 << 20);
+            let (mut got, mut tails) = (Vec::new(), Vec::new());
+            for bytes in wire.chunks(piece) {
+                assert!(frames.fill(&mut Trickle(bytes, 5)).unwrap());
+                while let Some((m, tail)) = frames.take::<Msg>().unwrap() {
+                    got.push(m);
+                    tails.push(tail);
+                }
+            }
+            assert_eq!(
+                got,
+                [
+                    Msg::Ping(7),
+                    Msg::Bulk(vec![3; 5000]),
+                    Msg::Ping(8),
+                    Msg::Ping(9)
+                ],
+                "pieces of {piece}"
+            );
+            assert_eq!(tails, [vec![], vec![], vec![], vec![1, 2, 3]]);
+        }
+        // A reader at its end says so.
+        assert!(!Frames::new(64).fill(&mut [].as_slice()).unwrap());
+    }
+
+    #[test]
+    fn a_long_frame_is_refused_from_its_prefix_alone() {
+        let mut frames = Frames::new(64);
+        frames
+            .fill(&mut Trickle(&u32::MAX.to_le_bytes(), 4))
+            .unwrap();
+        assert!(matches!(
+            frames.take::<Msg>(),
+            Err(FrameError::TooLarge { max: 64, .. })
+        ));
+        let mut frames = Frames::new(64);
+        let mut garbled = encode(&Msg::Ping(1)).unwrap();
+        garbled[LEN] = 9;
+        frames.fill(&mut Trickle(&garbled, 100)).unwrap();
+        assert!(matches!(frames.take::<Msg>(), Err(FrameError::Version(9))));
     }
 
     #[test]

@@ -20,8 +20,11 @@
 //! peer that names a source on another node, or sends anything that does
 //! not decode, loses that connection and nothing else.
 //!
-//! Connections are served by one thread running tokio; a kernel that sends
-//! only encodes its message and queues it for that connection's writer.
+//! Connections are served by one thread running tokio, which reads them
+//! ([`super::conn`]). A kernel sends a small message itself: it encrypts
+//! and writes its frame on the control connection without waking another
+//! thread. A message with bulk bytes is queued for the bulk connection's
+//! task, so a kernel never spends its time encrypting a process image.
 //!
 //! **Failure.** A connection that says nothing for [`DEAD_AFTER`] is dead
 //! (each side sends a `Ping` after [`HEARTBEAT`] of silence), and so is one
@@ -50,12 +53,12 @@ use atoll_abi::KernelId;
 use rustls_pki_types::ServerName;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_bytes::{ByteBuf, Bytes};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 
+use super::conn::Conn;
 use super::frame::{self, FrameError};
 use super::identity::Identity;
 use super::tls::{self, TlsError};
@@ -118,10 +121,9 @@ impl fmt::Display for Member {
     }
 }
 
-/// What travels on a connection. `B` is the bulk bytes: borrowed when
-/// sending, owned when received (the same encoding).
+/// What travels on a connection.
 #[derive(Debug, Serialize, Deserialize)]
-enum Wire<M, B> {
+enum Wire<M> {
     /// The dialler's first frame. `assign`: it has no node id yet.
     Hello {
         member: Member,
@@ -147,7 +149,8 @@ enum Wire<M, B> {
         from: KernelId,
         to: KernelId,
         msg: M,
-        bulk: Option<B>,
+        /// Whether bulk bytes come with it: they are the frame's tail.
+        bulk: bool,
     },
 }
 
@@ -223,17 +226,26 @@ struct Shared<M> {
     mended: std::sync::OnceLock<Mended>,
 }
 
-/// The queue of one connection's writer. The id tells a connection from
-/// the one that replaced it.
-struct Writer {
+/// One served connection to a peer. The id tells a connection from the
+/// one that replaced it. Dropping it (the peer was given up, or replaced)
+/// closes the connection.
+struct Attached {
     id: u64,
-    tx: UnboundedSender<Vec<u8>>,
+    conn: Arc<Conn>,
+    /// The bulk connection's queue; control frames are written at once.
+    queue: Option<UnboundedSender<Outgoing>>,
 }
 
-/// A member and the writers of its connections, by lane (`None`: down).
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.conn.close();
+    }
+}
+
+/// A member and its connections, by lane (`None`: down).
 struct Peer {
     member: Member,
-    lanes: [Option<Writer>; 2],
+    lanes: [Option<Attached>; 2],
 }
 
 type Stream = TlsStream<TcpStream>;
@@ -313,9 +325,11 @@ where
             restarted: Mutex::default(),
             mended: std::sync::OnceLock::new(),
         });
-        for d in seed {
-            let (id, rx) = shared.attach(&d.peer, d.lane);
-            runtime.spawn(serve(shared.clone(), d.peer, d.lane, d.stream, id, rx));
+        {
+            let _runtime = runtime.enter();
+            for d in seed {
+                shared.serve_dialled(d);
+            }
         }
         // Serving before dialling the others: those that join at once may
         // be dialling this node meanwhile.
@@ -396,25 +410,33 @@ impl<M: Serialize> Uplink<M> for Links<M> {
         let Some(peer) = peers.get(&to.node).filter(|p| to.index < p.member.kernels) else {
             return Err(SendError::UnknownKernel { to, msg });
         };
-        let Some(Writer { tx: writer, .. }) = &peer.lanes[lane.index()] else {
+        let Some(attached) = &peer.lanes[lane.index()] else {
             return unreachable(msg, format!("its {lane:?} connection is down"));
         };
-        let wire = Wire::<&M, &Bytes>::Kernel {
+        let wire = Wire::Kernel {
             from,
             to,
             msg: &msg,
-            bulk: bulk.as_deref().map(Bytes::new),
+            bulk: bulk.is_some(),
         };
-        let frame = match frame::encode(&wire) {
-            Ok(f) if f.len() - 4 > lane.max() as usize => {
-                return unreachable(msg, format!("a message of {} bytes is too large", f.len()))
+        let tail = bulk.as_ref().map_or(0, Vec::len);
+        let head = match frame::encode_head(&wire, tail) {
+            Ok(h) if h.len() - 4 + tail > lane.max() as usize => {
+                let len = h.len() + tail;
+                return unreachable(msg, format!("a message of {len} bytes is too large"));
             }
-            Ok(f) => f,
+            Ok(h) => h,
             Err(e) => return unreachable(msg, e.to_string()),
         };
-        writer
-            .send(frame)
-            .or_else(|_| unreachable(msg, "its connection closed".into()))
+        match &attached.queue {
+            Some(queue) => queue
+                .send(Outgoing { head, bulk })
+                .or_else(|_| unreachable(msg, "its connection closed".into())),
+            None => attached
+                .conn
+                .send(&head)
+                .or_else(|why| unreachable(msg, why)),
+        }
     }
 
     fn reaches(&self, to: KernelId) -> bool {
@@ -443,10 +465,22 @@ impl<M> Shared<M> {
         self.lost.read().expect("lost").values().cloned().collect()
     }
 
-    /// Records `peer`'s connection on `lane` and returns the queue its
-    /// writer serves. A restarted peer (new incarnation) replaces the old.
-    fn attach(&self, peer: &Member, lane: Lane) -> (u64, UnboundedReceiver<Vec<u8>>) {
-        let (tx, rx) = unbounded_channel();
+    /// Records `peer`'s connection on `lane` and returns its id and, for
+    /// the bulk lane, the queue its task writes. A restarted peer (new
+    /// incarnation) replaces the old.
+    fn attach(
+        &self,
+        peer: &Member,
+        lane: Lane,
+        conn: Arc<Conn>,
+    ) -> (u64, Option<UnboundedReceiver<Outgoing>>) {
+        let (queue, rx) = match lane {
+            Lane::Control => (None, None),
+            Lane::Bulk => {
+                let (tx, rx) = unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+        };
         let id = self.connections.fetch_add(1, Ordering::Relaxed);
         let replaced = {
             let mut peers = self.peers.write().expect("peers");
@@ -461,7 +495,7 @@ impl<M> Shared<M> {
                 };
                 std::mem::replace(p, new).member
             });
-            p.lanes[lane.index()] = Some(Writer { id, tx });
+            p.lanes[lane.index()] = Some(Attached { id, conn, queue });
             replaced
         };
         let back = self.lost.write().expect("lost").remove(&peer.node);
@@ -479,8 +513,8 @@ impl<M> Shared<M> {
     }
 
     /// A connection of `peer` ended: unless it was replaced meanwhile, the
-    /// peer is down. Its other connection is closed (its writer goes), and
-    /// the node is told.
+    /// peer is down. Its other connection is closed (dropped), and the node
+    /// is told.
     fn detach(&self, peer: &Member, lane: Lane, connection: u64) {
         let gone = {
             let mut peers = self.peers.write().expect("peers");
@@ -504,13 +538,13 @@ impl<M> Shared<M> {
 
     /// Tells the other members that `member` joined through this node.
     fn announce(&self, member: &Member) {
-        let Ok(frame) = frame::encode(&Wire::<(), ()>::Joined(member.clone())) else {
+        let Ok(frame) = frame::encode(&Wire::<()>::Joined(member.clone())) else {
             return;
         };
         let peers = self.peers.read().expect("peers");
         for p in peers.values().filter(|p| p.member.node != member.node) {
-            if let Some(w) = &p.lanes[Lane::Control.index()] {
-                let _ = w.tx.send(frame.clone());
+            if let Some(a) = &p.lanes[Lane::Control.index()] {
+                let _ = a.conn.send(&frame);
             }
         }
     }
@@ -605,8 +639,7 @@ where
         match link_to(&shared.connector, &shared.me, m).await {
             Ok(both) => {
                 for d in both {
-                    let (id, rx) = shared.attach(&d.peer, d.lane);
-                    tokio::spawn(serve(shared.clone(), d.peer, d.lane, d.stream, id, rx));
+                    shared.serve_dialled(d);
                 }
                 return;
             }
@@ -660,8 +693,7 @@ where
         Ok(both) if both.iter().all(|d| same_life(&d.peer, &m)) => {
             tracing::warn!(member = %m, "link mended");
             for d in both {
-                let (id, rx) = shared.attach(&d.peer, d.lane);
-                tokio::spawn(serve(shared.clone(), d.peer, d.lane, d.stream, id, rx));
+                shared.serve_dialled(d);
             }
         }
         Ok(_) => {
@@ -720,7 +752,7 @@ async fn dial(
         .await
         .map_err(|e| format!("TLS with {addr}: {e}"))?
         .into();
-    let hello = Wire::<(), ()>::Hello {
+    let hello = Wire::<()>::Hello {
         member: me.clone(),
         lane,
         assign,
@@ -733,7 +765,7 @@ async fn dial(
         .map_err(|_| format!("{addr} did not answer"))?
         .map_err(|e| format!("{addr}: {e}"))?;
     match answer {
-        Wire::<(), ()>::Welcome {
+        Wire::<()>::Welcome {
             member,
             node,
             members,
@@ -804,12 +836,12 @@ where
             .await
             .map_err(|e| format!("TLS: {e}"))?
             .into();
-        let hello = frame::read_async::<Wire<(), ()>>(&mut stream, MAX_CONTROL)
+        let hello = frame::read_async::<Wire<()>>(&mut stream, MAX_CONTROL)
             .await
             .map_err(|e| e.to_string())?;
         Ok::<_, String>((stream, hello))
     };
-    let (mut stream, hello) = tokio::time::timeout(HELLO_TIMEOUT, handshake)
+    let (stream, hello) = tokio::time::timeout(HELLO_TIMEOUT, handshake)
         .await
         .map_err(|_| "no hello in time".to_owned())??;
     let Wire::Hello {
@@ -821,118 +853,138 @@ where
         return Err("the first frame was not a hello".into());
     };
     tls::check_peer(peer_certificate(&stream)?, &member.name).map_err(|e| e.to_string())?;
+    let conn = Arc::new(Conn::new(stream));
     // Admitted and attached at once, so that a member joining meanwhile
-    // is either in the welcome's list or told of this one (`Joined`).
-    // Attached before the welcome goes out, so nothing is sent on the
-    // connection ahead of it: the writer starts below.
+    // is either in the welcome's list or told of this one (`Joined`). The
+    // welcome is queued before the connection is attached, so that nothing
+    // a kernel sends goes out ahead of it.
     let admitted = {
         let _joining = shared.joining.lock().await;
-        shared.admit(&mut member, assign).map(|members| {
-            let attached = shared.attach(&member, lane);
+        shared.admit(&mut member, assign).and_then(|members| {
+            let welcome = Wire::<()>::Welcome {
+                member: shared.me.clone(),
+                node: member.node,
+                members,
+            };
+            let frame = frame::encode(&welcome).map_err(|e| e.to_string())?;
+            conn.send(&frame)?;
+            let attached = shared.attach(&member, lane, conn.clone());
             if lane == Lane::Control {
                 shared.announce(&member);
             }
-            (members, attached)
+            Ok(attached)
         })
     };
-    let (members, (id, rx)) = match admitted {
+    let (id, queue) = match admitted {
         Ok(a) => a,
         Err(why) => {
-            let _ = write(&mut stream, &Wire::<(), ()>::Refused(why.clone())).await;
+            if let Ok(refused) = frame::encode(&Wire::<()>::Refused(why.clone())) {
+                let _ = conn.send_all(&[&refused]).await;
+            }
+            conn.close();
             return Err(format!("{member}: {why}"));
         }
     };
-    let welcome = Wire::<(), ()>::Welcome {
-        member: shared.me.clone(),
-        node: member.node,
-        members,
-    };
-    write(&mut stream, &welcome)
-        .await
-        .map_err(|e| e.to_string())?;
     tracing::info!(peer = %member, ?lane, "linked");
-    tokio::spawn(serve(shared, member, lane, stream, id, rx));
+    tokio::spawn(serve(shared, member, lane, conn, id, queue));
     Ok(())
 }
 
-/// Serves connection `id`: frames from `rx` go out, kernel messages that
-/// come in are delivered, until either direction fails or its writer's
-/// queue is dropped (the peer was given up, or replaced).
+impl<M> Shared<M>
+where
+    M: DeserializeOwned + Send + 'static,
+{
+    /// Serves a dialled connection: from now on its peer is linked on its
+    /// lane. Runs inside the links' runtime.
+    fn serve_dialled(self: &Arc<Self>, d: Dialled) {
+        let conn = Arc::new(Conn::new(d.stream));
+        let (id, queue) = self.attach(&d.peer, d.lane, conn.clone());
+        tokio::spawn(serve(self.clone(), d.peer, d.lane, conn, id, queue));
+    }
+}
+
+/// Serves connection `id` until it fails or is closed (its peer was given
+/// up, or replaced): kernel messages that come in are delivered, and the
+/// bulk lane's queue goes out.
 async fn serve<M>(
     shared: Arc<Shared<M>>,
     peer: Member,
     lane: Lane,
-    stream: Stream,
+    conn: Arc<Conn>,
     id: u64,
-    mut rx: UnboundedReceiver<Vec<u8>>,
+    queue: Option<UnboundedReceiver<Outgoing>>,
 ) where
     M: DeserializeOwned + Send + 'static,
 {
-    let (mut r, mut w) = tokio::io::split(stream);
-    let why = tokio::select! {
-        why = receive(&shared, &peer, lane, &mut r) => why,
-        why = transmit(&mut rx, &mut w) => why,
+    let ping = frame::encode(&Wire::<()>::Ping).expect("a ping encodes");
+    let served = conn.serve(lane.max(), &ping, HEARTBEAT, DEAD_AFTER, |wire, tail| {
+        receive(&shared, &peer, wire, tail)
+    });
+    let why = match queue {
+        Some(queue) => tokio::select! {
+            why = served => why,
+            why = transmit(queue, &conn) => why,
+        },
+        None => served.await,
     };
+    conn.close();
     tracing::info!(%peer, ?lane, "connection closed: {why}");
     shared.detach(&peer, lane, id);
 }
 
-async fn receive<M>(
+/// Handles one frame from `peer`; an error closes its connection.
+fn receive<M>(
     shared: &Arc<Shared<M>>,
     peer: &Member,
-    lane: Lane,
-    r: &mut (impl AsyncRead + Unpin),
-) -> String
+    wire: Wire<M>,
+    tail: Vec<u8>,
+) -> Result<(), String>
 where
     M: DeserializeOwned + Send + 'static,
 {
-    loop {
-        let read = frame::read_async::<Wire<M, ByteBuf>>(r, lane.max());
-        let wire = match tokio::time::timeout(DEAD_AFTER, read).await {
-            Ok(Ok(w)) => w,
-            Ok(Err(e)) => return e.to_string(),
-            Err(_) => return format!("nothing came for {DEAD_AFTER:?}"),
-        };
-        let (from, to, msg, bulk) = match wire {
-            Wire::Kernel {
-                from,
-                to,
-                msg,
-                bulk,
-            } => (from, to, msg, bulk),
-            Wire::Ping => continue,
-            Wire::Joined(m) => {
-                meet(shared, m);
-                continue;
-            }
-            _ => return "a hello out of turn".into(),
-        };
-        if from.node != peer.node || to.node != shared.me.node || to.index >= shared.me.kernels {
-            return format!("a message from kernel {from} to {to} cannot come from {peer}");
+    let (from, to, msg, bulk) = match wire {
+        Wire::Kernel {
+            from,
+            to,
+            msg,
+            bulk,
+        } => (from, to, msg, bulk),
+        Wire::Ping => return Ok(()),
+        Wire::Joined(m) => {
+            meet(shared, m);
+            return Ok(());
         }
-        let bulk = bulk.map(ByteBuf::into_vec);
-        (shared.deliver)(to, Incoming { from, msg, bulk });
+        _ => return Err("a hello out of turn".into()),
+    };
+    if from.node != peer.node || to.node != shared.me.node || to.index >= shared.me.kernels {
+        return Err(format!(
+            "a message from kernel {from} to {to} cannot come from {peer}"
+        ));
     }
+    let bulk = match (bulk, tail.is_empty()) {
+        (true, _) => Some(tail),
+        (false, true) => None,
+        (false, false) => return Err(format!("{} bytes after a message without bulk", tail.len())),
+    };
+    (shared.deliver)(to, Incoming { from, msg, bulk });
+    Ok(())
 }
 
-async fn transmit(
-    rx: &mut UnboundedReceiver<Vec<u8>>,
-    w: &mut (impl AsyncWrite + Unpin),
-) -> String {
-    let ping = frame::encode(&Wire::<(), ()>::Ping).expect("a ping encodes");
-    loop {
-        let frame = match tokio::time::timeout(HEARTBEAT, rx.recv()).await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => return "the node stopped".into(),
-            Err(_) => ping.clone(),
-        };
-        let mut sent = w.write_all(&frame).await;
-        // Whatever else is queued goes out before the flush.
-        while let (Ok(()), Ok(more)) = (&sent, rx.try_recv()) {
-            sent = w.write_all(&more).await;
-        }
-        if let Err(e) = sent.and(w.flush().await) {
-            return e.to_string();
+/// A frame queued for the bulk lane: its head, then the bulk bytes where
+/// the kernel left them (never copied into the frame).
+struct Outgoing {
+    head: Vec<u8>,
+    bulk: Option<Vec<u8>>,
+}
+
+/// Writes the bulk lane's queue, one frame after the other, each at the
+/// link's pace.
+async fn transmit(mut queue: UnboundedReceiver<Outgoing>, conn: &Conn) -> String {
+    while let Some(out) = queue.recv().await {
+        let tail = out.bulk.as_deref().unwrap_or_default();
+        if let Err(why) = conn.send_all(&[&out.head, tail]).await {
+            return why;
         }
     }
+    "the node stopped".into()
 }
