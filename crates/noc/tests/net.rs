@@ -304,3 +304,87 @@ fn links_join_through_any_member_and_carry_both_lanes() {
     ));
     assert!(r2.try_recv().is_err());
 }
+
+/// Kernels write control frames to a link themselves, from their own
+/// threads, while the bulk lane's task writes large frames a piece at a
+/// time: under that load, with the sockets full, every frame arrives whole,
+/// once, in each sender's order.
+#[test]
+fn concurrent_senders_and_large_frames_never_interleave() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
+    let (l0, _r0) = links(ids.next().unwrap(), 4, None);
+    // The receiver stalls at its first message, so that the senders find
+    // the sockets full and leave the rest to the connections' tasks.
+    let (tx, r1) = std::sync::mpsc::channel();
+    let stalled = std::sync::atomic::AtomicBool::new(false);
+    let deliver = Box::new(move |to, m: Incoming<String>| {
+        if !stalled.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            thread::sleep(std::time::Duration::from_millis(300));
+        }
+        tx.send((to, m)).unwrap();
+    });
+    let config = LinkConfig {
+        identity: ids.next().unwrap(),
+        node: None,
+        kernels: 1,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        advertise: None,
+        join: Some(l0.me().addr),
+    };
+    let _l1 = Links::start(config, deliver, Box::new(|_| ())).unwrap();
+    let l0 = std::sync::Arc::new(l0);
+    let k = KernelId::new;
+    const MESSAGES: usize = 2000;
+    const IMAGES: usize = 12;
+    let senders: Vec<_> = (0..3u16)
+        .map(|kernel| {
+            let l0 = l0.clone();
+            thread::spawn(move || {
+                for i in 0..MESSAGES {
+                    // Long enough to fill the socket between two reads.
+                    let msg = format!("{kernel}:{i}:{}", "x".repeat(i % 3000));
+                    l0.send(k(0, kernel), k(1, 0), msg, None).unwrap();
+                }
+            })
+        })
+        .collect();
+    let images = {
+        let l0 = l0.clone();
+        thread::spawn(move || {
+            for i in 0..IMAGES {
+                let image = vec![i as u8; (3 << 20) + i * 4097];
+                l0.send(k(0, 3), k(1, 0), format!("image {i}"), Some(image))
+                    .unwrap();
+            }
+        })
+    };
+    let mut next = [0usize; 3];
+    let mut next_image = 0;
+    while next.iter().any(|&n| n < MESSAGES) || next_image < IMAGES {
+        let (to, m) = r1
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("every frame arrives");
+        assert_eq!(to, k(1, 0));
+        if let Some(bulk) = m.bulk {
+            assert_eq!(m.from, k(0, 3));
+            assert_eq!(m.msg, format!("image {next_image}"));
+            assert_eq!(bulk.len(), (3 << 20) + next_image * 4097);
+            assert!(bulk.iter().all(|&b| b == next_image as u8));
+            next_image += 1;
+            continue;
+        }
+        let kernel = m.from.index as usize;
+        let mut parts = m.msg.splitn(3, ':');
+        assert_eq!(parts.next(), Some(kernel.to_string().as_str()));
+        let i: usize = parts.next().unwrap().parse().unwrap();
+        assert_eq!(i, next[kernel], "kernel {kernel}'s messages in order");
+        assert_eq!(parts.next().unwrap().len(), i % 3000);
+        next[kernel] += 1;
+    }
+    for s in senders {
+        s.join().unwrap();
+    }
+    images.join().unwrap();
+    assert!(r1.try_recv().is_err(), "nothing more, nothing twice");
+}

@@ -51,6 +51,9 @@ struct Tls {
     /// A frame is half written ([`Conn::send_all`]): nothing else may go
     /// out before its end.
     open: bool,
+    /// Frames sent before the connection's first frame, kept until it goes
+    /// out ([`Conn::hold`]).
+    held: Option<Vec<u8>>,
 }
 
 impl Conn {
@@ -75,6 +78,7 @@ impl Conn {
                 conn,
                 failed: None,
                 open: false,
+                held: None,
             }),
             backlog: Notify::new(),
             sent: AtomicBool::new(false),
@@ -93,8 +97,32 @@ impl Conn {
         self.write(&mut tls, frame)
     }
 
+    /// Keeps what is sent from now on until [`release`](Self::release):
+    /// the connection can be made known to senders before its first frame
+    /// is ready, and nothing goes out ahead of that frame.
+    pub(super) fn hold(&self) {
+        if let Ok(mut tls) = self.lock() {
+            tls.held.get_or_insert_with(Vec::new);
+        }
+    }
+
+    /// Sends `first`, then what was held.
+    ///
+    /// # Errors
+    /// The connection failed, with why.
+    pub(super) fn release(&self, first: &[u8]) -> Result<(), String> {
+        let mut tls = self.lock()?;
+        let held = tls.held.take().unwrap_or_default();
+        self.write(&mut tls, first)?;
+        self.write(&mut tls, &held)
+    }
+
     /// Encrypts `bytes` and writes what the socket takes now.
     fn write(&self, tls: &mut Tls, bytes: &[u8]) -> Result<(), String> {
+        if let Some(held) = &mut tls.held {
+            held.extend_from_slice(bytes);
+            return Ok(());
+        }
         if let Err(e) = tls.conn.writer().write_all(bytes) {
             return Err(self.fail(tls, format!("TLS: {e}")));
         }

@@ -855,9 +855,10 @@ where
     tls::check_peer(peer_certificate(&stream)?, &member.name).map_err(|e| e.to_string())?;
     let conn = Arc::new(Conn::new(stream));
     // Admitted and attached at once, so that a member joining meanwhile
-    // is either in the welcome's list or told of this one (`Joined`). The
-    // welcome is queued before the connection is attached, so that nothing
-    // a kernel sends goes out ahead of it.
+    // is either in the welcome's list or told of this one (`Joined`).
+    // Attached before the welcome goes out, so that the member can be sent
+    // to as soon as it is welcomed; what kernels send meanwhile is held
+    // until the welcome is out.
     let admitted = {
         let _joining = shared.joining.lock().await;
         shared.admit(&mut member, assign).and_then(|members| {
@@ -867,11 +868,14 @@ where
                 members,
             };
             let frame = frame::encode(&welcome).map_err(|e| e.to_string())?;
-            conn.send(&frame)?;
+            conn.hold();
             let attached = shared.attach(&member, lane, conn.clone());
             if lane == Lane::Control {
                 shared.announce(&member);
             }
+            // A connection that failed here is shut down: serving it ends
+            // at once, and detaches it.
+            let _ = conn.release(&frame);
             Ok(attached)
         })
     };
