@@ -230,14 +230,17 @@ impl Kernel {
         len
     }
 
-    /// The destination applied a pre-copy round. A process that is not
-    /// runnable takes its next step now; a runnable one after its slice.
+    /// The destination applied a pre-copy frame. While round 0 lasts, its
+    /// next piece goes out now (the process is between two slices): the
+    /// link, not the process's quantum, paces round 0. After it, a process
+    /// that is not runnable takes its next step now, a runnable one after
+    /// its slice.
     pub(crate) fn on_round_applied(&mut self, pid: Pid, req: u64, frame: u32) {
         let Some(d) = self.departures.get_mut(&pid).filter(|d| d.req == req) else {
             return;
         };
         d.frames_applied = d.frames_applied.max(frame + 1);
-        if !self.run_queue.contains(pid) {
+        if d.round0_at.is_some() || !self.run_queue.contains(pid) {
             self.precopy_step(pid);
         }
     }
