@@ -1,10 +1,11 @@
-//! Two nodes on one machine, joined by mutual TLS over loopback: IPC,
-//! copies and live migration between them, against what the same link
-//! gives two Linux programs.
+//! Two nodes on one machine, joined by mutual TLS over loopback and over a
+//! veth pair: IPC, copies and live migration between them, against what
+//! the same link gives two Linux programs.
 //!
 //! atoll: two nodes of one kernel each, in this process, each with its own
 //! runtime and links (the links are real TCP connections with TLS 1.3,
-//! through the kernel's loopback). Linux: two threads exchanging 64-byte
+//! through the kernel's loopback; for the veth pair, each node in its own
+//! network namespace, as on two hosts). Linux: two threads exchanging 64-byte
 //! messages over one TCP connection on loopback (TCP_NODELAY), plain and
 //! with the same TLS (rustls, the cluster's certificates), and one thread
 //! streaming bytes to another, plain and with TLS. Files: the same C
@@ -12,7 +13,7 @@
 //! (every call served over the link), and built natively.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use rustls::{ClientConnection, ServerConnection, StreamOwned};
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use super::netns::Veth;
 use super::plot::{grouped_bars, LineChart, Series};
 use super::{
     artifact, atoll_job, command_line, job_on_kernel0, md_table, median, page_head, text_table,
@@ -62,6 +64,23 @@ pub struct ClusterReport {
     command: String,
     machine: Machine,
     runs: usize,
+    /// Over loopback.
+    #[serde(flatten)]
+    loopback: LinkRates,
+    /// Over a veth pair between two network namespaces; absent where they
+    /// cannot be made (the notes say why).
+    veth: Option<LinkRates>,
+    migrations: Vec<MigrationRow>,
+    /// `fileio` with its file on the other node, on its own, and native.
+    files_remote: FileIo,
+    files_local: FileIo,
+    files_native: FileIo,
+    notes: Vec<String>,
+}
+
+/// IPC, copies and streams over one kind of link.
+#[derive(Serialize, JsonSchema)]
+struct LinkRates {
     /// Round trips of 64-byte messages, ns (median).
     ipc2_ns: Measured,
     tcp_pingpong_ns: Measured,
@@ -70,12 +89,51 @@ pub struct ClusterReport {
     copy1_mbps: Measured,
     tcp_stream_mbps: Measured,
     tls_stream_mbps: Measured,
-    migrations: Vec<MigrationRow>,
-    /// `fileio` with its file on the other node, on its own, and native.
-    files_remote: FileIo,
-    files_local: FileIo,
-    files_native: FileIo,
-    notes: Vec<String>,
+}
+
+impl LinkRates {
+    /// The summary's rows for this link, their names ending in `link`.
+    fn rows(&self, link: &str) -> Vec<[String; 4]> {
+        let ratio = |a: f64, b: f64| format!("{:.2}x", a / b);
+        vec![
+            [
+                format!("IPC2 round trip between nodes{link} (ns)"),
+                format!("{:.0}", self.ipc2_ns.median),
+                format!(
+                    "TCP {:.0}, TLS {:.0}",
+                    self.tcp_pingpong_ns.median, self.tls_pingpong_ns.median
+                ),
+                format!(
+                    "{} of TLS",
+                    ratio(self.ipc2_ns.median, self.tls_pingpong_ns.median)
+                ),
+            ],
+            [
+                format!("COPY1 1 MiB between nodes{link} (MB/s)"),
+                format!("{:.0}", self.copy1_mbps.median),
+                format!(
+                    "TCP {:.0}, TLS {:.0}",
+                    self.tcp_stream_mbps.median, self.tls_stream_mbps.median
+                ),
+                format!(
+                    "{} of TCP",
+                    ratio(self.copy1_mbps.median, self.tcp_stream_mbps.median)
+                ),
+            ],
+        ]
+    }
+
+    /// The round trips, in µs, for the plot.
+    fn round_trips(&self, link: &str) -> super::plot::BarGroup {
+        super::plot::BarGroup {
+            name: format!("64-byte round trip, {link} (us)"),
+            bars: vec![
+                ("atoll IPC2 between nodes".into(), self.ipc2_ns.median / 1e3),
+                ("TCP ping-pong".into(), self.tcp_pingpong_ns.median / 1e3),
+                ("TLS ping-pong".into(), self.tls_pingpong_ns.median / 1e3),
+            ],
+        }
+    }
 }
 
 /// What `fileio` measured: MB/s of 1 MiB writes and reads, ns per 4 KiB
@@ -141,37 +199,26 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
     }
 
     progress::note("IPC2 and COPY1 between nodes, against TCP and TLS on the same loopback:");
-    let node_arg = format!("node{}", there.node);
-    let (mut ipc2, mut copy1) = (Vec::new(), Vec::new());
-    let (mut tcp, mut tls_rt) = (Vec::new(), Vec::new());
-    let (mut tcp_stream, mut tls_stream) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        ipc2.push(ipcbench_run(
-            &a_node,
-            &ipcbench,
-            &["ipc2", &node_arg, &a.iters.to_string()],
-        )?);
-        let copies = (a.iters / 100).max(200).to_string();
-        let ns = ipcbench_run(
-            &a_node,
-            &ipcbench,
-            &["copy1", &node_arg, &copies, &BLOCK.to_string()],
-        )?;
-        copy1.push(BLOCK as f64 / ns * 1e3);
-        tcp.push(pingpong(None, a.iters)?);
-        tls_rt.push(pingpong(Some(&first), a.iters)?);
-        tcp_stream.push(stream(None)?);
-        tls_stream.push(stream(Some(&first))?);
-    }
-    progress::note(&format!(
-        "  IPC2 {:.0} ns, TCP {:.0} ns, TLS {:.0} ns; COPY1 {:.0} MB/s, TCP stream {:.0} MB/s, TLS stream {:.0} MB/s",
-        median(&ipc2),
-        median(&tcp),
-        median(&tls_rt),
-        median(&copy1),
-        median(&tcp_stream),
-        median(&tls_stream)
-    ));
+    let rates = |a_node: &Node, there: KernelId, veth: Option<&Veth>| {
+        link_rates(a_node, &ipcbench, there, &first, veth, runs, a.iters)
+    };
+    let loopback = rates(&a_node, there, None)?;
+    let mut notes = Vec::new();
+    let veth = match Veth::make() {
+        Ok(veth) => {
+            progress::note("the same over a veth pair, each node in its own network namespace:");
+            let (a_veth, b_veth) = pair_over(ctx, certs.path(), &veth)?;
+            a_veth.runtime().load_file(&ipcbench, true)?;
+            let r = rates(&a_veth, KernelId::new(b_veth.id(), 0), Some(&veth))?;
+            b_veth.shutdown();
+            a_veth.shutdown();
+            Some(r)
+        }
+        Err(why) => {
+            notes.push(format!("veth pair: not measured ({why:#})"));
+            None
+        }
+    };
 
     progress::note("files: on the other node, on its own node, native:");
     let scratch = tempfile::tempdir()?;
@@ -226,25 +273,22 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
     }
     b_node.shutdown();
     a_node.shutdown();
-    let notes = vec![
+    notes.splice(0..0, [
         "two atoll nodes of one kernel each in one process, not pinned (the machine has 2 cores), linked by their control and bulk TLS 1.3 connections over loopback; the IPC server and the migration's destination run on node 1".into(),
-        format!("IPC2: ipcbench's sendrec round trip with a 64-byte message, {} round trips per run; TCP and TLS: two threads exchanging 64-byte messages over one loopback connection (TCP_NODELAY), the same number of round trips", a.iters),
-        format!("COPY1: ipcbench's vcopy of {} KiB blocks into a server on node 1 (granted), over the bulk connection; streams: one thread writes {} MiB in 1 MiB writes to another over loopback", BLOCK >> 10, STREAM_BYTES >> 20),
+        "veth: two more nodes, each on a thread of its own network namespace (as on two hosts), linked over a veth pair; IPC2, COPY1 and the Linux ping-pongs and streams run across the pair the same way".into(),
+        format!("IPC2: ipcbench's sendrec round trip with a 64-byte message, {} round trips per run; TCP and TLS: two threads exchanging 64-byte messages over one connection on the same link (TCP_NODELAY), the same number of round trips", a.iters),
+        format!("COPY1: ipcbench's vcopy of {} KiB blocks into a server on node 1 (granted), over the bulk connection; streams: one thread writes {} MiB in 1 MiB writes to another over the same link", BLOCK >> 10, STREAM_BYTES >> 20),
         "migration: `dirty` (MiB of memory, rewriting its first WWS KiB forever) migrated from node 0 to node 1 and back, in copy mode (pre-copy rounds over the bulk connection, then stop-and-copy); downtime measured on the source, from the freeze until the destination's answer arrived (an upper bound by one message's trip); throughput: bytes sent over the total time of the migration".into(),
         format!("files: `fileio` (one C source) writes {FILE_MIB} MiB in 1 MiB writes, reads it back in 1 MiB reads, then makes {} preads of 4 KiB; run on node 1 with its directory on node 0 (every call goes to node 0 and back), on node 0, and built natively with gcc -O2", a.iters / 10),
         "targets (issue 9): IPC2 between nodes within 1.3x of the TLS ping-pong; downtime at most 2 ms with a WWS of at most 1 MiB up to 256 MiB; pre-copy throughput at least 80 % of the raw TCP stream".into(),
-    ];
+    ]);
     Ok(ClusterReport {
         name: "cluster".into(),
         command: command_line(),
         machine: Machine::probe(),
         runs,
-        ipc2_ns: Measured::of(ipc2),
-        tcp_pingpong_ns: Measured::of(tcp),
-        tls_pingpong_ns: Measured::of(tls_rt),
-        copy1_mbps: Measured::of(copy1),
-        tcp_stream_mbps: Measured::of(tcp_stream),
-        tls_stream_mbps: Measured::of(tls_stream),
+        loopback,
+        veth,
         migrations,
         files_remote,
         files_local,
@@ -270,17 +314,29 @@ pub(super) fn pair(ctx: &Context, certs: &Path) -> anyhow::Result<(Node, Node)> 
         identity::issue(certs, name)?;
         Ok(Identity::load(certs, name)?)
     };
-    let a = start(ctx, id("n0")?, None)?;
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let a = start(ctx, id("n0")?, loopback, None)?;
     let join = a.members()[0].addr;
-    let b = start(ctx, id("n1")?, Some(join))?;
+    let b = start(ctx, id("n1")?, loopback, Some(join))?;
     Ok((a, b))
 }
 
-/// A node of one kernel, listening on loopback; the second joins the first.
+/// Two nodes as [`pair`] makes them (with the identities it made in
+/// `certs`), each in one of `veth`'s namespaces.
+fn pair_over(ctx: &Context, certs: &Path, veth: &Veth) -> anyhow::Result<(Node, Node)> {
+    let id = |name: &str| Identity::load(certs, name);
+    let a = veth.within(0, || start(ctx, id("n0")?, veth.addr(0), None))?;
+    let join = a.members()[0].addr;
+    let b = veth.within(1, || start(ctx, id("n1")?, veth.addr(1), Some(join)))?;
+    Ok((a, b))
+}
+
+/// A node of one kernel, listening on `host`; the second joins the first.
 fn start(
     ctx: &Context,
     identity: Identity,
-    join: Option<std::net::SocketAddr>,
+    host: IpAddr,
+    join: Option<SocketAddr>,
 ) -> anyhow::Result<Node> {
     let mut config = super::bench_node(ctx, Some(1));
     config.pin = false;
@@ -288,11 +344,64 @@ fn start(
         identity,
         node: None,
         kernels: 1,
-        listen: "127.0.0.1:0".parse().expect("an address"),
+        listen: SocketAddr::new(host, 0),
         advertise: None,
         join,
     });
     Node::start(config)
+}
+
+/// IPC2 and COPY1 from kernel 0 of `a_node` to `there`, and the Linux
+/// ping-pongs and streams, over loopback or across `veth`; `runs` of each.
+fn link_rates(
+    a_node: &Node,
+    ipcbench: &Path,
+    there: KernelId,
+    identity: &Identity,
+    veth: Option<&Veth>,
+    runs: usize,
+    iters: u32,
+) -> anyhow::Result<LinkRates> {
+    let node_arg = format!("node{}", there.node);
+    let (mut ipc2, mut copy1) = (Vec::new(), Vec::new());
+    let (mut tcp, mut tls_rt) = (Vec::new(), Vec::new());
+    let (mut tcp_stream, mut tls_stream) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        ipc2.push(ipcbench_run(
+            a_node,
+            ipcbench,
+            &["ipc2", &node_arg, &iters.to_string()],
+        )?);
+        let copies = (iters / 100).max(200).to_string();
+        let ns = ipcbench_run(
+            a_node,
+            ipcbench,
+            &["copy1", &node_arg, &copies, &BLOCK.to_string()],
+        )?;
+        copy1.push(BLOCK as f64 / ns * 1e3);
+        tcp.push(pingpong(ends(None, veth)?, iters)?);
+        tls_rt.push(pingpong(ends(Some(identity), veth)?, iters)?);
+        tcp_stream.push(stream(ends(None, veth)?)?);
+        tls_stream.push(stream(ends(Some(identity), veth)?)?);
+    }
+    let rates = LinkRates {
+        ipc2_ns: Measured::of(ipc2),
+        tcp_pingpong_ns: Measured::of(tcp),
+        tls_pingpong_ns: Measured::of(tls_rt),
+        copy1_mbps: Measured::of(copy1),
+        tcp_stream_mbps: Measured::of(tcp_stream),
+        tls_stream_mbps: Measured::of(tls_stream),
+    };
+    progress::note(&format!(
+        "  IPC2 {:.0} ns, TCP {:.0} ns, TLS {:.0} ns; COPY1 {:.0} MB/s, TCP stream {:.0} MB/s, TLS stream {:.0} MB/s",
+        rates.ipc2_ns.median,
+        rates.tcp_pingpong_ns.median,
+        rates.tls_pingpong_ns.median,
+        rates.copy1_mbps.median,
+        rates.tcp_stream_mbps.median,
+        rates.tls_stream_mbps.median
+    ));
+    Ok(rates)
 }
 
 /// Runs ipcbench on kernel 0 of `node`; returns its ns per operation.
@@ -311,11 +420,22 @@ fn job(program: &Path, name: &str, args: &[&str]) -> JobSpec {
     job_on_kernel0(program.to_path_buf(), argv.map(String::from).collect())
 }
 
-/// A connected pair of loopback sockets, each end wrapped by `wrap`.
-fn loopback_pair() -> anyhow::Result<(TcpStream, TcpStream)> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    let client = TcpStream::connect(listener.local_addr()?)?;
-    let (server, _) = listener.accept()?;
+/// A connected pair of sockets over loopback, or across `veth` (the
+/// server in its second namespace, the client in its first).
+fn socket_pair(veth: Option<&Veth>) -> anyhow::Result<(TcpStream, TcpStream)> {
+    let (client, server) = match veth {
+        None => {
+            let listener = TcpListener::bind("127.0.0.1:0")?;
+            let client = TcpStream::connect(listener.local_addr()?)?;
+            (client, listener.accept()?.0)
+        }
+        Some(veth) => {
+            let listener = veth.within(1, || Ok(TcpListener::bind((veth.addr(1), 0))?))?;
+            let to = listener.local_addr()?;
+            let client = veth.within(0, || Ok(TcpStream::connect(to)?))?;
+            (client, listener.accept()?.0)
+        }
+    };
     for s in [&client, &server] {
         s.set_nodelay(true)?;
     }
@@ -328,10 +448,11 @@ type End = Box<dyn ReadWrite + Send>;
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
-/// Both ends of a loopback connection, with TLS 1.3 between them when
-/// `identity` is given (the cluster's certificates, atoll's configuration).
-fn ends(identity: Option<&Identity>) -> anyhow::Result<(End, End)> {
-    let (client, server) = loopback_pair()?;
+/// Both ends of a connection (see [`socket_pair`]), with TLS 1.3 between
+/// them when `identity` is given (the cluster's certificates, atoll's
+/// configuration).
+fn ends(identity: Option<&Identity>, veth: Option<&Veth>) -> anyhow::Result<(End, End)> {
+    let (client, server) = socket_pair(veth)?;
     let Some(id) = identity else {
         return Ok((Box::new(client), Box::new(server)));
     };
@@ -357,8 +478,7 @@ fn ends(identity: Option<&Identity>) -> anyhow::Result<(End, End)> {
 
 /// Median-free: the ns per round trip of `iters` 64-byte ping-pongs
 /// between two threads (after a tenth as many untimed ones).
-fn pingpong(identity: Option<&Identity>, iters: u32) -> anyhow::Result<f64> {
-    let (mut client, mut server) = ends(identity)?;
+fn pingpong((mut client, mut server): (End, End), iters: u32) -> anyhow::Result<f64> {
     let warmup = (iters / 10).max(100);
     let total = warmup + iters;
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
@@ -387,8 +507,7 @@ fn pingpong(identity: Option<&Identity>, iters: u32) -> anyhow::Result<f64> {
 }
 
 /// MB/s of [`STREAM_BYTES`] written in 1 MiB writes from one thread to another.
-fn stream(identity: Option<&Identity>) -> anyhow::Result<f64> {
-    let (mut client, mut server) = ends(identity)?;
+fn stream((mut client, mut server): (End, End)) -> anyhow::Result<f64> {
     let sink = std::thread::spawn(move || -> std::io::Result<()> {
         let mut buf = vec![0u8; BLOCK];
         let mut left = STREAM_BYTES;
@@ -468,33 +587,11 @@ fn migrate_row(
 
 impl ClusterReport {
     fn summary(&self) -> Vec<[String; 4]> {
-        let ratio = |a: f64, b: f64| format!("{:.2}x", a / b);
-        vec![
-            [
-                "IPC2 round trip between nodes (ns)".into(),
-                format!("{:.0}", self.ipc2_ns.median),
-                format!(
-                    "TCP {:.0}, TLS {:.0}",
-                    self.tcp_pingpong_ns.median, self.tls_pingpong_ns.median
-                ),
-                format!(
-                    "{} of TLS",
-                    ratio(self.ipc2_ns.median, self.tls_pingpong_ns.median)
-                ),
-            ],
-            [
-                "COPY1 1 MiB between nodes (MB/s)".into(),
-                format!("{:.0}", self.copy1_mbps.median),
-                format!(
-                    "TCP {:.0}, TLS {:.0}",
-                    self.tcp_stream_mbps.median, self.tls_stream_mbps.median
-                ),
-                format!(
-                    "{} of TCP",
-                    ratio(self.copy1_mbps.median, self.tcp_stream_mbps.median)
-                ),
-            ],
-        ]
+        let mut rows = self.loopback.rows("");
+        if let Some(veth) = &self.veth {
+            rows.extend(veth.rows(", veth"));
+        }
+        rows
     }
 
     fn file_rows(&self) -> Vec<[String; 4]> {
@@ -526,8 +623,8 @@ impl ClusterReport {
                     format!(
                         "{:.0} ({:.0} % of TCP, {:.0} % of TLS)",
                         m.throughput_mbps,
-                        m.throughput_mbps / self.tcp_stream_mbps.median * 100.0,
-                        m.throughput_mbps / self.tls_stream_mbps.median * 100.0
+                        m.throughput_mbps / self.loopback.tcp_stream_mbps.median * 100.0,
+                        m.throughput_mbps / self.loopback.tls_stream_mbps.median * 100.0
                     ),
                 ]
             })
@@ -580,17 +677,11 @@ impl Recorded for ClusterReport {
     }
 
     fn write_extra(&self, dir: &Path) -> anyhow::Result<()> {
-        let ipc = [super::plot::BarGroup {
-            name: "64-byte round trip (us)".into(),
-            bars: vec![
-                ("atoll IPC2 between nodes".into(), self.ipc2_ns.median / 1e3),
-                ("TCP ping-pong".into(), self.tcp_pingpong_ns.median / 1e3),
-                ("TLS ping-pong".into(), self.tls_pingpong_ns.median / 1e3),
-            ],
-        }];
+        let mut ipc = vec![self.loopback.round_trips("loopback")];
+        ipc.extend(self.veth.as_ref().map(|v| v.round_trips("veth pair")));
         grouped_bars(
             &dir.join("cluster-ipc.png"),
-            "Round trip between two nodes on loopback",
+            "Round trip between two nodes on one machine",
             "microseconds",
             &ipc,
             false,

@@ -13,6 +13,7 @@ mod ipc;
 mod mergesort;
 mod migrate;
 mod mpi;
+mod netns;
 mod placement;
 mod plot;
 mod prepare;
@@ -67,7 +68,7 @@ enum Which {
     Ipc(ipc::Args),
     /// Live migration downtime and total time, hand-over and copy mode, vs memory, WWS, parallelism
     Migrate(migrate::Args),
-    /// Two nodes over loopback TLS: IPC, copies and live migration between them vs TCP and TLS
+    /// Two nodes over loopback TLS (and a veth pair, as root): IPC, copies and live migration between them vs TCP and TLS
     Cluster(cluster::Args),
     /// 100,000 processes blocked in receive on one node vs Linux processes blocked in read
     Scale(scale::Args),
