@@ -94,32 +94,31 @@ struct LinkRates {
 impl LinkRates {
     /// The summary's rows for this link, their names ending in `link`.
     fn rows(&self, link: &str) -> Vec<[String; 4]> {
-        let ratio = |a: f64, b: f64| format!("{:.2}x", a / b);
+        // `what` names the measure and its unit; `of`, the Linux one it is set against.
+        let row = |what: [&str; 2], atoll: &Measured, tcp: &Measured, tls: &Measured, of: &str| {
+            let base = if of == "TLS" { tls } else { tcp };
+            [
+                format!("{} between nodes{link} ({})", what[0], what[1]),
+                format!("{:.0}", atoll.median),
+                format!("TCP {:.0}, TLS {:.0}", tcp.median, tls.median),
+                format!("{:.2}x of {of}", atoll.median / base.median),
+            ]
+        };
         vec![
-            [
-                format!("IPC2 round trip between nodes{link} (ns)"),
-                format!("{:.0}", self.ipc2_ns.median),
-                format!(
-                    "TCP {:.0}, TLS {:.0}",
-                    self.tcp_pingpong_ns.median, self.tls_pingpong_ns.median
-                ),
-                format!(
-                    "{} of TLS",
-                    ratio(self.ipc2_ns.median, self.tls_pingpong_ns.median)
-                ),
-            ],
-            [
-                format!("COPY1 1 MiB between nodes{link} (MB/s)"),
-                format!("{:.0}", self.copy1_mbps.median),
-                format!(
-                    "TCP {:.0}, TLS {:.0}",
-                    self.tcp_stream_mbps.median, self.tls_stream_mbps.median
-                ),
-                format!(
-                    "{} of TCP",
-                    ratio(self.copy1_mbps.median, self.tcp_stream_mbps.median)
-                ),
-            ],
+            row(
+                ["IPC2 round trip", "ns"],
+                &self.ipc2_ns,
+                &self.tcp_pingpong_ns,
+                &self.tls_pingpong_ns,
+                "TLS",
+            ),
+            row(
+                ["COPY1 1 MiB", "MB/s"],
+                &self.copy1_mbps,
+                &self.tcp_stream_mbps,
+                &self.tls_stream_mbps,
+                "TCP",
+            ),
         ]
     }
 

@@ -127,12 +127,19 @@ impl Conn {
             return Err(self.fail(tls, format!("TLS: {e}")));
         }
         self.sent.store(true, Ordering::Relaxed);
+        self.push_out(tls)
+    }
+
+    /// Writes what the socket takes now and leaves the rest to the task.
+    fn push_out(&self, tls: &mut Tls) -> Result<(), String> {
         match self.write_out(tls) {
-            Ok(true) => {}
-            Ok(false) => self.backlog.notify_one(),
-            Err(e) => return Err(self.fail(tls, e.to_string())),
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.backlog.notify_one();
+                Ok(())
+            }
+            Err(e) => Err(self.fail(tls, e.to_string())),
         }
-        Ok(())
     }
 
     /// Sends one frame made of `parts` (a head and its tail), a piece at a
@@ -166,7 +173,7 @@ impl Conn {
 
     /// Serves the connection until it fails or is closed, handing each
     /// frame that arrives (at most `max` bytes), message and tail, to
-    /// `each`, whose error closes it. Sends a `ping` frame after [`super::link::HEARTBEAT`] of
+    /// `each`, whose error closes it. Sends `ping` after `heartbeat` of
     /// silence and gives up after `dead_after` without a byte. Returns why
     /// it ended.
     pub(super) async fn serve<T: DeserializeOwned>(
@@ -246,9 +253,12 @@ impl Conn {
                 continue;
             }
             // A connection busy with a long frame is not silent.
-            let sent = self.lock().and_then(|mut tls| match tls.open {
-                true => Ok(()),
-                false => self.write(&mut tls, ping),
+            let sent = self.lock().and_then(|mut tls| {
+                if tls.open {
+                    Ok(())
+                } else {
+                    self.write(&mut tls, ping)
+                }
             });
             if let Err(why) = sent {
                 return why;
@@ -322,14 +332,7 @@ impl Conn {
                 return Err(self.fail(&mut tls, format!("TLS: {e}")));
             }
         }
-        if tls.conn.wants_write() {
-            match self.write_out(&mut tls) {
-                Ok(true) => {}
-                Ok(false) => self.backlog.notify_one(),
-                Err(e) => return Err(self.fail(&mut tls, e.to_string())),
-            }
-        }
-        Ok(())
+        self.push_out(&mut tls)
     }
 }
 
