@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use atoll_abi::{status, KernelId, Pid};
+use atoll_dashboard::Dashboard;
 use atoll_ipc::DomainInfo;
 use atoll_migration::Mode;
 use atoll_noc::net::{identity, LinkConfig};
@@ -392,6 +393,10 @@ pub struct NodeArgs {
     /// Turn this node's balancer off: its processes move only when asked
     #[arg(long)]
     no_balance: bool,
+    /// Serve the dashboard in a browser here (ADDR:PORT; port 0 picks
+    /// one): open the URL it prints, or `atoll dashboard` shows
+    #[arg(long, value_name = "ADDR:PORT")]
+    http: Option<SocketAddr>,
 }
 
 pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
@@ -410,6 +415,10 @@ pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
         });
     }
     let node = Arc::new(Node::start(config)?);
+    let dashboard = a
+        .http
+        .map(|addr| Dashboard::start(node.clone(), addr, DASHBOARD_INTERVAL))
+        .transpose()?;
     match node.members().iter().find(|m| m.node == node.id()) {
         Some(me) => eprintln!(
             "atoll: node {} ({}) with {} kernels, linked at {} to {} other node(s); control socket {}",
@@ -426,7 +435,32 @@ pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
             ctx.socket.display()
         ),
     }
-    daemon::serve(node, &ctx.socket)
+    let url = dashboard.as_ref().map(Dashboard::url);
+    if let Some(url) = &url {
+        eprintln!("atoll: dashboard at {url}");
+    }
+    daemon::serve(node, &ctx.socket, url)
+}
+
+/// How often the dashboard samples the node while someone watches.
+const DASHBOARD_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Args)]
+pub struct DashboardArgs {}
+
+/// Prints the running node's dashboard URL (with its token): the socket
+/// admits only those who may use the node, and so the URL too.
+pub fn dashboard(ctx: &Context, _: DashboardArgs) -> anyhow::Result<()> {
+    match ctx.ask(&Request::Dashboard, "dashboard")? {
+        Response::Dashboard(Some(url)) => {
+            println!("{url}");
+            Ok(())
+        }
+        Response::Dashboard(None) => {
+            bail!("the node serves no dashboard: start it with `atoll node --http ADDR:PORT`")
+        }
+        other => Err(unexpected(other)),
+    }
 }
 
 #[derive(Args)]

@@ -50,6 +50,10 @@ pub fn schemas() -> Vec<(String, Schema)> {
         schema::<Checkpointed>("checkpoint"),
         schema::<Vec<DomainInfo>>("domain-list"),
         schema::<Vec<KernelIpc>>("ipc"),
+        schema_titled::<atoll_dashboard::Snapshot>(
+            "dashboard-snapshot",
+            "atoll dashboard: GET /api/snapshot, and each event of GET /api/events",
+        ),
     ];
     all.extend(crate::bench::schemas());
     all
@@ -57,15 +61,17 @@ pub fn schemas() -> Vec<(String, Schema)> {
 
 /// The schema of `T`, printed by the command `name` names.
 pub(crate) fn schema<T: JsonSchema>(name: &str) -> (String, Schema) {
+    schema_titled::<T>(name, &format!("atoll {} --json", name.replace('-', " ")))
+}
+
+/// The schema of `T`, named `name`, for what `title` says prints it.
+fn schema_titled<T: JsonSchema>(name: &str, title: &str) -> (String, Schema) {
     let mut s = schemars::schema_for!(T);
     s.insert(
         "$id".into(),
         format!("urn:atoll:json:v{VERSION}:{name}").into(),
     );
-    s.insert(
-        "title".into(),
-        format!("atoll {} --json", name.replace('-', " ")).into(),
-    );
+    s.insert("title".into(), title.into());
     (name.to_string(), s)
 }
 

@@ -57,6 +57,8 @@ enum Command {
     Domain(commands::DomainArgs),
     /// Per-kernel IPC counters of the running node
     Ipc(commands::IpcArgs),
+    /// The URL of the running node's dashboard (`atoll node --http`)
+    Dashboard(commands::DashboardArgs),
     /// Make a wasm32-wasi module migratable (safepoints + Asyncify)
     Prepare(commands::PrepareArgs),
     /// Make the cluster's certificate authority and issue node certificates
@@ -93,6 +95,7 @@ fn main() {
         Command::Restore(a) => commands::restore(&ctx, a),
         Command::Domain(a) => commands::domain(&ctx, a).map(|()| 0),
         Command::Ipc(a) => commands::ipc(&ctx, a).map(|()| 0),
+        Command::Dashboard(a) => commands::dashboard(&ctx, a).map(|()| 0),
         Command::Prepare(a) => commands::prepare(a).map(|()| 0),
         Command::Ca(a) => commands::ca(a).map(|()| 0),
         Command::Bench(a) => bench::run(&ctx, a).map(|()| 0),

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::io::{Read, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -643,4 +644,57 @@ fn ca_init_and_issue_make_a_cluster_identity_and_refuse_to_overwrite() {
         assert_eq!(out.status.code(), Some(1));
         assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
     }
+}
+
+#[test]
+fn the_dashboard_url_is_printed_and_told_to_the_nodes_users() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("node.sock");
+    let log = dir.path().join("node.log");
+    let child = atoll(&["node", "--kernels", "1", "--http", "127.0.0.1:0"])
+        .env("ATOLL_SOCKET", &socket)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let node = common::NodeProcess::started(child, socket);
+    let printed = std::fs::read_to_string(&log).unwrap();
+    let url = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("atoll: dashboard at "))
+        .unwrap_or_else(|| panic!("no dashboard line in: {printed}"))
+        .to_string();
+    let out = node.atoll(&["dashboard"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), url);
+
+    // The URL works: its token opens the API.
+    let (addr, token) = url
+        .strip_prefix("http://")
+        .and_then(|u| u.split_once("/?token="))
+        .unwrap();
+    let mut http = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        http,
+        "GET /api/snapshot?token={token} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    http.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"kernel\":\"0.0\""), "{answer}");
+
+    // Its port is taken: a second node says so and does not start.
+    let other = dir.path().join("other.sock");
+    let out = atoll(&["node", "--kernels", "1", "--http", addr])
+        .env("ATOLL_SOCKET", &other)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_stderr(&out, &format!("binding the dashboard to {addr}"));
+
+    // A node started without --http has none to tell.
+    let plain = Daemon::start(1);
+    let out = plain.atoll(&["dashboard"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_stderr(&out, "serves no dashboard");
 }

@@ -855,6 +855,9 @@ impl Kernel {
     }
 
     fn dispatch(&mut self, from: KernelId, packet: Packet) {
+        if from != self.id && packet.msg.is_message_between_processes() {
+            *self.ipc.from_kernels.entry(from).or_default() += 1;
+        }
         if let Some(pid) = packet.msg.target() {
             return self.forward(pid, packet);
         }

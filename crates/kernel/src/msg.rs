@@ -6,6 +6,7 @@
 //! node's request channel into a kernel (it carries reply channels, so it
 //! never leaves the machine).
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
@@ -266,6 +267,15 @@ pub enum NocMsg {
 }
 
 impl NocMsg {
+    /// Whether it carries a message or a notification from one process to
+    /// another (what the IPC counters count), not the kernels' own traffic.
+    pub fn is_message_between_processes(&self) -> bool {
+        matches!(
+            self,
+            NocMsg::Ipc(crate::ipc::IpcMsg::Deliver { .. } | crate::ipc::IpcMsg::Notify { .. })
+        )
+    }
+
     /// The process the message is for, if it is for a process (and so must
     /// be routed to wherever that process runs).
     pub fn target(&self) -> Option<Pid> {
@@ -423,6 +433,11 @@ pub struct IpcCounters {
     /// Messages sent to, and received from, processes on other kernels.
     pub remote_out: u64,
     pub remote_in: u64,
+    /// Of `remote_in` and the notifications from other kernels, how many
+    /// came from each kernel (the last hop): the flows between kernels
+    /// that the dashboard draws.
+    #[serde(default)]
+    pub from_kernels: BTreeMap<KernelId, u64>,
     /// Notifications delivered here or left pending.
     pub notifications: u64,
     /// Copies finished here, and their bytes.

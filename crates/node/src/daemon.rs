@@ -70,6 +70,8 @@ pub enum Request {
         name: String,
     },
     Domains,
+    /// The URL of the node's dashboard (with its token), if it serves one.
+    Dashboard,
     /// The answer to a `ReadInput` of the job this connection runs: at
     /// most the bytes it asked for; none at the end of the client's input.
     Input(Vec<u8>),
@@ -97,6 +99,8 @@ pub enum Response {
     Migrated(MigrationReport),
     /// A checkpoint file of this many bytes was written.
     Checkpointed(u64),
+    /// The dashboard's URL; `None` when the node runs without `--http`.
+    Dashboard(Option<String>),
     Done,
     Error(String),
 }
@@ -140,11 +144,12 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> anyhow::Re
     Ok(Some(postcard::from_bytes(&buf).context("malformed frame")?))
 }
 
-/// Serves requests on `socket` until the process is killed.
+/// Serves requests on `socket` until the process is killed. `dashboard` is
+/// the URL of the node's dashboard, told to those who may use the node.
 ///
 /// # Errors
 /// When the socket cannot be bound (another node already serves it).
-pub fn serve(node: Arc<Node>, socket: &Path) -> anyhow::Result<()> {
+pub fn serve(node: Arc<Node>, socket: &Path, dashboard: Option<String>) -> anyhow::Result<()> {
     if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
         private_dir(dir)?;
     }
@@ -160,8 +165,9 @@ pub fn serve(node: Arc<Node>, socket: &Path) -> anyhow::Result<()> {
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         let node = node.clone();
+        let dashboard = dashboard.clone();
         std::thread::spawn(move || {
-            if let Err(e) = handle(&node, conn) {
+            if let Err(e) = handle(&node, conn, dashboard) {
                 tracing::warn!("client connection: {e:#}");
             }
         });
@@ -236,7 +242,7 @@ fn may_use(peer: u32, node: u32) -> bool {
     peer == node || peer == 0
 }
 
-fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
+fn handle(node: &Node, conn: UnixStream, dashboard: Option<String>) -> anyhow::Result<()> {
     let peer = peer_uid(&conn)?;
     if !may_use(peer, current_uid()) {
         let why = format!(
@@ -285,6 +291,7 @@ fn handle(node: &Node, conn: UnixStream) -> anyhow::Result<()> {
             .map(|_| Response::Done),
         Request::DomainEnd { name } => node.domain_end(&name).map(|_| Response::Done),
         Request::Domains => Ok(Response::Domains(node.domains())),
+        Request::Dashboard => Ok(Response::Dashboard(dashboard)),
         Request::Input(_) => Err(anyhow::anyhow!("input, but no job runs for it")),
     };
     write_frame(
