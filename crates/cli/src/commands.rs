@@ -19,8 +19,8 @@ use atoll_process::{Limits, Preopen, Stream};
 use clap::Args;
 
 use crate::json::{Checkpointed, KernelIpc};
-use crate::progress::{self, Progress};
 use crate::stdin::StdinReader;
+use atoll_bench::progress::{self, Progress};
 
 /// What every subcommand shares: where the cache and the socket are.
 pub struct Context {
@@ -45,30 +45,15 @@ impl Context {
         }
     }
 
-    /// Node settings for an embedded node.
-    pub fn node_config(&self, kernels: Option<u16>, quantum_ms: u64) -> NodeConfig {
-        self.node_config_with(kernels, quantum_ms, None)
-    }
-
-    /// As [`node_config`](Self::node_config), with the node's instance
-    /// pool size (`--instances`).
+    /// Node settings for an embedded node or a daemon, with the node's
+    /// instance pool size (`--instances`).
     pub fn node_config_with(
         &self,
         kernels: Option<u16>,
         quantum_ms: u64,
         instances: Option<u32>,
     ) -> NodeConfig {
-        let mut c = NodeConfig::new(Some(self.cache.clone()));
-        if let Some(k) = kernels {
-            c.kernels = k;
-        }
-        // Unless given, enough for the smallest share on every kernel.
-        c.runtime.instances = instances.unwrap_or_else(|| {
-            let least = u32::from(c.kernels) * atoll_kernel::MIN_INSTANCES_PER_KERNEL;
-            c.runtime.instances.max(least)
-        });
-        c.quantum = Duration::from_millis(quantum_ms);
-        c
+        NodeConfig::new(Some(self.cache.clone())).sized(kernels, quantum_ms, instances)
     }
 
     fn client(&self) -> Option<Client> {

@@ -55,18 +55,31 @@ pub fn schemas() -> Vec<(String, Schema)> {
             "atoll dashboard: GET /api/snapshot, and each event of GET /api/events",
         ),
     ];
-    all.extend(crate::bench::schemas());
+    all.extend(
+        atoll_bench::schemas()
+            .into_iter()
+            .map(|(name, s)| named(name, s, &default_title(name))),
+    );
     all
 }
 
 /// The schema of `T`, printed by the command `name` names.
-pub(crate) fn schema<T: JsonSchema>(name: &str) -> (String, Schema) {
-    schema_titled::<T>(name, &format!("atoll {} --json", name.replace('-', " ")))
+fn schema<T: JsonSchema>(name: &str) -> (String, Schema) {
+    schema_titled::<T>(name, &default_title(name))
 }
 
 /// The schema of `T`, named `name`, for what `title` says prints it.
 fn schema_titled<T: JsonSchema>(name: &str, title: &str) -> (String, Schema) {
-    let mut s = schemars::schema_for!(T);
+    named(name, schemars::schema_for!(T), title)
+}
+
+/// What prints output `name`: the command its words name, with `--json`.
+fn default_title(name: &str) -> String {
+    format!("atoll {} --json", name.replace('-', " "))
+}
+
+/// `s` with its `$id` (name and version) and `title`.
+fn named(name: &str, mut s: Schema, title: &str) -> (String, Schema) {
     s.insert(
         "$id".into(),
         format!("urn:atoll:json:v{VERSION}:{name}").into(),

@@ -3,10 +3,8 @@
 //! `run`, `ps` and `kill` talk to a running node (`atoll node`) when there is
 //! one, and otherwise start an embedded node for the length of the command.
 
-mod bench;
 mod commands;
 mod json;
-mod progress;
 mod stdin;
 mod top;
 
@@ -64,7 +62,7 @@ enum Command {
     /// Make the cluster's certificate authority and issue node certificates
     Ca(commands::CaArgs),
     /// Measure atoll against the Linux alternatives, side by side
-    Bench(bench::BenchArgs),
+    Bench(atoll_bench::BenchArgs),
     /// The JSON Schema of a `--json` output (docs/json/)
     Schema(json::SchemaArgs),
 }
@@ -98,7 +96,7 @@ fn main() {
         Command::Dashboard(a) => commands::dashboard(&ctx, a).map(|()| 0),
         Command::Prepare(a) => commands::prepare(a).map(|()| 0),
         Command::Ca(a) => commands::ca(a).map(|()| 0),
-        Command::Bench(a) => bench::run(&ctx, a).map(|()| 0),
+        Command::Bench(a) => atoll_bench::run(&ctx.cache, a).map(|()| 0),
         Command::Schema(a) => json::schema_command(a).map(|()| 0),
     };
     match result {

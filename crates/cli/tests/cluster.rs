@@ -11,6 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use atoll_bench::netns::Veth;
 use common::{assert_stderr, atoll, guest, text, NodeProcess};
 
 fn ok(out: Output) -> String {
@@ -207,84 +208,12 @@ impl Host {
     }
 }
 
-/// Two network namespaces joined by a veth pair: two hosts, each with its
-/// own address in 198.18.0.0/15 (the range set aside for such tests),
-/// removed on drop.
-struct Hosts {
-    names: [String; 2],
-    addrs: [String; 2],
-    devices: [String; 2],
-}
-
-impl Hosts {
-    /// `None` where namespaces cannot be made (not root, no `ip`).
-    fn make() -> Option<Hosts> {
-        // SAFETY: getuid has no preconditions.
-        if unsafe { libc::getuid() } != 0 {
-            return None;
-        }
-        let tag = std::process::id() % 60_000;
-        let subnet = format!("198.18.{}", tag % 250);
-        let hosts = Hosts {
-            names: ["a", "b"].map(|h| format!("atoll-{tag}-{h}")),
-            addrs: [1, 2].map(|i| format!("{subnet}.{i}")),
-            devices: ["a", "b"].map(|h| format!("v{h}{tag}")),
-        };
-        let veth = &hosts.devices;
-        let ip = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let made = hosts.names.iter().all(|n| ip(&["netns", "add", n]))
-            && ip(&[
-                "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
-            ])
-            && (0..2).all(|i| {
-                let (ns, dev) = (&hosts.names[i], &veth[i]);
-                ip(&["link", "set", dev, "netns", ns])
-                    && ip(&[
-                        "-n",
-                        ns,
-                        "addr",
-                        "add",
-                        &format!("{}/24", hosts.addrs[i]),
-                        "dev",
-                        dev,
-                    ])
-                    && ip(&["-n", ns, "link", "set", dev, "up"])
-                    && ip(&["-n", ns, "link", "set", "lo", "up"])
-            });
-        made.then_some(hosts)
-    }
-
-    fn host(&self, i: usize) -> Host {
-        Host {
-            listen: format!("{}:7700", self.addrs[i]),
-            netns: Some(self.names[i].clone()),
-            hide: None,
-        }
-    }
-
-    /// Cuts host `i`'s link (`up`: false) or restores it.
-    fn link(&self, i: usize, up: bool) {
-        let dev = &self.devices[i];
-        let state = if up { "up" } else { "down" };
-        let ok = Command::new("ip")
-            .args(["-n", &self.names[i], "link", "set", dev, state])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "ip link set {dev} {state}");
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
+/// Host `i` of two joined by a veth pair, listening on its own address.
+fn host(hosts: &Veth, i: usize) -> Host {
+    Host {
+        listen: format!("{}:7700", hosts.addr(i)),
+        netns: Some(hosts.namespace(i).to_string()),
+        hide: None,
     }
 }
 
@@ -775,9 +704,9 @@ fn a_domain_made_on_one_node_spans_every_node() {
 
 #[test]
 fn nodes_on_two_hosts_lose_each_other_when_the_link_is_cut_and_link_again_when_restored() {
-    let Some(hosts) = Hosts::make() else {
-        eprintln!("skipped: network namespaces need root and iproute2");
-        return;
+    let hosts = match Veth::make() {
+        Ok(hosts) => hosts,
+        Err(e) => return eprintln!("skipped: {e:#}"),
     };
     let c = Cluster {
         dir: tempfile::tempdir().unwrap(),
@@ -792,10 +721,12 @@ fn nodes_on_two_hosts_lose_each_other_when_the_link_is_cut_and_link_again_when_r
             .output()
             .unwrap());
     }
-    let a = c.spawn_at(&hosts.host(0), &ca, "n0", 1, None, &[]).unwrap();
-    let join = hosts.host(0).listen;
+    let a = c
+        .spawn_at(&host(&hosts, 0), &ca, "n0", 1, None, &[])
+        .unwrap();
+    let join = host(&hosts, 0).listen;
     let b = c
-        .spawn_at(&hosts.host(1), &ca, "n1", 1, Some(&join), &[])
+        .spawn_at(&host(&hosts, 1), &ca, "n1", 1, Some(&join), &[])
         .unwrap();
     assert_eq!(a.addr, join);
     // Over the veth, there and back: the same output as an unmoved run.
@@ -805,7 +736,7 @@ fn nodes_on_two_hosts_lose_each_other_when_the_link_is_cut_and_link_again_when_r
     let job = a.atoll(&["run", &guest("spin")]).spawn().unwrap();
     let pid = a.wait_for("spin.wasm");
     ok(a.atoll(&["migrate", &pid, "--to", "1.0"]).output().unwrap());
-    hosts.link(1, false);
+    hosts.link(1, false).unwrap();
     assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
     for m in [&a, &b] {
         let ps = text(&m.atoll(&["ps"]).output().unwrap().stderr);
@@ -826,7 +757,7 @@ fn nodes_on_two_hosts_lose_each_other_when_the_link_is_cut_and_link_again_when_r
     // Restored, the link is mended: the same two nodes, linked again, that
     // tell each other what changed, and a process moves over it there and
     // back as before the cut.
-    hosts.link(1, true);
+    hosts.link(1, true).unwrap();
     let t = Instant::now();
     for m in [&a, &b] {
         loop {

@@ -72,6 +72,19 @@ impl NodeConfig {
             balance: true,
         }
     }
+
+    /// `kernels` kernels (default: one per core), a quantum of
+    /// `quantum_ms`, and `instances` processes live at once (default: the
+    /// runtime's, or enough for the smallest share on every kernel).
+    pub fn sized(mut self, kernels: Option<u16>, quantum_ms: u64, instances: Option<u32>) -> Self {
+        if let Some(k) = kernels {
+            self.kernels = k;
+        }
+        let least = u32::from(self.kernels) * atoll_kernel::MIN_INSTANCES_PER_KERNEL;
+        self.runtime.instances = instances.unwrap_or(self.runtime.instances.max(least));
+        self.quantum = Duration::from_millis(quantum_ms);
+        self
+    }
 }
 
 /// A node of the cluster, as `atoll ps` shows it.

@@ -22,8 +22,8 @@ use super::plot::{grouped_bars, BarGroup};
 use super::{
     artifact, atoll_job, command_line, job_on_kernel0, median, native, page_head, Machine, Recorded,
 };
-use crate::commands::Context;
 use crate::progress;
+use crate::Context;
 
 #[derive(clap::Args)]
 pub struct Args {

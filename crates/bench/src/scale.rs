@@ -26,8 +26,8 @@ use serde::Serialize;
 use super::{
     artifact, command_line, field, md_table, median, page_head, text_table, Machine, Recorded,
 };
-use crate::commands::Context;
 use crate::progress;
+use crate::Context;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use atoll_process::{Runtime, RuntimeConfig};
 
 use super::{artifact, command_line, median, Machine, Report, Row};
-use crate::commands::Context;
 use crate::progress;
+use crate::Context;
 
 #[derive(clap::Args)]
 pub struct Args {

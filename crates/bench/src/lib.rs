@@ -4,6 +4,14 @@
 //! atoll (on an embedded node, programs built by `make guests`) in the same
 //! invocation, reports medians of repeated runs and atoll's ratio to each
 //! alternative, and can record the result with the machine it ran on.
+//!
+//! One module per benchmark (its arguments, its runs, its report); what
+//! they share is written once: here, the report every simple benchmark
+//! prints, medians, the machine, running a job or a native program, text
+//! and Markdown tables; [`plot`], the charts; [`progress`], the spinner
+//! (also the CLI's, for its own long operations); [`netns`], two hosts on
+//! one machine (also the cluster tests'); `three_ways`, native vs plain vs
+//! prepared wasm.
 
 mod balance;
 mod cluster;
@@ -13,10 +21,11 @@ mod ipc;
 mod mergesort;
 mod migrate;
 mod mpi;
-mod netns;
+pub mod netns;
 mod placement;
-mod plot;
+pub mod plot;
 mod prepare;
+pub mod progress;
 mod scale;
 mod spawn;
 mod threads;
@@ -36,8 +45,7 @@ use clap::{Args, Subcommand};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::commands::Context;
-use crate::progress::{self, Progress};
+use crate::progress::Progress;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -104,7 +112,24 @@ impl Which {
     }
 }
 
-pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
+/// What every benchmark's node shares: where prepared modules and compiled
+/// code are cached.
+pub struct Context {
+    cache: PathBuf,
+}
+
+impl Context {
+    /// Node settings with `kernels` kernels and a quantum of `quantum_ms`.
+    pub fn node_config(&self, kernels: Option<u16>, quantum_ms: u64) -> atoll_node::NodeConfig {
+        atoll_node::NodeConfig::new(Some(self.cache.clone())).sized(kernels, quantum_ms, None)
+    }
+}
+
+/// Runs the benchmark `a` names, caching modules in `cache`.
+pub fn run(cache: &Path, a: BenchArgs) -> anyhow::Result<()> {
+    let ctx = &Context {
+        cache: cache.to_path_buf(),
+    };
     let (json, record) = (a.json, a.record.as_deref());
     let _progress = Progress::start(format!("bench {}", a.which.name()), json);
     match a.which {
@@ -124,9 +149,12 @@ pub fn run(ctx: &Context, a: BenchArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The schemas of what each benchmark's `--json` prints (`crate::json`).
-pub fn schemas() -> Vec<(String, schemars::Schema)> {
-    use crate::json::schema;
+/// The schema of what each benchmark's `--json` prints, by output name
+/// (the CLI gives them their ids: docs/json.md).
+pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
+    fn schema<T: JsonSchema>(name: &'static str) -> (&'static str, schemars::Schema) {
+        (name, schemars::schema_for!(T))
+    }
     vec![
         schema::<Report>("bench-spawn"),
         schema::<Report>("bench-mergesort"),

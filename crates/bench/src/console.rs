@@ -13,8 +13,8 @@ use std::path::Path;
 use super::{
     artifact, atoll_job, command_line, job_on_kernel0, median, native, Machine, Report, Row,
 };
-use crate::commands::Context;
 use crate::progress;
+use crate::Context;
 
 #[derive(clap::Args)]
 pub struct Args {

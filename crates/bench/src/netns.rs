@@ -1,6 +1,7 @@
 //! Two hosts on one machine: network namespaces joined by a veth pair, for
-//! measuring a link between nodes that is a real network interface rather
-//! than loopback. Made for a run (root only) and removed after it.
+//! measuring (and testing) a link between nodes that is a real network
+//! interface rather than loopback. Made for a run (root only) and removed
+//! after it.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsRawFd;
@@ -11,9 +12,10 @@ use anyhow::{bail, Context as _};
 /// Two namespaces, `a` and `b`, with one end of a veth pair each and an
 /// address in 198.18.0.0/15 (the range set aside for benchmarking
 /// networks); removed on drop.
-pub(super) struct Veth {
+pub struct Veth {
     names: [String; 2],
     addrs: [Ipv4Addr; 2],
+    devices: [String; 2],
 }
 
 impl Veth {
@@ -22,17 +24,18 @@ impl Veth {
     /// # Errors
     /// Not root, no `ip`, or the kernel refuses (in a container without
     /// the capability).
-    pub(super) fn make() -> anyhow::Result<Veth> {
+    pub fn make() -> anyhow::Result<Veth> {
         // SAFETY: getuid has no preconditions.
         if unsafe { libc::getuid() } != 0 {
             bail!("network namespaces need root");
         }
         let tag = std::process::id() % 60_000;
         let veth = Veth {
-            names: ["a", "b"].map(|h| format!("atoll-bench-{tag}-{h}")),
+            names: ["a", "b"].map(|h| format!("atoll-{tag}-{h}")),
             addrs: [1, 2].map(|i| Ipv4Addr::new(198, 19, (tag % 250) as u8, i)),
+            devices: ["a", "b"].map(|h| format!("v{h}{tag}")),
         };
-        let devices = ["a", "b"].map(|h| format!("vb{h}{tag}"));
+        let devices = &veth.devices;
         for n in &veth.names {
             ip(&["netns", "add", n])?;
         }
@@ -58,13 +61,24 @@ impl Veth {
     }
 
     /// Host `i`'s address.
-    pub(super) fn addr(&self, i: usize) -> IpAddr {
+    pub fn addr(&self, i: usize) -> IpAddr {
         self.addrs[i].into()
+    }
+
+    /// Host `i`'s namespace, for `ip netns exec NAME`.
+    pub fn namespace(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    /// Cuts host `i`'s end of the pair (`up`: false), or restores it.
+    pub fn link(&self, i: usize, up: bool) -> anyhow::Result<()> {
+        let state = if up { "up" } else { "down" };
+        ip(&["-n", &self.names[i], "link", "set", &self.devices[i], state])
     }
 
     /// Runs `f` on a thread inside host `i`'s namespace: the sockets it
     /// makes, and the threads it starts, belong to that host.
-    pub(super) fn within<T: Send>(
+    pub fn within<T: Send>(
         &self,
         i: usize,
         f: impl FnOnce() -> anyhow::Result<T> + Send,

@@ -12,7 +12,7 @@ use atoll_process::Preopen;
 
 use super::three_ways::{self, Way};
 use super::{artifact, atoll_job, job_on_kernel0, native, Report};
-use crate::commands::Context;
+use crate::Context;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -18,8 +18,8 @@ use serde::Serialize;
 use super::plot::{Level, LineChart, Series};
 use super::{artifact, atoll_job, command_line, field, job_on_kernel0, md_table, median, native};
 use super::{page_head, text_table, Machine, Recorded};
-use crate::commands::Context;
 use crate::progress;
+use crate::Context;
 
 #[derive(clap::Args)]
 pub struct Args {

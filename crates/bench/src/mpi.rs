@@ -25,8 +25,8 @@ use serde::Serialize;
 use super::plot::{LineChart, Series};
 use super::{artifact, atoll_job, command_line, md_table, median, page_head, text_table};
 use super::{Machine, Recorded};
-use crate::commands::Context;
 use crate::progress;
+use crate::Context;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -34,8 +34,8 @@ use super::{
     artifact, atoll_job, command_line, job_on_kernel0, md_table, median, page_head, text_table,
     Machine, Recorded,
 };
-use crate::commands::Context;
 use crate::progress;
+use crate::Context;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -30,8 +30,8 @@ use super::{
     artifact, atoll_job, command_line, field, job_on_kernel0, md_table, median, native, page_head,
     text_table, Machine, ReadyWhen, Recorded,
 };
-use crate::commands::Context;
 use crate::progress;
+use crate::Context;
 
 #[derive(clap::Args)]
 pub struct Args {
