@@ -5,8 +5,9 @@
 //! invocation, reports medians of repeated runs and atoll's ratio to each
 //! alternative, and can record the result with the machine it ran on.
 //!
-//! One module per benchmark (its arguments, its runs, its report); what
-//! they share is written once: here, the report every simple benchmark
+//! One module per benchmark (its arguments, its runs, its report; the
+//! larger ones a folder whose `report.rs` holds the tables and charts);
+//! what they share is written once: here, the report every simple benchmark
 //! prints, medians, the machine, running a job or a native program, text
 //! and Markdown tables; [`plot`], the charts; [`progress`], the spinner
 //! (also the CLI's, for its own long operations); [`netns`], two hosts on
