@@ -7,9 +7,10 @@
 //!
 //! One module per benchmark (its arguments, its runs, its report; the
 //! larger ones a folder whose `report.rs` holds the tables and charts);
-//! what they share is written once: here, the report every simple benchmark
-//! prints, medians, the machine, running a job or a native program, text
-//! and Markdown tables; [`plot`], the charts; [`progress`], the spinner
+//! what they share is written once: `report.rs`, the report every simple
+//! benchmark prints, medians, the machine, text and Markdown tables;
+//! `jobs.rs`, running a built program natively or as an atoll job on a
+//! benchmark's node; [`plot`], the charts; [`progress`], the spinner
 //! (also the CLI's, for its own long operations); [`netns`], two hosts on
 //! one machine (also the cluster tests'); `three_ways`, native vs plain vs
 //! prepared wasm.
@@ -19,6 +20,7 @@ mod cluster;
 mod compress;
 mod console;
 mod ipc;
+mod jobs;
 mod mergesort;
 mod migrate;
 mod mpi;
@@ -27,26 +29,23 @@ mod placement;
 pub mod plot;
 mod prepare;
 pub mod progress;
+mod report;
 mod scale;
 mod spawn;
 mod threads;
 mod three_ways;
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _};
-use atoll_abi::Pid;
-use atoll_node::{JobSink, JobSpec, Node};
-use atoll_process::Stream;
 use clap::{Args, Subcommand};
 use schemars::JsonSchema;
-use serde::Serialize;
 
 use crate::progress::Progress;
+
+pub(crate) use jobs::{artifact, atoll_job, bench_node, field, job_on_kernel0, native, ReadyWhen};
+pub(crate) use report::{
+    command_line, emit, md_table, median, page_head, text_table, Machine, Recorded, Report, Row,
+};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -171,389 +170,4 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         schema::<Report>("bench-console"),
         schema::<threads::ThreadsReport>("bench-threads"),
     ]
-}
-
-/// Prints a report (as a table, or JSON) and records it into `record`.
-fn emit<R: Recorded + Serialize>(
-    report: &R,
-    json: bool,
-    record: Option<&Path>,
-) -> anyhow::Result<()> {
-    progress::clear();
-    let as_json = serde_json::to_string_pretty(report)?;
-    if json {
-        println!("{as_json}");
-    } else {
-        print!("{}", report.table());
-    }
-    if let Some(dir) = record {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join(format!("{}.json", report.name())), as_json)?;
-        std::fs::write(dir.join(format!("{}.md", report.name())), report.markdown())?;
-        report.write_extra(dir)?;
-        progress::note(&format!(
-            "atoll: recorded {}/{}.*",
-            dir.display(),
-            report.name()
-        ));
-    }
-    Ok(())
-}
-
-/// A benchmark's result as it is printed and recorded.
-pub trait Recorded {
-    fn name(&self) -> &str;
-    fn table(&self) -> String;
-    /// The recorded page, with the command and the machine.
-    fn markdown(&self) -> String;
-    /// Files recorded beside the JSON and Markdown (plots).
-    fn write_extra(&self, _dir: &Path) -> anyhow::Result<()> {
-        Ok(())
-    }
-}
-
-/// One benchmark's result.
-#[derive(Serialize, JsonSchema)]
-pub struct Report {
-    pub name: String,
-    pub command: String,
-    pub machine: Machine,
-    /// What a row measures ("processes/s", "seconds").
-    pub unit: String,
-    /// Whether larger values are better.
-    pub higher_is_better: bool,
-    pub rows: Vec<Row>,
-    /// Lines of explanation printed under the table.
-    pub notes: Vec<String>,
-}
-
-#[derive(Serialize, JsonSchema)]
-pub struct Row {
-    pub name: String,
-    pub median: f64,
-    pub samples: Vec<f64>,
-    /// atoll's advantage over this row (>1 means atoll is better), for rows
-    /// that are not atoll's.
-    pub atoll_ratio: Option<f64>,
-}
-
-impl Recorded for Report {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn table(&self) -> String {
-        let mut s = format!(
-            "{} ({}; median of {} runs)\n",
-            self.name,
-            self.unit,
-            self.rows.first().map_or(0, |r| r.samples.len())
-        );
-        for r in &self.rows {
-            let ratio = r
-                .atoll_ratio
-                .map_or(String::new(), |x| format!("   atoll is {x:.2}x"));
-            s += &format!("  {:<34} {:>14.4}{}\n", r.name, r.median, ratio);
-        }
-        for n in &self.notes {
-            s += &format!("  {n}\n");
-        }
-        s
-    }
-
-    fn markdown(&self) -> String {
-        let mut s = page_head(&self.name, &self.command, &self.machine);
-        s += &format!(
-            "| | median ({}) | atoll's advantage |\n|---|---:|---:|\n",
-            self.unit
-        );
-        for r in &self.rows {
-            let ratio = r
-                .atoll_ratio
-                .map_or("—".to_string(), |x| format!("{x:.2}x"));
-            s += &format!("| {} | {:.4} | {} |\n", r.name, r.median, ratio);
-        }
-        s += "\n";
-        for n in &self.notes {
-            s += &format!("- {n}\n");
-        }
-        s
-    }
-}
-
-impl Report {
-    /// Fills in atoll's ratio to every other row, from the row named `atoll`.
-    fn ratios_against(&mut self, atoll: &str) {
-        let Some(a) = self.rows.iter().find(|r| r.name == atoll).map(|r| r.median) else {
-            return;
-        };
-        for r in &mut self.rows {
-            if r.name != atoll && r.median > 0.0 && a > 0.0 {
-                r.atoll_ratio = Some(if self.higher_is_better {
-                    a / r.median
-                } else {
-                    r.median / a
-                });
-            }
-        }
-    }
-}
-
-/// The machine a benchmark ran on.
-#[derive(Serialize, JsonSchema)]
-pub struct Machine {
-    pub cpu: String,
-    pub cores: usize,
-    pub memory_gib: f64,
-    pub kernel: String,
-}
-
-impl Machine {
-    pub fn probe() -> Machine {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu = cpuinfo
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("model name")
-                    .and_then(|r| r.split(':').nth(1))
-            })
-            .unwrap_or("unknown")
-            .trim()
-            .to_owned();
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let mem_kib: f64 = meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|r| r.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0.0);
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .unwrap_or_default()
-            .trim()
-            .to_owned();
-        Machine {
-            cpu,
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            memory_gib: (mem_kib / 1048576.0 * 10.0).round() / 10.0,
-            kernel: format!("Linux {kernel}"),
-        }
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "{}, {} cores, {} GiB, {}",
-            self.cpu, self.cores, self.memory_gib, self.kernel
-        )
-    }
-}
-
-/// The head of a recorded page: its title, the command that produced it
-/// and the machine it ran on.
-pub fn page_head(name: &str, command: &str, machine: &Machine) -> String {
-    format!(
-        "# {name}\n\nCommand: `{command}`\n\nMachine: {}\n\n",
-        machine.describe()
-    )
-}
-
-pub fn median(samples: &[f64]) -> f64 {
-    let mut s = samples.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
-/// A built artifact, with a hint when it is missing.
-pub fn artifact(build: &Path, rel: &str) -> anyhow::Result<PathBuf> {
-    let p = build.join(rel);
-    if !p.exists() {
-        bail!(
-            "{} is missing: run `make all` first (or pass --build DIR)",
-            p.display()
-        );
-    }
-    Ok(p)
-}
-
-/// Runs a native program; returns its stdout and the wall time.
-pub fn native(program: &Path, args: &[String]) -> anyhow::Result<(String, Duration)> {
-    let t = Instant::now();
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("running {}", program.display()))?;
-    let elapsed = t.elapsed();
-    if !out.status.success() {
-        bail!(
-            "{} failed: {}",
-            program.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok((String::from_utf8_lossy(&out.stdout).into_owned(), elapsed))
-}
-
-/// The node a benchmark runs on: `kernels` kernels, a 10 ms quantum, and
-/// no balancer, since every benchmark but `balance` places its processes
-/// itself (a migration experiment moves a process away on purpose, and the
-/// balancer would move one back).
-pub fn bench_node(ctx: &Context, kernels: Option<u16>) -> atoll_node::NodeConfig {
-    let mut config = ctx.node_config(kernels, 10);
-    config.balance = false;
-    config
-}
-
-/// A benchmark's job: `program` (prepared) with argv `args`, on kernel 0
-/// of node 0, with no environment or files.
-pub fn job_on_kernel0(program: PathBuf, args: Vec<String>) -> JobSpec {
-    JobSpec {
-        program,
-        args,
-        env: vec![],
-        preopens: vec![],
-        kernel: Some(atoll_abi::KernelId::new(0, 0)),
-        prepare: true,
-        domain: None,
-        wander: false,
-        limits: Default::default(),
-        ranks: None,
-        pin: false,
-    }
-}
-
-/// Runs a job on `node` to its end; returns its stdout and the wall time
-/// from submission to exit. Load the program first so compilation is not
-/// timed.
-pub fn atoll_job(node: &Node, job: &JobSpec) -> anyhow::Result<(String, Duration)> {
-    let (tx, rx) = mpsc::channel();
-    let t = Instant::now();
-    node.run_job(
-        job,
-        Box::new(Collect {
-            out: Vec::new(),
-            done: tx,
-        }),
-    )?;
-    let (status, out) = rx.recv().context("node stopped")?;
-    let elapsed = t.elapsed();
-    if status != 0 {
-        bail!(
-            "{} exited with status {status}: {}",
-            job.program.display(),
-            String::from_utf8_lossy(&out)
-        );
-    }
-    Ok((String::from_utf8_lossy(&out).into_owned(), elapsed))
-}
-
-struct Collect {
-    out: Vec<u8>,
-    done: mpsc::Sender<(i32, Vec<u8>)>,
-}
-
-impl JobSink for Collect {
-    fn output(&mut self, stream: Stream, bytes: &[u8]) {
-        match stream {
-            Stream::Stdout => self.out.extend_from_slice(bytes),
-            Stream::Stderr => {
-                let _ = std::io::stderr().write_all(bytes);
-            }
-        }
-    }
-
-    fn exited(&mut self, _pid: Pid, status: i32) {
-        let _ = self.done.send((status, std::mem::take(&mut self.out)));
-    }
-}
-
-/// A job's sink that says once when the job printed `marker` (`true`), or
-/// ended before it did (`false`); the rest of the output is dropped.
-pub struct ReadyWhen {
-    pub marker: &'static str,
-    pub seen: Vec<u8>,
-    pub ready: Option<mpsc::Sender<bool>>,
-}
-
-impl ReadyWhen {
-    pub fn new(marker: &'static str, ready: mpsc::Sender<bool>) -> Box<ReadyWhen> {
-        Box::new(ReadyWhen {
-            marker,
-            seen: Vec::new(),
-            ready: Some(ready),
-        })
-    }
-}
-
-impl JobSink for ReadyWhen {
-    fn output(&mut self, stream: Stream, bytes: &[u8]) {
-        if stream == Stream::Stdout && self.ready.is_some() {
-            self.seen.extend_from_slice(bytes);
-            if String::from_utf8_lossy(&self.seen).contains(self.marker) {
-                let _ = self.ready.take().map(|r| r.send(true));
-            }
-        }
-    }
-
-    fn exited(&mut self, _pid: Pid, _status: i32) {
-        let _ = self.ready.take().map(|r| r.send(false));
-    }
-}
-
-/// Reads `key=value` from a line like `spawnbench n=1000 seconds=0.1 rate=9000`.
-pub fn field(line: &str, key: &str) -> anyhow::Result<f64> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .with_context(|| format!("no `{key}=` in output `{}`", line.trim()))?
-        .parse()
-        .with_context(|| format!("bad `{key}=` in `{}`", line.trim()))
-}
-
-/// The command line that produced a report.
-pub fn command_line() -> String {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    format!("atoll {}", args.join(" "))
-}
-
-/// A text table: the first two columns left-aligned, the rest right.
-pub fn text_table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
-    let widths: Vec<usize> = (0..N)
-        .map(|c| {
-            rows.iter()
-                .map(|r| r[c].len())
-                .chain([head[c].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<&str>| {
-        let mut s = String::from(" ");
-        for (c, cell) in cells.iter().enumerate() {
-            if c < 2 {
-                s += &format!(" {cell:<w$}", w = widths[c]);
-            } else {
-                s += &format!("  {cell:>w$}", w = widths[c]);
-            }
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let mut s = line(head.to_vec());
-    for r in rows {
-        s += &line(r.iter().map(String::as_str).collect());
-    }
-    s
-}
-
-/// The same table in Markdown.
-pub fn md_table<const N: usize>(head: [&str; N], rows: &[[String; N]]) -> String {
-    let mut s = format!("| {} |\n|", head.join(" | "));
-    for c in 0..N {
-        s += if c < 2 { "---|" } else { "---:|" };
-    }
-    s += "\n";
-    for r in rows {
-        s += &format!("| {} |\n", r.join(" | "));
-    }
-    s + "\n"
 }
