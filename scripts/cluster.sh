@@ -9,7 +9,8 @@
 # Everything lives in $ATOLL_CLUSTER_DIR (default target/cluster): ca/ (the
 # CA and the node identities), nK.sock (node K's control socket), nK.log.
 # Use node K with ATOLL_SOCKET=$ATOLL_CLUSTER_DIR/nK.sock atoll ps (or run,
-# migrate, kill): any node sees and moves every node's processes.
+# migrate, kill): any node sees and moves every node's processes. n0 also
+# serves the dashboard on a free loopback port: its URL is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 atoll=${ATOLL:-$PWD/target/release/atoll}
@@ -29,12 +30,12 @@ start() {
     mkdir -p "$dir"
     rm -rf "$dir/ca"
     "$atoll" ca init "$dir/ca" >/dev/null
-    local join=()
+    local join=() http=(--http 127.0.0.1:0)
     for ((i = 0; i < n; i++)); do
         "$atoll" ca issue "$dir/ca" "n$i" >/dev/null
         rm -f "$dir/n$i.log"
         ATOLL_SOCKET="$dir/n$i.sock" "$atoll" node --kernels "$kernels" \
-            --listen 127.0.0.1:0 --certs "$dir/ca" --name "n$i" "${join[@]}" \
+            --listen 127.0.0.1:0 --certs "$dir/ca" --name "n$i" "${join[@]}" "${http[@]}" \
             2>"$dir/n$i.log" &
         echo $! >>"$dir/pids"
         # Wait until it is linked, then learn its address for the next.
@@ -48,6 +49,10 @@ start() {
         [ -n "$addr" ] || { echo "cluster: n$i did not start" >&2; exit 1; }
         until ATOLL_SOCKET="$dir/n$i.sock" "$atoll" ps >/dev/null 2>&1; do sleep 0.1; done
         echo "n$i: node $i at $addr, ATOLL_SOCKET=$dir/n$i.sock"
+        local url
+        url=$(sed -n 's/^atoll: dashboard at //p' "$dir/n$i.log")
+        [ -z "$url" ] || echo "n$i: dashboard at $url"
+        http=()
         [ ${#join[@]} -gt 0 ] || join=(--join "$addr")
     done
 }
