@@ -8,10 +8,10 @@
 //! disk under the cache directory, keyed by content hash, so a node that
 //! restarts does not prepare or compile again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -85,6 +85,9 @@ pub struct Program {
     /// Where a new instance's memory is not zero (its active data
     /// segments); `None` if that cannot be known without running it.
     initialized: Option<Vec<Range<usize>>>,
+    /// When it was last loaded, in [`Runtime::load`]s: of the programs no
+    /// process holds, the most recently loaded stay.
+    loaded: AtomicU64,
 }
 
 impl Program {
@@ -157,8 +160,17 @@ pub struct Runtime {
     programs: RwLock<HashMap<ContentHash, Arc<Program>>>,
     /// (hash of the input file, prepare?) → hash of what runs.
     inputs: RwLock<HashMap<(ContentHash, bool), ContentHash>>,
+    /// Loads so far: the clock of [`Program::loaded`].
+    loads: AtomicU64,
     ticker: Ticker,
 }
+
+/// Programs no process holds that stay loaded, the most recently loaded:
+/// one run again soon is neither prepared nor compiled again, and a node
+/// that keeps running new modules does not keep them all (each holds its
+/// code's memory, and two of the 65,530 mappings a Linux process may have:
+/// the system-call fuzzer ran a node out of them after 32,000 modules).
+const UNUSED_KEPT: usize = 256;
 
 impl Runtime {
     /// Creates the engine and linker and starts the quantum ticker.
@@ -175,6 +187,7 @@ impl Runtime {
             config,
             programs: RwLock::default(),
             inputs: RwLock::default(),
+            loads: AtomicU64::new(0),
             ticker,
         }))
     }
@@ -242,6 +255,7 @@ impl Runtime {
             .get(&(input, prepare))
         {
             if let Some(p) = self.program(hash) {
+                p.loaded.store(self.tick(), Ordering::Relaxed);
                 return Ok(p);
             }
         }
@@ -264,20 +278,52 @@ impl Runtime {
                     prepared,
                     module: module.into(),
                     pre,
+                    loaded: AtomicU64::new(0),
                 });
-                self.programs
+                let p = self
+                    .programs
                     .write()
                     .expect("program table")
                     .entry(hash)
                     .or_insert(p)
-                    .clone()
+                    .clone();
+                self.evict_unused();
+                p
             }
         };
+        program.loaded.store(self.tick(), Ordering::Relaxed);
         self.inputs
             .write()
             .expect("input table")
             .insert((input, prepare), hash);
         Ok(program)
+    }
+
+    fn tick(&self) -> u64 {
+        self.loads.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Unloads the programs no process holds, beyond the [`UNUSED_KEPT`]
+    /// most recently loaded. Under the table's write lock nobody can take a
+    /// new reference, so a program held only by the table is unused.
+    fn evict_unused(&self) {
+        let mut programs = self.programs.write().expect("program table");
+        let mut unused: Vec<(u64, ContentHash)> = programs
+            .values()
+            .filter(|p| Arc::strong_count(p) == 1)
+            .map(|p| (p.loaded.load(Ordering::Relaxed), p.hash))
+            .collect();
+        let Some(excess) = unused.len().checked_sub(UNUSED_KEPT).filter(|&n| n > 0) else {
+            return;
+        };
+        unused.sort_unstable();
+        let gone: HashSet<ContentHash> = unused[..excess].iter().map(|&(_, h)| h).collect();
+        programs.retain(|h, _| !gone.contains(h));
+        drop(programs);
+        self.inputs
+            .write()
+            .expect("input table")
+            .retain(|_, h| !gone.contains(h));
     }
 
     fn prepared_module(&self, input: ContentHash, binary: &[u8]) -> Result<Vec<u8>, LoadError> {
@@ -583,5 +629,64 @@ impl Drop for Ticker {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.thread.unpark();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command that differs from the others by `n`.
+    fn command(n: usize) -> String {
+        format!(
+            r#"(module (global i32 (i32.const {n})) (memory (export "memory") 1)
+                 (func (export "_start")))"#
+        )
+    }
+
+    #[test]
+    fn programs_nobody_holds_are_unloaded_beyond_the_most_recent() {
+        let runtime = Runtime::new(RuntimeConfig {
+            instances: 4,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let load = |n: usize| runtime.load(command(n).as_bytes(), false).unwrap();
+        let held = load(0);
+        let hashes: Vec<ContentHash> = (1..UNUSED_KEPT + 10).map(|n| load(n).hash()).collect();
+        // The newest was still its caller's when the table was trimmed.
+        let loaded = runtime.programs.read().unwrap().len();
+        assert_eq!(
+            loaded,
+            1 + UNUSED_KEPT + 1,
+            "the held one, the kept ones, the newest"
+        );
+        assert_eq!(runtime.inputs.read().unwrap().len(), loaded);
+        assert!(
+            runtime.program(&held.hash()).is_some(),
+            "a held program stays"
+        );
+        assert!(
+            runtime.program(&hashes[0]).is_none(),
+            "the oldest unused one went"
+        );
+
+        // Loaded again, it is compiled again, under the same hash.
+        assert_eq!(load(1).hash(), hashes[0]);
+        // Loading a kept one again makes it the most recent: it outlives
+        // those loaded after it when new programs come.
+        let oldest_kept = hashes
+            .iter()
+            .position(|h| runtime.program(h).is_some())
+            .unwrap();
+        load(oldest_kept + 1);
+        for n in UNUSED_KEPT + 10..UNUSED_KEPT + 20 {
+            load(n);
+        }
+        assert!(
+            runtime.program(&hashes[oldest_kept]).is_some(),
+            "used again, it stayed"
+        );
+        assert!(runtime.program(&hashes[oldest_kept + 1]).is_none());
     }
 }
