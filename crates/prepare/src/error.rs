@@ -5,7 +5,7 @@ use std::process::ExitStatus;
 
 /// Why [`prepare`](crate::prepare) failed.
 ///
-/// The first three variants are about the input and will not go away on a
+/// The first four variants are about the input and will not go away on a
 /// retry; the others are about the machine (binaryen, temporary files).
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
@@ -25,6 +25,12 @@ pub enum PrepareError {
     /// by some other tool, and preparing it again would produce a clash.
     #[error("module already uses the reserved name `{0}`")]
     ReservedName(String),
+
+    /// A valid command that binaryen cannot prepare into a module that
+    /// still runs; it can run unprepared (`atoll run --no-prepare`), without
+    /// migration. The message says why.
+    #[error("atoll cannot prepare this module ({0}); run it unprepared (--no-prepare)")]
+    Unsupported(String),
 
     /// The `wasm-opt` executable could not be found.
     #[error(

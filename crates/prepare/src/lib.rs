@@ -134,6 +134,7 @@ pub fn prepare(module: &[u8], options: &Options) -> Result<Vec<u8>, PrepareError
     let without_dwarf = sections::strip_debug(module).map_err(PrepareError::Malformed)?;
     let instrumented = instrument::instrument(&without_dwarf)?;
     let mut prepared = wasm_opt::asyncify(&instrumented, options)?;
+    wasm_opt::check_output(&prepared)?;
     let mark = format!("{PREPARED_VERSION} {source}");
     sections::append_custom(&mut prepared, PREPARED_SECTION, mark.as_bytes());
     tracing::info!(

@@ -4,6 +4,8 @@
 use std::io::ErrorKind;
 use std::process::Command;
 
+use wasmparser::{Validator, WasmFeatures};
+
 use crate::{Options, PrepareError};
 
 /// Features enabled on top of those the module's `target_features` section
@@ -61,5 +63,33 @@ pub(crate) fn asyncify(wasm: &[u8], options: &Options) -> Result<Vec<u8>, Prepar
             stderr: String::from_utf8_lossy(&result.stderr).into_owned(),
         });
     }
-    Ok(std::fs::read(&output)?)
+    let out = std::fs::read(&output)?;
+    // On a full disk wasm-opt has been seen to exit 0 having written
+    // nothing: that is not a module to mark prepared and cache.
+    if !out.starts_with(b"\0asm") {
+        return Err(PrepareError::Io(std::io::Error::other(format!(
+            "wasm-opt succeeded but wrote no module ({} bytes; is the disk full?)",
+            out.len()
+        ))));
+    }
+    Ok(out)
+}
+
+/// What binaryen writes must validate without GC, as an engine that runs
+/// atoll's processes has it (wasmtime without its `gc` feature). binaryen
+/// 108 may write a typed function reference in the encoding of a draft of
+/// that proposal (`0x6c`), which today reads as a GC type (the prepare
+/// fuzzer found a `funcref` local turned into one): such a module is
+/// refused here, with the reason, rather than prepared into one that
+/// cannot run.
+pub(crate) fn check_output(wasm: &[u8]) -> Result<(), PrepareError> {
+    let features = WasmFeatures::default() - WasmFeatures::GC - WasmFeatures::GC_TYPES;
+    Validator::new_with_features(features)
+        .validate_all(wasm)
+        .map(drop)
+        .map_err(|e| {
+            PrepareError::Unsupported(format!(
+                "binaryen wrote a module that does not validate: {e}"
+            ))
+        })
 }

@@ -278,3 +278,27 @@ proptest! {
         let _ = prepare(&flipped, &options());
     }
 }
+
+/// A command wasm-smith made (the generated-module fuzzer, shrunk), with a
+/// `funcref` local set by `ref.func`, which wasmtime runs: binaryen 108
+/// prepares it into a module with a type in a draft encoding that reads as
+/// a GC type. It is refused with that reason, not prepared into a module
+/// that cannot run, and it still runs unprepared.
+#[test]
+fn what_binaryen_would_break_is_refused_with_its_reason() {
+    let wasm = hex::decode(
+        "0061736d010000000108026000017f600000030201010404017000020503010001060d017c01440000\
+         0000000000000b071302065f73746172740000066d656d6f727902000907010041000b01000c01020a\
+         2c012a02017e017fd2002300fc06b9994100ac5021014300000000a82c0000047f420000000541000b\
+         1a1a1a0b0b0a020041000b0100010100",
+    )
+    .unwrap();
+    Module::new(&Engine::default(), &wasm).expect("wasmtime runs it as it is");
+    let err = prepare(&wasm, &options()).unwrap_err();
+    assert!(matches!(err, PrepareError::Unsupported(_)), "{err}");
+    let said = err.to_string();
+    assert!(
+        said.contains("gc types are disallowed") && said.contains("--no-prepare"),
+        "{said}"
+    );
+}

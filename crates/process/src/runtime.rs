@@ -329,8 +329,11 @@ impl Runtime {
     fn prepared_module(&self, input: ContentHash, binary: &[u8]) -> Result<Vec<u8>, LoadError> {
         let cached = self.cache_path("prepared", &input, "wasm");
         if let Some(bytes) = cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
-            // A module prepared by another version of atoll is prepared again.
-            if atoll_prepare::prepared_source(&bytes) == Some(input) {
+            // A module prepared by another version of atoll is prepared
+            // again, and so is one that is not a module (a cache entry
+            // written wrong, as once on a full disk).
+            if bytes.starts_with(b"\0asm") && atoll_prepare::prepared_source(&bytes) == Some(input)
+            {
                 return Ok(bytes);
             }
         }
