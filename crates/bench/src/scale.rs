@@ -24,7 +24,8 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::{
-    artifact, command_line, field, md_table, median, page_head, text_table, Machine, Recorded,
+    artifact, command_line, field, job_on_kernel0, md_table, median, page_head, text_table,
+    Machine, Recorded,
 };
 use crate::progress;
 use crate::Context;
@@ -124,20 +125,14 @@ fn atoll_run(node: &Node, swarm: &Path, n: u32, hold: &Path) -> anyhow::Result<S
     let before = mem_available()?;
     let (tx, rx) = mpsc::channel();
     let job = JobSpec {
-        program: std::path::absolute(swarm)?,
-        args: vec!["swarm".into(), n.to_string(), "/hold/go".into()],
-        env: vec![],
         preopens: vec![Preopen {
             host: hold.to_path_buf(),
             guest: "/hold".into(),
         }],
-        kernel: Some(atoll_abi::KernelId::new(0, 0)),
-        prepare: true,
-        domain: None,
-        wander: false,
-        limits: Default::default(),
-        ranks: None,
-        pin: false,
+        ..job_on_kernel0(
+            std::path::absolute(swarm)?,
+            vec!["swarm".into(), n.to_string(), "/hold/go".into()],
+        )
     };
     node.run_job(
         &job,

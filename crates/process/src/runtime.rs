@@ -330,10 +330,10 @@ impl Runtime {
         let cached = self.cache_path("prepared", &input, "wasm");
         if let Some(bytes) = cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
             // A module prepared by another version of atoll is prepared
-            // again, and so is one that is not a module (a cache entry
-            // written wrong, as once on a full disk).
-            if bytes.starts_with(b"\0asm") && atoll_prepare::prepared_source(&bytes) == Some(input)
-            {
+            // again, and so is anything that is not a module: its sections
+            // (and so its `atoll.prepared` mark) are read only after the
+            // wasm header.
+            if atoll_prepare::prepared_source(&bytes) == Some(input) {
                 return Ok(bytes);
             }
         }
