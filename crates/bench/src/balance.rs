@@ -13,12 +13,12 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::plot::{grouped_bars, BarGroup};
-use super::{artifact, atoll_job, command_line, job_on_kernel0, md_table, median, native};
+use super::{artifact, atoll_job, command_line, field, job_on_kernel0, md_table, median, native};
 use super::{page_head, text_table, Machine, Recorded};
 use crate::progress;
 use crate::Context;
@@ -144,34 +144,27 @@ impl Configuration {
 /// Reads one run of balance.c: its makespan, each child's wall and CPU
 /// time, and each pair end's; `cpus` is what the ideal is counted over.
 fn parse(out: &str, n: u32, cpus: u16, moves: u64) -> anyhow::Result<Run> {
-    let value = |line: &str, key: &str| -> anyhow::Result<f64> {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-            .with_context(|| format!("no {key}= in `{line}`"))?
-            .parse::<f64>()
-            .with_context(|| format!("{key} in `{line}`"))
-    };
     let (mut cpu, mut longest, mut wait, mut children) = (0.0, 0.0f64, 0.0, 0);
     let mut makespan = None;
     // Per pair: both ends' CPU time (they take turns), the client's wall.
     let mut pairs: std::collections::BTreeMap<u64, (f64, f64)> = Default::default();
     for line in out.lines().filter(|l| l.starts_with("balance ")) {
         if line.contains(" pair=") {
-            let c = value(line, "cpu_us")?;
-            let pair = pairs.entry(value(line, "pair")? as u64).or_default();
+            let c = field(line, "cpu_us")?;
+            let pair = pairs.entry(field(line, "pair")? as u64).or_default();
             pair.0 += c;
             if !line.contains(" side=server") {
-                pair.1 = value(line, "wall_us")?;
+                pair.1 = field(line, "wall_us")?;
             }
             cpu += c;
         } else if line.contains(" child=") {
-            let (w, c) = (value(line, "wall_us")?, value(line, "cpu_us")?);
+            let (w, c) = (field(line, "wall_us")?, field(line, "cpu_us")?);
             cpu += c;
             longest = longest.max(c);
             wait += (w - c).max(0.0);
             children += 1;
         } else {
-            makespan = Some(value(line, "makespan_us")?);
+            makespan = Some(field(line, "makespan_us")?);
         }
     }
     let Some(makespan) = makespan else {
