@@ -3,6 +3,7 @@
  * migrate: seed 000's and seed 002's experiments need both to vary.
  *
  *   dirty MIB WWS_KIB PASSES [PAGES64K]
+ *   dirty MIB idle SECONDS [PAGES64K]
  *
  * It allocates MIB MiB (plus PAGES64K extra 64 KiB pages) and fills all of
  * it with non-zero bytes, so every block must travel. Then it makes PASSES
@@ -13,6 +14,11 @@
  * must print the same as one that was not (a block that pre-copy missed
  * would change it).
  *
+ * With `idle` in place of WWS_KIB it writes nothing after filling its
+ * memory and sleeps SECONDS seconds (0: forever), one second at a time: a
+ * process that is asleep when it migrates, whose pre-copy measures the
+ * link and the copies alone, without the process competing for a core.
+ *
  *   dirty: ready          once filled (the benchmark migrates after this)
  *   dirty: pass N         every 64 passes
  *   dirty: checksum=0x... after the last pass
@@ -22,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BLOCK 4096
 
@@ -36,11 +43,13 @@ static uint64_t mix(uint64_t x)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: dirty MIB WWS_KIB PASSES [PAGES64K]\n");
+        fprintf(stderr, "usage: dirty MIB WWS_KIB PASSES [PAGES64K]\n"
+                        "       dirty MIB idle SECONDS [PAGES64K]\n");
         return 2;
     }
     size_t size = strtoull(argv[1], NULL, 10) << 20;
-    size_t wws = strtoull(argv[2], NULL, 10) << 10;
+    int idle = strcmp(argv[2], "idle") == 0;
+    size_t wws = idle ? 0 : strtoull(argv[2], NULL, 10) << 10;
     unsigned long passes = strtoul(argv[3], NULL, 10);
     size += (argc > 4 ? strtoull(argv[4], NULL, 10) : 0) << 16;
     if (size < BLOCK)
@@ -59,8 +68,10 @@ int main(int argc, char **argv)
     printf("dirty: ready\n");
     fflush(stdout);
 
+    for (unsigned long s = 1; idle && (passes == 0 || s <= passes); s++)
+        sleep(1);
     volatile uint64_t sink = 0;
-    for (unsigned long pass = 1; passes == 0 || pass <= passes; pass++) {
+    for (unsigned long pass = 1; !idle && (passes == 0 || pass <= passes); pass++) {
         for (size_t at = 0; at < wws; at += BLOCK) {
             uint64_t v = mix(pass * 0x9E3779B97F4A7C15ULL + at);
             size_t n = wws - at < BLOCK ? wws - at : BLOCK;

@@ -16,10 +16,10 @@ pub struct RoundPolicy {
     pub max_rounds: u32,
     /// A dirty set this small (bytes) is sent in the stop-and-copy.
     pub small_bytes: u64,
-    /// Round 0 goes out in pieces of this many bytes, one between two
-    /// slices of the process: the source kernel copies memory on the same
-    /// core the process runs on, and a whole large memory at once would
-    /// stall the process as long as a stop-and-copy.
+    /// Round 0 goes out in pieces of this many bytes, each when the
+    /// window has room: the source kernel copies memory on the same core
+    /// the process runs on, and a whole large memory at once would stall
+    /// the process as long as a stop-and-copy.
     pub chunk_bytes: u64,
     /// Pieces of round 0 sent to another node and not yet applied there,
     /// at most: the next piece goes out while the link carries the previous

@@ -156,6 +156,15 @@ struct Measured {
     samples: Vec<f64>,
 }
 
+impl MigrationRow {
+    fn label(&self) -> String {
+        match self.idle {
+            true => format!("{} MiB, asleep", self.memory_mib),
+            false => format!("{} MiB, WWS {} KiB", self.memory_mib, self.wws_kib),
+        }
+    }
+}
+
 impl Measured {
     fn of(samples: Vec<f64>) -> Measured {
         Measured {
@@ -169,7 +178,11 @@ impl Measured {
 #[derive(Serialize, JsonSchema)]
 struct MigrationRow {
     memory_mib: u64,
+    /// 0 for a process asleep (`idle`).
     wws_kib: u64,
+    /// The process sleeps instead of writing: its migration measures the
+    /// link and the copies alone, with no process competing for a core.
+    idle: bool,
     downtime_us: f64,
     total_us: f64,
     /// Bytes sent per migration, and the rate of the whole migration.
@@ -255,15 +268,21 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
         &[1, 16, 64, 256]
     };
     let mut migrations = Vec::new();
-    for wws_kib in [64, 1024] {
-        for &mib in sizes {
-            let row = migrate_row(&a_node, &dirty, there, mib, wws_kib, runs)?;
-            progress::note(&format!(
-                "  {mib:>4} MiB  WWS {wws_kib:>5} KiB  downtime {:>7.0} us  total {:>9.0} us  {:>6.0} MB/s",
-                row.downtime_us, row.total_us, row.throughput_mbps
-            ));
-            migrations.push(row);
-        }
+    let largest = *sizes.last().expect("sizes");
+    let plan = [Some(64), Some(1024)]
+        .into_iter()
+        .flat_map(|wws| sizes.iter().map(move |&mib| (mib, wws)))
+        .chain([(largest, None)]);
+    for (mib, wws_kib) in plan {
+        let row = migrate_row(&a_node, &dirty, there, mib, wws_kib, runs)?;
+        progress::note(&format!(
+            "  {:<22} downtime {:>7.0} us  total {:>9.0} us  {:>6.0} MB/s",
+            row.label(),
+            row.downtime_us,
+            row.total_us,
+            row.throughput_mbps
+        ));
+        migrations.push(row);
     }
     b_node.shutdown();
     a_node.shutdown();
@@ -272,7 +291,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
         "veth: two more nodes, each on a thread of its own network namespace (as on two hosts), linked over a veth pair; IPC2, COPY1 and the Linux ping-pongs and streams run across the pair the same way".into(),
         format!("IPC2: ipcbench's sendrec round trip with a 64-byte message, {} round trips per run; TCP and TLS: two threads exchanging 64-byte messages over one connection on the same link (TCP_NODELAY), the same number of round trips", a.iters),
         format!("COPY1: ipcbench's vcopy of {} KiB blocks into a server on node 1 (granted), over the bulk connection; streams: one thread writes {} MiB in 1 MiB writes to another over the same link", BLOCK >> 10, STREAM_BYTES >> 20),
-        "migration: `dirty` (MiB of memory, rewriting its first WWS KiB forever) migrated from node 0 to node 1 and back, in copy mode (pre-copy rounds over the bulk connection, then stop-and-copy); downtime measured on the source, from the freeze until the destination's answer arrived (an upper bound by one message's trip); throughput: bytes sent over the total time of the migration".into(),
+        "migration: `dirty` (MiB of memory, rewriting its first WWS KiB forever) migrated from node 0 to node 1 and back, in copy mode (pre-copy rounds over the bulk connection, then stop-and-copy); downtime measured on the source, from the freeze until the destination's answer arrived (an upper bound by one message's trip); throughput: bytes sent over the total time of the migration; asleep: the largest `dirty` sleeping instead of writing (`dirty MIB idle 0`), so that its pre-copy measures the link and the copies without the process taking one of the two cores".into(),
         format!("files: `fileio` (one C source) writes {FILE_MIB} MiB in 1 MiB writes, reads it back in 1 MiB reads, then makes {} preads of 4 KiB; run on node 1 with its directory on node 0 (every call goes to node 0 and back), on node 0, and built natively with gcc -O2", a.iters / 10),
         "targets (issue 9): IPC2 between nodes within 1.3x of the TLS ping-pong; downtime at most 2 ms with a WWS of at most 1 MiB up to 256 MiB; pre-copy throughput at least 80 % of the raw TCP stream".into(),
     ]);
@@ -294,18 +313,19 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
 /// Bytes `fileio` writes and reads back, MiB.
 const FILE_MIB: u32 = 64;
 
-/// `dirty` of `mib` MiB rewriting `wws_kib` KiB, migrated to `there` and
-/// back `runs` times after a warm-up round trip.
+/// `dirty` of `mib` MiB rewriting `wws_kib` KiB (asleep if `None`),
+/// migrated to `there` and back `runs` times after a warm-up round trip.
 fn migrate_row(
     node: &Node,
     dirty: &Path,
     there: KernelId,
     mib: u64,
-    wws_kib: u64,
+    wws_kib: Option<u64>,
     runs: usize,
 ) -> anyhow::Result<MigrationRow> {
     let (ready_tx, ready) = mpsc::channel();
-    let args = [mib.to_string(), wws_kib.to_string(), "0".into()];
+    let wws = wws_kib.map_or("idle".into(), |k| k.to_string());
+    let args = [mib.to_string(), wws, "0".into()];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let pid = node.run_job(
         &job(dirty, "dirty", &args),
@@ -334,7 +354,8 @@ fn migrate_row(
     let total_us = m(|r| r.total_us as f64);
     Ok(MigrationRow {
         memory_mib: mib,
-        wws_kib,
+        wws_kib: wws_kib.unwrap_or(0),
+        idle: wws_kib.is_none(),
         downtime_us: m(|r| r.downtime_us as f64),
         total_us,
         bytes,

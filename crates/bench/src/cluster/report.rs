@@ -37,7 +37,7 @@ impl ClusterReport {
             .iter()
             .map(|m| {
                 [
-                    format!("{} MiB, WWS {} KiB", m.memory_mib, m.wws_kib),
+                    m.label(),
                     format!("{:.0}", m.downtime_us),
                     format!("{:.0}", m.total_us),
                     format!("{:.1}", m.bytes / 1048576.0),
@@ -110,7 +110,7 @@ impl Recorded for ClusterReport {
         let categories: Vec<String> = self
             .migrations
             .iter()
-            .filter(|m| m.wws_kib == 64)
+            .filter(|m| m.wws_kib == 64 && !m.idle)
             .map(|m| format!("{} MiB", m.memory_mib))
             .collect();
         let series: Vec<Series> = [64, 1024]
@@ -120,7 +120,7 @@ impl Recorded for ClusterReport {
                 values: self
                     .migrations
                     .iter()
-                    .filter(|m| m.wws_kib == wws)
+                    .filter(|m| m.wws_kib == wws && !m.idle)
                     .map(|m| m.downtime_us / 1e3)
                     .collect(),
             })

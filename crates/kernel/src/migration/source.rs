@@ -148,9 +148,12 @@ impl Kernel {
         };
         self.departures.insert(pid, departure);
         if precopy {
-            // The next step comes when the destination has applied this
-            // piece (`on_round_applied`).
-            return self.send_round(pid, Vec::new());
+            // The first piece starts the process at the destination; the
+            // rest of the window follows it, and each piece applied there
+            // lets another go (`on_round_applied`).
+            self.send_round(pid, Vec::new())?;
+            self.precopy_step(pid);
+            return Ok(());
         }
         self.freeze(pid, Vec::new()).inspect_err(|_| {
             self.departures.remove(&pid);
@@ -230,48 +233,50 @@ impl Kernel {
         len
     }
 
-    /// The destination applied a pre-copy frame. While round 0 lasts, its
-    /// next piece goes out now (the process is between two slices): the
-    /// link, not the process's quantum, paces round 0. After it, a process
-    /// that is not runnable takes its next step now, a runnable one after
-    /// its slice.
+    /// The destination applied a pre-copy frame: the next step is taken
+    /// now (the process is between two slices, at a safepoint), so the
+    /// link, not the process's quantum, paces every round. Waiting for the
+    /// slice to end cost up to a quantum (10 ms) per round after the first;
+    /// the process runs while each frame is on its way, which is what the
+    /// next round's dirty set measures.
     pub(crate) fn on_round_applied(&mut self, pid: Pid, req: u64, frame: u32) {
         let Some(d) = self.departures.get_mut(&pid).filter(|d| d.req == req) else {
             return;
         };
         d.frames_applied = d.frames_applied.max(frame + 1);
-        if d.round0_at.is_some() || !self.run_queue.contains(pid) {
-            self.precopy_step(pid);
-        }
+        self.precopy_step(pid);
     }
 
-    /// After a slice of a process in pre-copy: the next piece of round 0
-    /// while fewer than the policy's window are in flight (one within a
+    /// After a slice of a process in pre-copy, or a frame applied: pieces
+    /// of round 0 until the policy's window is in flight (one within a
     /// node); then, once the destination has applied every frame sent,
     /// another round or the freeze.
     pub(crate) fn precopy_step(&mut self, pid: Pid) {
-        let Some(d) = self.departures.get_mut(&pid) else {
-            return;
+        let window = match self.departures.get(&pid) {
+            Some(d) if d.to.node == self.id.node => 1,
+            Some(_) => self.migration.policy.window.max(1),
+            None => return,
         };
-        if !matches!(d.phase, Phase::PreCopy { .. }) {
-            return;
-        }
-        let in_flight = d.frames_sent - d.frames_applied;
-        if d.round0_at.is_some() {
-            let window = match d.to.node == self.id.node {
-                true => 1,
-                false => self.migration.policy.window.max(1),
+        loop {
+            let Some(d) = self.departures.get(&pid) else {
+                return;
             };
+            if !matches!(d.phase, Phase::PreCopy { .. }) {
+                return;
+            }
+            let in_flight = d.frames_sent - d.frames_applied;
+            if d.round0_at.is_none() {
+                if in_flight > 0 {
+                    return;
+                }
+                break;
+            }
             if in_flight >= window {
                 return;
             }
             if let Err(why) = self.send_round(pid, Vec::new()) {
-                self.fail_departure(pid, why);
+                return self.fail_departure(pid, why);
             }
-            return;
-        }
-        if in_flight > 0 {
-            return;
         }
         let Some(d) = self.departures.get_mut(&pid) else {
             return;
