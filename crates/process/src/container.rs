@@ -28,7 +28,7 @@ use wasmtime::{Store, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
 use crate::call::{CallState, KernelCall, KernelLink, Reply, Yielding};
 use crate::clock::monotonic_ns;
 use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
-use crate::image::{GlobalValue, ImageParts, MemoryImage, ProcessImage, PAGE_SIZE};
+use crate::image::{GlobalValue, ImageParts, ImageView, MemoryView, ProcessImage, PAGE_SIZE};
 use crate::runtime::{Program, Runtime};
 use crate::syscall::ProcExit;
 use crate::threads::{Context, Entry, ThreadStop, Tid, Wait};
@@ -130,6 +130,29 @@ impl Container {
         image: ProcessImage,
         host: Host,
     ) -> Result<Self, ContainerError> {
+        let ProcessImage {
+            uarea,
+            globals,
+            memory,
+        } = image;
+        let image = ImageView {
+            uarea,
+            globals,
+            memory: memory.view(),
+        };
+        Container::restore_view(runtime, image, host)
+    }
+
+    /// [`restore`](Self::restore) from an image whose memory is still in
+    /// the bytes it was decoded from ([`ProcessImage::decode_view`]).
+    ///
+    /// # Errors
+    /// As [`restore`](Self::restore).
+    pub fn restore_view(
+        runtime: &Arc<Runtime>,
+        image: ImageView<'_>,
+        host: Host,
+    ) -> Result<Self, ContainerError> {
         if !image.memory.complete {
             return Err(ContainerError::BadImage(
                 "a delta image cannot start a process".into(),
@@ -138,7 +161,7 @@ impl Container {
         let program = runtime
             .program(&image.uarea.module)
             .ok_or_else(|| ContainerError::UnknownModule(image.uarea.module.to_string()))?;
-        let ProcessImage {
+        let ImageView {
             uarea,
             globals,
             memory,
@@ -189,7 +212,7 @@ impl Container {
         let State::Dormant(dormant) = std::mem::replace(&mut self.state, State::Live(store)) else {
             unreachable!("checked above")
         };
-        if let Err(e) = self.load(&dormant.0.globals, &dormant.0.memory, true) {
+        if let Err(e) = self.load(&dormant.0.globals, &dormant.0.memory.view(), true) {
             dormant.1.instances.fetch_sub(1, Ordering::Relaxed);
             self.state = State::Dormant(dormant);
             return Err(e);
@@ -223,7 +246,7 @@ impl Container {
     /// [`ContainerError::BadImage`] if the image is of another program or
     /// does not fit. The container may then be partly updated; a migration
     /// drops it.
-    pub fn apply(&mut self, image: ProcessImage) -> Result<(), ContainerError> {
+    pub fn apply(&mut self, image: ImageView<'_>) -> Result<(), ContainerError> {
         if image.uarea.module != self.uarea().module || image.uarea.pid != self.uarea().pid {
             return Err(ContainerError::BadImage(format!(
                 "image of {} does not continue process {}",
@@ -241,7 +264,7 @@ impl Container {
     fn load(
         &mut self,
         globals: &[(String, GlobalValue)],
-        memory: &MemoryImage,
+        memory: &MemoryView<'_>,
         fresh: bool,
     ) -> Result<(), ContainerError> {
         if self.store().data().exports().asyncify.is_none() {
@@ -394,22 +417,21 @@ impl Container {
     /// [`ContainerError::NotPrepared`] for modules run without preparation;
     /// [`ContainerError::NotStopped`] if the process is not at a safepoint.
     pub fn capture(&mut self) -> Result<ProcessImage, ContainerError> {
-        Ok(self.stopped(MemoryImage::capture)?.into_image())
+        Ok(self.stopped(|b| MemoryView::whole(b))?.into_image())
     }
 
     /// Encodes the process ([`ProcessImage::encode`]) with the part of its
     /// memory `memory` takes from its bytes (all of it, the blocks written
     /// since a pre-copy round, a piece of a first round), straight from the
     /// process: a migration sends each round as soon as it is taken, and
-    /// copying the UArea into an image first cost its last round, which is
-    /// downtime, about 1 µs for 16 threads. A dormant process is encoded
-    /// whole.
+    /// copying the UArea or the memory into an image first cost time that
+    /// is downtime in the last round. A dormant process is encoded whole.
     ///
     /// # Errors
     /// As [`capture`](Self::capture).
     pub fn encode(
         &mut self,
-        memory: impl FnOnce(&[u8]) -> MemoryImage,
+        memory: impl for<'m> FnOnce(&'m [u8]) -> MemoryView<'m>,
     ) -> Result<EncodedImage, ContainerError> {
         let parts = self.stopped(memory)?;
         Ok(EncodedImage {
@@ -422,7 +444,7 @@ impl Container {
     /// (all of it, if dormant: its image).
     fn stopped(
         &mut self,
-        memory: impl FnOnce(&[u8]) -> MemoryImage,
+        memory: impl for<'m> FnOnce(&'m [u8]) -> MemoryView<'m>,
     ) -> Result<ImageParts<'_>, ContainerError> {
         let store = match &mut self.state {
             State::Live(store) => store,
@@ -434,7 +456,7 @@ impl Container {
         Ok(ImageParts {
             uarea: &store.data().uarea,
             globals: Cow::Owned(globals),
-            memory: Cow::Owned(memory),
+            memory,
         })
     }
 
@@ -473,7 +495,7 @@ impl Container {
 
     /// Writes `image` into memory; `fresh`: the instance is new, its memory
     /// as instantiation left it.
-    fn write_memory(&mut self, image: &MemoryImage, fresh: bool) -> Result<(), ContainerError> {
+    fn write_memory(&mut self, image: &MemoryView<'_>, fresh: bool) -> Result<(), ContainerError> {
         let dirty = self.grow_to(image.pages as u64, fresh)?;
         let store = self.store_mut();
         let memory = store.data().exports().memory;

@@ -77,73 +77,66 @@ pub struct Run {
     pub bytes: Vec<u8>,
 }
 
-impl MemoryImage {
-    /// Captures `bytes` (a whole linear memory), leaving zero blocks out.
-    pub fn capture(bytes: &[u8]) -> Self {
+/// A [`MemoryImage`] whose runs are borrowed: from the memory it was taken
+/// from, or from the frame it was decoded from. It encodes and decodes
+/// exactly as the image, so a migration encodes its frames straight from
+/// the process's memory and applies them straight from the frame: one copy
+/// at each end instead of two, and no image to allocate.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MemoryView<'a> {
+    pub pages: u32,
+    pub complete: bool,
+    #[serde(borrow)]
+    pub runs: Vec<RunView<'a>>,
+}
+
+/// A [`Run`], borrowed.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct RunView<'a> {
+    pub at: u32,
+    #[serde(borrow, with = "serde_bytes")]
+    pub bytes: &'a [u8],
+}
+
+impl<'a> MemoryView<'a> {
+    /// `bytes` (a whole linear memory), leaving zero blocks out.
+    pub fn whole(bytes: &'a [u8]) -> Self {
         let all = 0..bytes.len().div_ceil(BLOCK) as u32;
-        MemoryImage {
+        MemoryView {
             complete: true,
-            ..MemoryImage::capture_nonzero(bytes, all)
+            ..MemoryView::nonzero(bytes, all)
         }
     }
 
-    /// Captures the blocks of `range` that are not all zero, as a delta.
-    /// Blocks with no page behind them are zero without being read.
-    pub fn capture_nonzero(bytes: &[u8], range: std::ops::Range<u32>) -> Self {
-        MemoryImage::capture_blocks(bytes, nonzero_blocks(bytes, range))
+    /// The blocks of `range` that are not all zero, as a delta. Blocks
+    /// with no page behind them are zero without being read.
+    pub fn nonzero(bytes: &'a [u8], range: std::ops::Range<u32>) -> Self {
+        MemoryView::blocks_of(bytes, nonzero_blocks(bytes, range))
     }
 
-    /// Captures the given blocks of `bytes` (ascending) as a delta.
-    pub fn capture_blocks(bytes: &[u8], blocks: impl IntoIterator<Item = u32>) -> Self {
-        let mut runs: Vec<Run> = Vec::new();
+    /// The given blocks of `bytes` (ascending), as a delta.
+    pub fn blocks_of(bytes: &'a [u8], blocks: impl IntoIterator<Item = u32>) -> Self {
+        let mut runs: Vec<RunView<'a>> = Vec::new();
         for b in blocks {
             let at = b as usize * BLOCK;
-            let Some(block) = bytes.get(at..(at + BLOCK).min(bytes.len())) else {
+            let end = (at + BLOCK).min(bytes.len());
+            if at >= end {
                 continue;
-            };
+            }
             match runs.last_mut() {
                 Some(run) if run.at as usize + run.bytes.len() == at => {
-                    run.bytes.extend_from_slice(block)
+                    run.bytes = &bytes[run.at as usize..end];
                 }
-                _ => runs.push(Run {
+                _ => runs.push(RunView {
                     at: at as u32,
-                    bytes: block.to_vec(),
+                    bytes: &bytes[at..end],
                 }),
             }
         }
-        MemoryImage {
+        MemoryView {
             pages: bytes.len().div_ceil(PAGE_SIZE) as u32,
             complete: false,
             runs,
-        }
-    }
-
-    /// Bytes of memory the image carries.
-    pub fn data_bytes(&self) -> usize {
-        self.runs.iter().map(|r| r.bytes.len()).sum()
-    }
-
-    /// Blocks the image carries.
-    pub fn blocks(&self) -> usize {
-        self.runs
-            .iter()
-            .map(|r| r.bytes.len().div_ceil(BLOCK))
-            .sum()
-    }
-
-    /// Reads `out.len()` bytes at `at` from a complete image (blocks it
-    /// leaves out are zero).
-    pub fn read(&self, at: usize, out: &mut [u8]) {
-        debug_assert!(self.complete, "a delta does not say what it leaves out");
-        out.fill(0);
-        let end = at + out.len();
-        for run in &self.runs {
-            let (start, stop) = (run.at as usize, run.at as usize + run.bytes.len());
-            if stop <= at || start >= end {
-                continue;
-            }
-            let (from, to) = (start.max(at), stop.min(end));
-            out[from - at..to - at].copy_from_slice(&run.bytes[from - start..to - start]);
         }
     }
 
@@ -166,16 +159,94 @@ impl MemoryImage {
             memory
                 .get_mut(at..at + run.bytes.len())
                 .ok_or_else(|| format!("memory run at {at} is out of range"))?
-                .copy_from_slice(&run.bytes);
+                .copy_from_slice(run.bytes);
         }
         Ok(())
+    }
+
+    /// The image, copied out of memory.
+    pub fn to_image(&self) -> MemoryImage {
+        MemoryImage {
+            pages: self.pages,
+            complete: self.complete,
+            runs: self
+                .runs
+                .iter()
+                .map(|r| Run {
+                    at: r.at,
+                    bytes: r.bytes.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Bytes of memory it carries.
+    pub fn data_bytes(&self) -> usize {
+        self.runs.iter().map(|r| r.bytes.len()).sum()
+    }
+
+    /// Blocks it carries.
+    pub fn blocks(&self) -> usize {
+        self.runs
+            .iter()
+            .map(|r| r.bytes.len().div_ceil(BLOCK))
+            .sum()
+    }
+}
+
+impl MemoryImage {
+    /// Captures `bytes` (a whole linear memory), leaving zero blocks out.
+    pub fn capture(bytes: &[u8]) -> Self {
+        MemoryView::whole(bytes).to_image()
+    }
+
+    /// Captures the given blocks of `bytes` (ascending) as a delta.
+    pub fn capture_blocks(bytes: &[u8], blocks: impl IntoIterator<Item = u32>) -> Self {
+        MemoryView::blocks_of(bytes, blocks).to_image()
+    }
+
+    /// Bytes of memory the image carries.
+    pub fn data_bytes(&self) -> usize {
+        self.runs.iter().map(|r| r.bytes.len()).sum()
+    }
+
+    /// The image as a view, to encode it.
+    pub fn view(&self) -> MemoryView<'_> {
+        MemoryView {
+            pages: self.pages,
+            complete: self.complete,
+            runs: self
+                .runs
+                .iter()
+                .map(|r| RunView {
+                    at: r.at,
+                    bytes: &r.bytes,
+                })
+                .collect(),
+        }
+    }
+
+    /// Reads `out.len()` bytes at `at` from a complete image (blocks it
+    /// leaves out are zero).
+    pub fn read(&self, at: usize, out: &mut [u8]) {
+        debug_assert!(self.complete, "a delta does not say what it leaves out");
+        out.fill(0);
+        let end = at + out.len();
+        for run in &self.runs {
+            let (start, stop) = (run.at as usize, run.at as usize + run.bytes.len());
+            if stop <= at || start >= end {
+                continue;
+            }
+            let (from, to) = (start.max(at), stop.min(end));
+            out[from - at..to - at].copy_from_slice(&run.bytes[from - start..to - start]);
+        }
     }
 }
 
 /// Copies the blocks of `from` that are not all zero into `to`, a memory
 /// at least as large that is zero but for the `dirty` ranges (cleared
-/// first): a fresh instance's memory. What [`MemoryImage::capture`] then
-/// [`MemoryImage::write_into`] do, without the image between them.
+/// first): a fresh instance's memory. What [`MemoryView::whole`] then
+/// [`MemoryView::write_into`] do, without the view between them.
 pub fn copy_nonzero(from: &[u8], to: &mut [u8], dirty: &[std::ops::Range<usize>]) {
     clear(to, dirty);
     for b in nonzero_blocks(from, 0..from.len().div_ceil(BLOCK) as u32) {
@@ -264,12 +335,12 @@ pub enum ImageError {
 
 /// A stopped process's state, borrowed where it can be: it encodes as
 /// the [`ProcessImage`] it would make, so a process can be encoded
-/// without a copy of its UArea ([`crate::Container::encode`]).
+/// without a copy of its UArea or its memory ([`crate::Container::encode`]).
 #[derive(Serialize)]
 pub(crate) struct ImageParts<'a> {
     pub uarea: &'a UArea,
     pub globals: Cow<'a, [(String, GlobalValue)]>,
-    pub memory: Cow<'a, MemoryImage>,
+    pub memory: MemoryView<'a>,
 }
 
 impl ImageParts<'_> {
@@ -292,7 +363,27 @@ impl ImageParts<'_> {
         ProcessImage {
             uarea: self.uarea.clone(),
             globals: self.globals.into_owned(),
-            memory: self.memory.into_owned(),
+            memory: self.memory.to_image(),
+        }
+    }
+}
+
+/// A decoded image whose memory is still in the frame it came in
+/// ([`ProcessImage::decode_view`]).
+#[derive(Debug, Deserialize)]
+pub struct ImageView<'a> {
+    pub uarea: UArea,
+    pub globals: Vec<(String, GlobalValue)>,
+    #[serde(borrow)]
+    pub memory: MemoryView<'a>,
+}
+
+impl ImageView<'_> {
+    pub fn into_image(self) -> ProcessImage {
+        ProcessImage {
+            uarea: self.uarea,
+            globals: self.globals,
+            memory: self.memory.to_image(),
         }
     }
 }
@@ -302,7 +393,7 @@ impl ProcessImage {
         ImageParts {
             uarea: &self.uarea,
             globals: Cow::Borrowed(&self.globals),
-            memory: Cow::Borrowed(&self.memory),
+            memory: self.memory.view(),
         }
     }
 
@@ -317,6 +408,14 @@ impl ProcessImage {
     /// [`ImageError`] says whether the bytes are foreign, from another format
     /// version, truncated, damaged or malformed.
     pub fn decode(bytes: &[u8]) -> Result<Self, ImageError> {
+        ProcessImage::decode_view(bytes).map(ImageView::into_image)
+    }
+
+    /// Decodes and checks an encoded image, leaving its memory in `bytes`.
+    ///
+    /// # Errors
+    /// As [`decode`](Self::decode).
+    pub fn decode_view(bytes: &[u8]) -> Result<ImageView<'_>, ImageError> {
         if bytes.len() < HEADER {
             return Err(if bytes.starts_with(&MAGIC[..bytes.len().min(8)]) {
                 ImageError::Truncated {
@@ -376,6 +475,7 @@ mod tests {
         copy_nonzero(&from, &mut direct, dirty);
         let mut via_image = fresh(5 * BLOCK);
         MemoryImage::capture(&from)
+            .view()
             .write_into(&mut via_image, dirty)
             .unwrap();
         assert_eq!(direct, via_image);
@@ -408,12 +508,40 @@ mod tests {
     }
 
     #[test]
+    fn a_view_encodes_as_the_image_it_makes() {
+        let img = image();
+        let mut mem = vec![0u8; 3 * PAGE_SIZE];
+        img.memory.view().write_into(&mut mem, &[]).unwrap();
+        // Blocks 16 and 17 are adjacent (one run), 32 alone; 40 is zero.
+        for view in [
+            MemoryView::whole(&mem),
+            MemoryView::blocks_of(&mem, [16, 17, 32, 40]),
+        ] {
+            let parts = ImageParts {
+                uarea: &img.uarea,
+                globals: Cow::Borrowed(&img.globals),
+                memory: view.clone(),
+            };
+            let owned = ProcessImage {
+                memory: view.to_image(),
+                ..img.clone()
+            };
+            assert_eq!(parts.encode(), owned.encode());
+            assert_eq!(
+                ProcessImage::decode(&parts.encode()).unwrap().memory,
+                owned.memory
+            );
+        }
+        assert_eq!(MemoryView::blocks_of(&mem, [16, 17, 32, 40]).runs.len(), 3);
+    }
+
+    #[test]
     fn round_trip_keeps_only_nonzero_blocks_in_runs() {
         let img = image();
         assert_eq!(img.memory.pages, 3);
         assert!(img.memory.complete);
         // Two adjacent blocks make one run; the third block is alone.
-        assert_eq!(img.memory.blocks(), 3);
+        assert_eq!(img.memory.view().blocks(), 3);
         assert_eq!(img.memory.runs.len(), 2);
         assert_eq!(img.memory.runs[0].at as usize, PAGE_SIZE);
         let back = ProcessImage::decode(&img.encode()).unwrap();
@@ -445,20 +573,22 @@ mod tests {
         let delta = MemoryImage::capture_blocks(&mem, [1, 3]);
         assert!(!delta.complete);
         assert_eq!(delta.runs.len(), 2);
-        delta.write_into(&mut copy, &[]).unwrap();
+        delta.view().write_into(&mut copy, &[]).unwrap();
         assert_eq!(copy, mem);
         let complete = MemoryImage::capture(&[0u8; 2 * BLOCK]);
         complete
+            .view()
             .write_into(
                 &mut copy[..2 * BLOCK],
                 std::slice::from_ref(&(0..2 * BLOCK)),
             )
             .unwrap();
         assert!(copy[..2 * BLOCK].iter().all(|&b| b == 0));
-        assert!(delta.write_into(&mut [0u8; BLOCK], &[]).is_err());
+        assert!(delta.view().write_into(&mut [0u8; BLOCK], &[]).is_err());
         // Only the dirty ranges are cleared before a complete image.
         let mut mem = vec![5u8; 3 * BLOCK];
         complete
+            .view()
             .write_into(&mut mem, std::slice::from_ref(&(BLOCK..BLOCK + 10)))
             .unwrap();
         assert!(mem[BLOCK..BLOCK + 10].iter().all(|&b| b == 0));

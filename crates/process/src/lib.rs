@@ -36,7 +36,10 @@ pub use container::{Container, ContainerError, EncodedImage, Slice};
 pub use ctx::{Console, Host, Stream, CONSOLE_WINDOW};
 pub use fd::{DirFd, Fd, FdTable, FileFd, FileId, Preopen, Rights};
 pub use fs::op::{FileAnswer, FileOp};
-pub use image::{GlobalValue, ImageError, MemoryImage, ProcessImage, Run, BLOCK, PAGE_SIZE};
+pub use image::{
+    GlobalValue, ImageError, ImageView, MemoryImage, MemoryView, ProcessImage, Run, RunView, BLOCK,
+    PAGE_SIZE,
+};
 pub use runtime::{LoadError, Program, Runtime, RuntimeConfig, SystemCall};
 pub use uarea::{
     Accounting, Children, ConsoleFlow, ConsoleId, Limits, Quota, Quotas, StackArea, UArea, Wander,

@@ -134,13 +134,14 @@ impl Kernel {
         frame: u32,
         bulk: Option<Vec<u8>>,
     ) -> Result<(), String> {
-        let image = ProcessImage::decode(&bulk.unwrap_or_default()).map_err(|e| e.to_string())?;
+        let bulk = bulk.unwrap_or_default();
+        let image = ProcessImage::decode_view(&bulk).map_err(|e| e.to_string())?;
         if image.uarea.pid != pid {
             return Err(format!("round for {pid} carries {}", image.uarea.pid));
         }
         if frame == 0 {
             self.make_room(&[]);
-            let container = Container::restore(&self.runtime, image, self.host.clone())
+            let container = Container::restore_view(&self.runtime, image, self.host.clone())
                 .map_err(|e| e.to_string())?;
             self.incoming.insert(
                 pid,
@@ -172,7 +173,8 @@ impl Kernel {
             .incoming
             .remove(&pid)
             .filter(|i| i.req == req && i.from == from);
-        let image = ProcessImage::decode(&bulk.unwrap_or_default()).map_err(|e| e.to_string())?;
+        let bulk = bulk.unwrap_or_default();
+        let image = ProcessImage::decode_view(&bulk).map_err(|e| e.to_string())?;
         if image.uarea.pid != pid {
             return Err(format!("final frame for {pid} carries {}", image.uarea.pid));
         }
@@ -183,7 +185,7 @@ impl Kernel {
             }
             None => {
                 self.make_room(&[]);
-                Container::restore(&self.runtime, image, self.host.clone())
+                Container::restore_view(&self.runtime, image, self.host.clone())
                     .map_err(|e| e.to_string())
             }
         }

@@ -3,7 +3,7 @@
 
 use atoll_abi::{KernelId, Pid};
 use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport, BLOCK};
-use atoll_process::MemoryImage;
+use atoll_process::MemoryView;
 use quanta::Instant;
 
 use crate::homes::Kin;
@@ -180,16 +180,13 @@ impl Kernel {
         });
         let module = container.uarea().module;
         let image = match piece {
-            Some((at, end)) => container.encode(|bytes| MemoryImage {
+            Some((at, end)) => container.encode(|bytes| MemoryView {
                 // The memory the destination starts from is zero but for
                 // this piece; later pieces fill in the rest.
                 complete: at == 0,
-                ..MemoryImage::capture_nonzero(
-                    bytes,
-                    (at / BLOCK) as u32..end.div_ceil(BLOCK) as u32,
-                )
+                ..MemoryView::nonzero(bytes, (at / BLOCK) as u32..end.div_ceil(BLOCK) as u32)
             }),
-            None => container.encode(|bytes| MemoryImage::capture_blocks(bytes, dirty)),
+            None => container.encode(|bytes| MemoryView::blocks_of(bytes, dirty)),
         };
         let image = match image {
             Ok(i) => i,
@@ -353,9 +350,9 @@ impl Kernel {
                 dirty.extend(more);
                 dirty.sort_unstable();
                 dirty.dedup();
-                Some(container.encode(|bytes| MemoryImage::capture_blocks(bytes, dirty)))
+                Some(container.encode(|bytes| MemoryView::blocks_of(bytes, dirty)))
             }
-            (Mode::Copy, None) => Some(container.encode(MemoryImage::capture)),
+            (Mode::Copy, None) => Some(container.encode(|b| MemoryView::whole(b))),
         };
         let image = image
             .transpose()
