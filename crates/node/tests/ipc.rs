@@ -56,6 +56,51 @@ fn bad_endpoints_pointers_and_binds_get_their_errors() {
     both_ways(&node(3), "errors", &[]);
 }
 
+/// A process may name itself as the owner of a grant: safecopy through its
+/// own grant works as the grant says, and a grant it never made or a range
+/// past its end are errors. (Found by the system-call fuzzer: the kernel
+/// took a grant naming the caller for a bug, and its thread died.)
+#[test]
+fn safecopy_through_a_grant_of_ones_own_is_ruled_by_that_grant() {
+    const SELF: i64 = atoll_abi::Pid::SELF_ABI;
+    let wat = format!(
+        r#"(module
+  (import "atoll" "grant" (func $grant (param i64 i32 i32 i32 i32) (result i32)))
+  (import "atoll" "safecopy_from" (func $from (param i64 i32 i32 i32 i32) (result i32)))
+  (import "atoll" "safecopy_to" (func $to (param i64 i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 100) "0123456789abcdef")
+  (func $check (param i32 i32) (if (local.get 0) (then (call $exit (local.get 1)))))
+  (func (export "_start")
+    ;; bytes 100..116, granted to itself to read and write; the id at 0
+    (call $check (call $grant (i64.const {SELF}) (i32.const 100) (i32.const 16) (i32.const 3) (i32.const 0)) (i32.const 10))
+    (call $check (call $from (i64.const {SELF}) (i32.load (i32.const 0)) (i32.const 8) (i32.const 200) (i32.const 8)) (i32.const 11))
+    (call $check (i32.ne (i32.load8_u (i32.const 200)) (i32.const 0x38)) (i32.const 12))
+    (call $check (i32.ne (i32.load8_u (i32.const 207)) (i32.const 0x66)) (i32.const 13))
+    (call $check (call $to (i64.const {SELF}) (i32.load (i32.const 0)) (i32.const 0) (i32.const 200) (i32.const 8)) (i32.const 14))
+    (call $check (i32.ne (i32.load8_u (i32.const 100)) (i32.const 0x38)) (i32.const 15))
+    (call $check (i32.eqz (call $from (i64.const {SELF}) (i32.const 999) (i32.const 0) (i32.const 200) (i32.const 8))) (i32.const 16))
+    (call $check (i32.eqz (call $from (i64.const {SELF}) (i32.load (i32.const 0)) (i32.const 12) (i32.const 200) (i32.const 8))) (i32.const 17))
+    (call $exit (i32.const 0))))
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("selfgrant.wat");
+    std::fs::write(&path, wat).unwrap();
+    let node = node(2);
+    node.domain_create("own", None).unwrap();
+    let mut spec = job("hello", &[]);
+    spec.program = path;
+    spec.args = vec!["selfgrant".into()];
+    spec.domain = Some("own".into());
+    let (status, out) = run(&node, &spec);
+    assert_eq!(status, 0, "{}", out.stderr());
+    // The kernel is still there.
+    assert_eq!(run(&node, &job("hello", &[])).0, 0);
+    node.shutdown();
+}
+
 #[test]
 fn grants_rule_every_copy_of_sixteen_mebibytes() {
     both_ways(&node(3), "grants", &[]);
