@@ -19,27 +19,6 @@ pub struct CopyOrder {
     pub req: CopyRequest,
 }
 
-/// A side of a copy in the caller's own memory, which runs (it is out of
-/// the process table): an address the host function checked, or one of its
-/// own grants (it may name itself as a grant's owner), which its grant table
-/// resolves as it would for anyone else.
-fn mine(
-    me: &IpcCaller<'_>,
-    side: CopySide,
-    len: u32,
-    need: Access,
-) -> Result<std::ops::Range<usize>, Errno> {
-    let at = match side.at {
-        CopyAddr::Direct(a) => a,
-        CopyAddr::Grant { id, offset } => me.ipc.grants.resolve(id, me.pid, offset, len, need)?,
-    };
-    let start = at as usize;
-    match start.checked_add(len as usize) {
-        Some(end) if end <= me.memory.len() => Ok(start..end),
-        _ => Err(Errno::Fault),
-    }
-}
-
 impl Kernel {
     pub(super) fn copy(
         &mut self,
@@ -54,35 +33,34 @@ impl Kernel {
             seq: me.ipc.seq,
             req,
         };
+        let mine = |side: CopySide| match side.at {
+            // The host function checked the caller's own ranges.
+            CopyAddr::Direct(a) => a as usize..a as usize + len as usize,
+            CopyAddr::Grant { .. } => unreachable!("a grant names another process's memory"),
+        };
         let result = match (src.pid == me.pid, dst.pid == me.pid) {
-            (true, true) => Some(mine(me, src, len, Access::READ).and_then(|from| {
-                let to = mine(me, dst, len, Access::WRITE)?;
-                me.memory.copy_within(from, to.start);
-                Ok(())
-            })),
-            (true, false) => match mine(me, src, len, Access::READ) {
-                Err(e) => Some(Err(e)),
-                Ok(from) if self.procs.contains_key(&dst.pid) => {
-                    Some(self.copy_write(&copy, &me.memory[from]))
-                }
-                Ok(from) => {
-                    let bytes = me.memory[from].to_vec();
-                    self.route_bulk(
-                        dst.pid,
-                        NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }),
-                        bytes,
-                    );
-                    None
-                }
-            },
+            (true, true) => {
+                me.memory.copy_within(mine(src), mine(dst).start);
+                Some(Ok(()))
+            }
+            (true, false) if self.procs.contains_key(&dst.pid) => {
+                Some(self.copy_write(&copy, &me.memory[mine(src)]))
+            }
+            (true, false) => {
+                let bytes = me.memory[mine(src)].to_vec();
+                self.route_bulk(
+                    dst.pid,
+                    NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }),
+                    bytes,
+                );
+                None
+            }
             (false, true) if self.live(src.pid, &[]) => {
-                Some(mine(me, dst, len, Access::WRITE).and_then(|to| {
-                    let a = self.resolve(&copy, src, Access::READ)?;
+                Some(self.resolve(&copy, src, Access::READ).map(|a| {
                     let from = &self.procs[&src.pid].container.memory()
                         [a as usize..a as usize + len as usize];
-                    me.memory[to].copy_from_slice(from);
+                    me.memory[mine(dst)].copy_from_slice(from);
                     self.counted(len);
-                    Ok(())
                 }))
             }
             (false, _) if self.procs.contains_key(&src.pid) => self.copy_read(copy),
@@ -174,11 +152,6 @@ impl Kernel {
         let u = p.container.uarea();
         let addr = match side.at {
             CopyAddr::Direct(a) if side.pid == copy.requester => a,
-            CopyAddr::Grant { id, offset } if side.pid == copy.requester => {
-                u.ipc
-                    .grants
-                    .resolve(id, copy.requester, offset, len, need)?
-            }
             _ if u.ipc.domain.is_none() || u.ipc.domain != copy.domain => {
                 self.ipc.denied += 1;
                 return Err(Errno::CallDenied);

@@ -320,9 +320,26 @@ fn safecopy(
         check_bound(ctx)?;
         let owner = endpoint(ctx, owner)?;
         let mine = side(mem, ctx, Pid::SELF_ABI, addr, len)?;
-        let theirs = CopySide {
-            pid: owner,
-            at: CopyAddr::Grant { id: grant, offset },
+        let theirs = match owner == ctx.uarea.pid {
+            // Through a grant of its own: its grant table, here, says where,
+            // as the owner's kernel would for another process. The kernel
+            // then sees both sides in the caller's memory, by address.
+            true => {
+                let need = match dir {
+                    Direction::From => Access::READ,
+                    Direction::To => Access::WRITE,
+                };
+                let at = ctx
+                    .uarea
+                    .ipc
+                    .grants
+                    .resolve(grant, owner, offset, len, need)?;
+                side(mem, ctx, Pid::SELF_ABI, at, len)?
+            }
+            false => CopySide {
+                pid: owner,
+                at: CopyAddr::Grant { id: grant, offset },
+            },
         };
         let (src, dst) = match dir {
             Direction::From => (theirs, mine),
