@@ -195,16 +195,6 @@ impl<'a> MemoryView<'a> {
 }
 
 impl MemoryImage {
-    /// Captures `bytes` (a whole linear memory), leaving zero blocks out.
-    pub fn capture(bytes: &[u8]) -> Self {
-        MemoryView::whole(bytes).to_image()
-    }
-
-    /// Captures the given blocks of `bytes` (ascending) as a delta.
-    pub fn capture_blocks(bytes: &[u8], blocks: impl IntoIterator<Item = u32>) -> Self {
-        MemoryView::blocks_of(bytes, blocks).to_image()
-    }
-
     /// Bytes of memory the image carries.
     pub fn data_bytes(&self) -> usize {
         self.runs.iter().map(|r| r.bytes.len()).sum()
@@ -474,8 +464,7 @@ mod tests {
         let mut direct = fresh(5 * BLOCK);
         copy_nonzero(&from, &mut direct, dirty);
         let mut via_image = fresh(5 * BLOCK);
-        MemoryImage::capture(&from)
-            .view()
+        MemoryView::whole(&from)
             .write_into(&mut via_image, dirty)
             .unwrap();
         assert_eq!(direct, via_image);
@@ -503,7 +492,7 @@ mod tests {
         ProcessImage {
             uarea,
             globals: vec![("atoll_global_0".into(), GlobalValue::I32(-4))],
-            memory: MemoryImage::capture(&mem),
+            memory: MemoryView::whole(&mem).to_image(),
         }
     }
 
@@ -570,12 +559,12 @@ mod tests {
         let mut copy = mem.clone();
         mem[BLOCK] = 2;
         mem[3 * BLOCK + 7] = 3;
-        let delta = MemoryImage::capture_blocks(&mem, [1, 3]);
+        let delta = MemoryView::blocks_of(&mem, [1, 3]).to_image();
         assert!(!delta.complete);
         assert_eq!(delta.runs.len(), 2);
         delta.view().write_into(&mut copy, &[]).unwrap();
         assert_eq!(copy, mem);
-        let complete = MemoryImage::capture(&[0u8; 2 * BLOCK]);
+        let complete = MemoryView::whole(&[0u8; 2 * BLOCK]).to_image();
         complete
             .view()
             .write_into(
