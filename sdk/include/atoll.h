@@ -173,6 +173,7 @@ int32_t __atoll_exec(const char *module, int32_t module_len, const char *argv_bu
 
 int32_t __atoll_ipc_send(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_send");
 int32_t __atoll_ipc_sendnb(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendnb");
+int32_t __atoll_ipc_senda(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_senda");
 int32_t __atoll_ipc_sendrec(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendrec");
 int32_t __atoll_ipc_receive(atoll_pid_t from, void *msg, int32_t *status)
     ATOLL_IMPORT_("ipc_receive");
@@ -391,14 +392,26 @@ static inline int atoll_migrate_to(int kernel)
  *                           blocks until a message from `from` (a pid or
  *                           ANY) arrives; pending notifications come first.
  *                           status (may be NULL) receives how it was sent:
- *                           IPC_STATUS_CALL(status) is SEND, SENDREC, NOTIFY
- *                           or SENDNB.
+ *                           IPC_STATUS_CALL(status) is SEND, SENDREC, NOTIFY,
+ *                           SENDNB or SENDA.
  *   ipc_sendrec(to, &m)     sends m and waits for the reply from `to`, which
  *                           overwrites m (the server answers with ipc_send).
  *   ipc_notify(to)          never blocks; delivered at to's next receive as a
  *                           message of type NOTIFY_MESSAGE with m_source set.
  *                           Several notifications from one source coalesce.
  *   ipc_sendnb(to, &m)      fails with ENOTREADY unless `to` is waiting.
+ *   ipc_senda(to, &m)       never blocks: m is copied and queued for `to`,
+ *                           which receives it like a sent message (status
+ *                           SENDA). The letters of one sender reach one
+ *                           receiver in the order sent, wherever either
+ *                           moves. At most ATOLL_ASYNC_WINDOW may be untaken:
+ *                           past that it fails with EAGAIN, and the caller
+ *                           is notified (as if by `to`) when there is room.
+ *                           A letter that cannot be delivered (the receiver
+ *                           ended, or is in another domain) makes the next
+ *                           ipc_senda to `to` fail with EDEADSRCDST or
+ *                           ECALLDENIED (Minix's senda reports errors late
+ *                           too). Not to oneself: EINVAL.
  *   ipc_receivenb(from, &m, &status)
  *                           receives as ipc_receive if a notification or a
  *                           waiting sender is there, else fails with
@@ -436,7 +449,11 @@ static inline int atoll_migrate_to(int kernel)
 #define SENDREC 3
 #define NOTIFY 4
 #define SENDNB 5
+#define SENDA 16
 #define IPC_STATUS_CALL(status) ((status) & 0xFF)
+
+/* Letters of ipc_senda one sender may have untaken by one receiver. */
+#define ATOLL_ASYNC_WINDOW 64
 
 /* m_type of a notification. */
 #define NOTIFY_MESSAGE 0x1000
@@ -479,6 +496,11 @@ static inline int ipc_send(atoll_pid_t to, message *m)
 static inline int ipc_sendnb(atoll_pid_t to, message *m)
 {
     return __atoll_ipc_sendnb(to, m);
+}
+
+static inline int ipc_senda(atoll_pid_t to, message *m)
+{
+    return __atoll_ipc_senda(to, m);
 }
 
 static inline int ipc_sendrec(atoll_pid_t to, message *m)

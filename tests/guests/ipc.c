@@ -8,6 +8,9 @@
  * every scenario must behave the same every way. Scenarios:
  *
  *   pingpong N        sendrec and send/receive with sequence numbers
+ *   senda N           N asynchronous letters, in order, through a full
+ *                     window (EAGAIN, then a notification); EINVAL to
+ *                     oneself; late EDEADSRCDST from an ended receiver
  *   notify            coalescing, NOTIFY status, sendnb's and receivenb's ENOTREADY
  *   locked            ELOCKED for cycles of 1, 2 and 3 processes
  *   dead              EDEADSRCDST for ended, exiting and killed peers
@@ -113,6 +116,31 @@ static int child_echo(void)
         m.m1_i1 += 1;
         EXPECT(ipc_send(client, &m), 0);
     }
+}
+
+/* Takes N letters (argument) in order, slowly at first so that the sender
+ * fills its window, then answers with a send of type 3. */
+static int child_letters(const char *count)
+{
+    long n = strtol(count, NULL, 10);
+    sleep_ms(100);
+    message m;
+    atoll_pid_t sender = 0;
+    for (long i = 0; i < n; i++) {
+        int status = 0;
+        EXPECT(ipc_receive(ANY, &m, &status), 0);
+        CHECK(IPC_STATUS_CALL(status) == SENDA);
+        CHECK(m.m_type == 1);
+        if (m.m1_i1 != (int32_t)i) {
+            fprintf(stderr, "ipc: letter %d came as number %ld\n", m.m1_i1, i);
+            exit(1);
+        }
+        CHECK(sender == 0 || m.m_source == sender);
+        sender = m.m_source;
+    }
+    m.m_type = 3;
+    EXPECT(ipc_send(sender, &m), 0);
+    return 0;
 }
 
 static int child_notified(void)
@@ -371,6 +399,60 @@ static void pingpong(long n)
     reap(echo, 0);
 }
 
+/* Sends `m` asynchronously, waiting for room as a window that is full
+ * says: a notification from `to` once a letter has been taken. */
+static void senda_waiting(atoll_pid_t to, message *m, long *full)
+{
+    int err;
+    while ((err = ipc_senda(to, m)) == EAGAIN) {
+        ++*full;
+        message n;
+        int status = 0;
+        EXPECT(ipc_receive(to, &n, &status), 0);
+        CHECK(IPC_STATUS_CALL(status) == NOTIFY && n.m_source == to);
+    }
+    EXPECT(err, 0);
+}
+
+static void senda(long n)
+{
+    message m;
+    memset(&m, 0, sizeof m);
+    EXPECT(ipc_senda(SELF, &m), EINVAL);
+    EXPECT(ipc_senda(atoll_getpid(), &m), EINVAL);
+
+    char count[24];
+    snprintf(count, sizeof count, "%ld", n);
+    atoll_pid_t r = spawn_peer("child-letters", count);
+    long full = 0;
+    for (long i = 0; i < n; i++) {
+        memset(&m, 0, sizeof m);
+        m.m_type = 1;
+        m.m1_i1 = (int32_t)i;
+        senda_waiting(r, &m, &full);
+    }
+    /* The receiver answers once it has them all, in order; a notification
+     * of room may come first. */
+    int status = 0;
+    do
+        EXPECT(ipc_receive(r, &m, &status), 0);
+    while (IPC_STATUS_CALL(status) == NOTIFY);
+    CHECK(IPC_STATUS_CALL(status) == SEND && m.m_type == 3);
+    reap(r, 0);
+    /* The receiver slept before taking any: the window filled. */
+    CHECK(n <= ATOLL_ASYNC_WINDOW || full > 0);
+
+    /* Letters to a process that ended are refused, and the refusal comes
+     * back with a later senda. */
+    int err = 0;
+    for (int i = 0; i < 200 && err == 0; i++) {
+        err = ipc_senda(r, &m);
+        if (err == 0)
+            sleep_ms(5);
+    }
+    EXPECT(err, EDEADSRCDST);
+}
+
 static void notify(void)
 {
     atoll_pid_t child = spawn_peer("child-notified", NULL);
@@ -508,6 +590,15 @@ static void domain(void)
     EXPECT(ipc_notify(child), ECALLDENIED);
     EXPECT(ipc_sendrec(child, &m), ECALLDENIED);
     EXPECT(atoll_vcopy(child, (void *)4096, SELF, &m, 16), ECALLDENIED);
+    /* A letter across domains is refused where it arrives: at once on
+     * this kernel, or reported by a later senda. */
+    int err = 0;
+    for (int i = 0; i < 200 && err == 0; i++) {
+        err = ipc_senda(child, &m);
+        if (err == 0)
+            sleep_ms(5);
+    }
+    EXPECT(err, ECALLDENIED);
     /* Nor can a process end one of another domain; the node ends it with
      * the job. */
     EXPECT(atoll_kill(child, ATOLL_SIGKILL), EPERM);
@@ -626,6 +717,7 @@ int main(int argc, char **argv)
 
     if (strcmp(what, "child-echo") == 0) return child_echo();
     if (strcmp(what, "child-notified") == 0) return child_notified();
+    if (strcmp(what, "child-letters") == 0) return child_letters(arg);
     if (strcmp(what, "child-cycle") == 0) return child_cycle(arg);
     if (strcmp(what, "child-sleepexit") == 0) return child_sleepexit(arg);
     if (strcmp(what, "child-noreply") == 0) return child_noreply();
@@ -637,6 +729,7 @@ int main(int argc, char **argv)
     if (strcmp(what, "child-server") == 0) return child_server(arg);
 
     if (strcmp(what, "pingpong") == 0) pingpong(strtol(arg, NULL, 10));
+    else if (strcmp(what, "senda") == 0) senda(strtol(arg, NULL, 10));
     else if (strcmp(what, "notify") == 0) notify();
     else if (strcmp(what, "locked") == 0) locked();
     else if (strcmp(what, "dead") == 0) dead();

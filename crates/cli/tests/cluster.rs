@@ -523,6 +523,7 @@ fn minix_ipc_between_nodes_behaves_as_on_one_node() {
     let ipc = guest("ipc");
     for scenario in [
         &["pingpong", "nodes3", "200"][..],
+        &["senda", "nodes3", "500"],
         &["notify", "nodes3"],
         &["locked", "nodes3"],
         &["dead", "nodes3"],

@@ -33,6 +33,9 @@ pub enum IpcCall {
         msg: u32,
         status: u32,
     },
+    /// Queue the message at `msg` for `to` and return at once (Minix's
+    /// `senda`): never blocks, so a process is never seen in this call.
+    SendA { to: Pid, msg: u32 },
 }
 
 /// Where a `sendrec` stands.
@@ -77,7 +80,10 @@ impl IpcCall {
         match *self {
             IpcCall::Send { to, .. } | IpcCall::SendRec { to, .. } => Some(to),
             IpcCall::Receive { from, .. } => from,
-            IpcCall::Notify { .. } | IpcCall::Copy(_) | IpcCall::ReceiveNb { .. } => None,
+            IpcCall::Notify { .. }
+            | IpcCall::Copy(_)
+            | IpcCall::ReceiveNb { .. }
+            | IpcCall::SendA { .. } => None,
         }
     }
 
@@ -111,6 +117,7 @@ impl IpcCall {
             IpcCall::Receive { from: Some(p), .. } => format!("RECEIVING from {p}"),
             IpcCall::Receive { from: None, .. } => "RECEIVING from ANY".into(),
             IpcCall::ReceiveNb { .. } => "POLLING".into(),
+            IpcCall::SendA { to, .. } => format!("SENDING ASYNCHRONOUSLY to {to}"),
             IpcCall::Notify { to } => format!("NOTIFYING {to}"),
             IpcCall::Copy(c) => format!("COPYING {} -> {}", c.src.pid, c.dst.pid),
         }

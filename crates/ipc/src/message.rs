@@ -70,6 +70,8 @@ pub enum CallKind {
     SendRec = 3,
     Notify = 4,
     SendNb = 5,
+    /// Asynchronous: the sender did not wait (Minix's `SENDA`).
+    SendA = 16,
 }
 
 impl CallKind {

@@ -1,9 +1,9 @@
 //! The IPC part of a process's UArea. It travels with the process: pending
 //! notifications, blocked senders and grants are the same after a move.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use atoll_abi::Pid;
+use atoll_abi::{Errno, Pid};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::DomainId;
@@ -31,6 +31,10 @@ pub struct IpcState {
     pub watching: PidSet,
     pub grants: GrantTable,
     pub stats: IpcStats,
+    /// Asynchronous sends (`senda`) made, per receiver.
+    pub async_out: BTreeMap<Pid, AsyncOut>,
+    /// Asynchronous letters received, per sender.
+    pub async_in: BTreeMap<Pid, AsyncIn>,
 }
 
 impl IpcState {
@@ -45,6 +49,8 @@ impl IpcState {
             watching: PidSet::default(),
             grants: GrantTable::default(),
             stats: IpcStats::default(),
+            async_out: BTreeMap::new(),
+            async_in: BTreeMap::new(),
         }
     }
 
@@ -207,6 +213,59 @@ impl<'de> Deserialize<'de> for PidSet {
     }
 }
 
+/// Asynchronous letters one sender may have sent to one receiver and the
+/// receiver not yet taken: past this, `senda` fails with `EAGAIN`. It bounds
+/// what a sender can make a receiver's kernel keep for it (the receiver's
+/// queue holds at most this many letters per sender).
+pub const ASYNC_WINDOW: u32 = 64;
+
+/// What a sender knows of its asynchronous sends to one receiver.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AsyncOut {
+    /// Number of the next letter: the receiver takes them in this order,
+    /// whatever routes they took (both ends may move meanwhile).
+    pub next: u64,
+    /// Letters sent whose receipt has not been confirmed.
+    pub in_flight: u32,
+    /// A letter could not be delivered (the receiver ended, or is of
+    /// another domain): the next `senda` to it fails with this.
+    pub error: Option<Errno>,
+    /// `senda` failed with `EAGAIN`: notify the sender, as from the
+    /// receiver, when a letter is taken.
+    pub want: bool,
+}
+
+/// What a receiver knows of one sender's asynchronous letters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AsyncIn {
+    /// Number of the next letter to accept.
+    pub next: u64,
+    /// Letters that came before one sent earlier (a route around a
+    /// migration can be shorter): held, in order, until it comes.
+    pub early: Vec<(u64, Message)>,
+}
+
+impl AsyncIn {
+    /// Keeps letter `seq` until its turn; `false` if it is already here.
+    pub fn hold(&mut self, seq: u64, msg: Message) -> bool {
+        match self.early.binary_search_by_key(&seq, |&(s, _)| s) {
+            Ok(_) => false,
+            Err(i) => {
+                self.early.insert(i, (seq, msg));
+                true
+            }
+        }
+    }
+
+    /// The held letter whose turn it is now, if it came.
+    pub fn take_next(&mut self) -> Option<Message> {
+        match self.early.first() {
+            Some(&(seq, _)) if seq == self.next => Some(self.early.remove(0).1),
+            _ => None,
+        }
+    }
+}
+
 /// A sender blocked on this process. Its message stays in its own memory
 /// while both run on one kernel (`msg: None`: one copy, at delivery); it is
 /// carried here when the sender is elsewhere.
@@ -217,6 +276,14 @@ pub struct WaitingSender {
     /// The sender's call number (`IpcState::seq`), to match its answer.
     pub seq: u64,
     pub msg: Option<Message>,
+}
+
+impl WaitingSender {
+    /// A letter of `senda`: its sender does not wait for it (its `seq` is
+    /// the letter's number, not a call's).
+    pub fn is_async(&self) -> bool {
+        self.kind == CallKind::SendA
+    }
 }
 
 /// A process's IPC counters, for `atoll ps`.
@@ -235,6 +302,23 @@ mod tests {
 
     fn pid(slot: u16) -> Pid {
         Pid::new(KernelId::new(0, 0), slot, 0)
+    }
+
+    #[test]
+    fn early_letters_wait_for_their_turn_and_come_once() {
+        let letter = |n: u8| Message::from_bytes(&[n; crate::MESSAGE_SIZE]);
+        let mut a = AsyncIn::default();
+        assert!(a.hold(3, letter(3)));
+        assert!(a.hold(1, letter(1)));
+        assert!(!a.hold(3, letter(3)), "a duplicate is not held twice");
+        assert_eq!(a.take_next(), None, "letter 0 has not come");
+        a.next = 1;
+        assert_eq!(a.take_next(), Some(letter(1)));
+        a.next = 2;
+        assert_eq!(a.take_next(), None, "letter 2 has not come");
+        a.next = 3;
+        assert_eq!(a.take_next(), Some(letter(3)));
+        assert!(a.early.is_empty());
     }
 
     #[test]

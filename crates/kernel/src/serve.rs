@@ -120,7 +120,10 @@ impl Kernel {
         if id.is_none() {
             ipc.notifications.clear();
             let refused: Vec<_> = ipc.senders.drain(..).collect();
-            for w in refused {
+            // Letters still to come are refused in their turn: the count
+            // of each sender's letters goes on.
+            self.letters_refused(pid, &refused, &Default::default(), Errno::CallDenied);
+            for w in refused.into_iter().filter(|w| !w.is_async()) {
                 self.answer(w.from, w.seq, Err(Errno::CallDenied));
             }
         }

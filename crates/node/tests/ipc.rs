@@ -37,6 +37,11 @@ fn sendrec_and_send_receive_keep_their_sequence() {
 }
 
 #[test]
+fn asynchronous_letters_arrive_in_order_through_a_full_window() {
+    both_ways(&node(3), "senda", &["2000"]);
+}
+
+#[test]
 fn notifications_coalesce_and_sendnb_and_receivenb_never_wait() {
     both_ways(&node(3), "notify", &[]);
 }
@@ -228,4 +233,41 @@ fn a_client_in_sendrec_and_a_server_in_receive_migrate_mid_conversation() {
     assert_eq!(out.stdout(), "ok pingpong\n");
     assert!(moves[0] >= 4 && moves[1] >= 4, "only {moves:?} moves");
     eprintln!("{moves:?} moves of the client and the server");
+}
+
+#[test]
+fn asynchronous_letters_keep_their_order_while_both_ends_migrate() {
+    // Letters on their way when either end moves take other routes (held
+    // by the kernel a receiver left, or sent from the sender's new
+    // kernel): the receiver must still take every one, once, in order
+    // (child-letters checks their numbers).
+    let node = node(2);
+    let mut spec = job("ipc", &["senda", "same", "300000"]);
+    spec.kernel = Some(KernelId::new(0, 0));
+    let (sender, out, done) = start(&node, &spec);
+    let receiver = wait_until(&node, "the receiver", |p| {
+        p.pid != sender && p.name == "ipc"
+    })
+    .pid;
+    let modes = [atoll_migration::Mode::Handover, atoll_migration::Mode::Copy];
+    let mut moves = [0, 0];
+    let status = loop {
+        if let Ok(status) = done.try_recv() {
+            break status;
+        }
+        let i = (moves[0] + moves[1]) % 4;
+        let who = [sender, receiver][i % 2];
+        let to = node.locate(who).map_or(0, |k| 1 - k.index);
+        // Either may have ended by now: a failed move is fine then.
+        if node
+            .migrate(who, KernelId::new(0, to), Some(modes[i / 2]))
+            .is_ok()
+        {
+            moves[i % 2] += 1;
+        }
+    };
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), "ok senda\n");
+    assert!(moves[0] >= 4 && moves[1] >= 4, "only {moves:?} moves");
+    eprintln!("{moves:?} moves of the sender and the receiver");
 }

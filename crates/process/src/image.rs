@@ -36,7 +36,9 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 7: it says whether the balancer may move the process, and counts its moves.
 /// 8: it counts the console output not yet passed on and the process quotas
 ///    it counts in; calls wait for stdin and for the console.
-const VERSION: u16 = 8;
+/// 9: its IPC state numbers the asynchronous letters (`senda`) it sent and
+///    received, per peer.
+const VERSION: u16 = 9;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

@@ -62,7 +62,7 @@ impl Kernel {
                     .ipc
                     .senders
                     .iter()
-                    .any(|w| w.from == v)
+                    .any(|w| w.from == v && !w.is_async())
                 {
                     return;
                 }

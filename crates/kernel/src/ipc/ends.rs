@@ -2,7 +2,7 @@
 //! queued messages, owed replies, watchers (EDEADSRCDST).
 
 use atoll_abi::{Errno, Pid};
-use atoll_ipc::{IpcCall, IpcState, Message, MESSAGE_SIZE};
+use atoll_ipc::{IpcCall, IpcState, Message, WaitingSender, MESSAGE_SIZE};
 use atoll_process::{CallState, KernelCall};
 
 use super::IpcMsg;
@@ -20,7 +20,7 @@ impl Kernel {
         let Some(i) = s
             .senders
             .iter()
-            .position(|w| w.from == from && w.seq == seq)
+            .position(|w| w.from == from && w.seq == seq && !w.is_async())
         else {
             return;
         };
@@ -45,7 +45,9 @@ impl Kernel {
     /// Tells everyone blocked on a process that it ended, and withdraws
     /// what it left waiting elsewhere. Its UArea and last call are given.
     pub(crate) fn ipc_ended(&mut self, pid: Pid, ipc: IpcState, call: &CallState) {
-        for w in ipc.senders {
+        let senders: Vec<WaitingSender> = ipc.senders.into();
+        self.letters_refused(pid, &senders, &ipc.async_in, Errno::DeadSrcDst);
+        for w in senders.into_iter().filter(|w| !w.is_async()) {
             self.ipc.dead += 1;
             self.answer(w.from, w.seq, Err(Errno::DeadSrcDst));
         }

@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::kernel::Kernel;
 use crate::msg::NocMsg;
 
+mod asynchronous;
 mod copy;
 mod cycles;
 mod ends;
@@ -82,6 +83,14 @@ pub enum IpcMsg {
         seq: u64,
         why: Errno,
     },
+    /// `from` took `count` of `to`'s asynchronous letters, or could not
+    /// (`result`).
+    AsyncTaken {
+        to: Pid,
+        from: Pid,
+        count: u32,
+        result: Result<(), Errno>,
+    },
     /// Follow the wait-for chain from `at`.
     Probe { at: Pid, probe: Probe },
     /// Read the source side of a copy (`to` owns it).
@@ -117,6 +126,7 @@ impl IpcMsg {
             | IpcMsg::Unwatch { to, .. }
             | IpcMsg::PeerDead { to, .. }
             | IpcMsg::Withdraw { to, .. }
+            | IpcMsg::AsyncTaken { to, .. }
             | IpcMsg::CopyRead { to, .. }
             | IpcMsg::CopyWrite { to, .. } => to,
             IpcMsg::Probe { at, .. } => at,
@@ -136,6 +146,7 @@ impl KernelLink for Kernel {
             }
             IpcCall::Notify { to } => self.notify(&mut me, call, to),
             IpcCall::Copy(req) => self.copy(&mut me, call, req),
+            IpcCall::SendA { to, msg } => self.send_async(&mut me, to, msg),
         }
     }
 }
@@ -170,6 +181,12 @@ impl Kernel {
             }
             IpcMsg::PeerDead { to, dead } => self.peer_dead(to, dead),
             IpcMsg::Withdraw { to, from, seq, why } => self.withdraw(to, from, seq, why),
+            IpcMsg::AsyncTaken {
+                to,
+                from,
+                count,
+                result,
+            } => self.letters_confirmed(to, from, count, result),
             IpcMsg::Probe { at, probe } => self.walk(at, probe),
             IpcMsg::CopyRead { copy, .. } => {
                 if let Some(result) = self.copy_read(copy) {
@@ -187,6 +204,18 @@ impl Kernel {
     /// that its peer is dead.
     pub(crate) fn ipc_undeliverable(&mut self, msg: IpcMsg) {
         match msg {
+            IpcMsg::Deliver {
+                to,
+                letter:
+                    Letter {
+                        from,
+                        kind: CallKind::SendA,
+                        ..
+                    },
+            } => {
+                self.ipc.dead += 1;
+                self.letters_taken(from, to, 1, Err(Errno::DeadSrcDst));
+            }
             IpcMsg::Deliver {
                 letter:
                     Letter {
@@ -218,6 +247,7 @@ impl Kernel {
             | IpcMsg::Unwatch { .. }
             | IpcMsg::PeerDead { .. }
             | IpcMsg::Withdraw { .. }
+            | IpcMsg::AsyncTaken { .. }
             | IpcMsg::Probe { .. } => {}
         }
     }

@@ -86,6 +86,9 @@ impl Kernel {
             reply,
             msg,
         } = letter;
+        if kind == CallKind::SendA {
+            return self.letter_arrived(to, from, domain, seq, msg);
+        }
         if domain.is_none() || self.domain_of(to) != domain {
             self.ipc.denied += 1;
             return self.answer(from, seq, Err(Errno::CallDenied));
@@ -193,7 +196,11 @@ impl Kernel {
             if w.kind == CallKind::SendRec {
                 me.ipc.owed.insert(w.from);
             }
-            self.answer(w.from, w.seq, Ok(()));
+            if w.is_async() {
+                self.letters_taken(w.from, me.pid, 1, Ok(()));
+            } else {
+                self.answer(w.from, w.seq, Ok(()));
+            }
             Some((msg, w.kind))
         } else {
             None
@@ -232,7 +239,7 @@ impl Kernel {
     /// Whether `pid` is blocked receiving a message that `from` may send
     /// now. `reply`: the message is the reply to `pid`'s sendrec, which may
     /// come before the news that its request was taken.
-    fn admits(&self, pid: Pid, from: Pid, reply: bool) -> bool {
+    pub(super) fn admits(&self, pid: Pid, from: Pid, reply: bool) -> bool {
         match self.ipc_call(pid) {
             Some(IpcCall::Receive { from: want, .. }) => want.is_none_or(|w| w == from),
             Some(&IpcCall::SendRec { to, phase, .. }) => {
@@ -244,7 +251,7 @@ impl Kernel {
 
     /// Gives `receiver` (blocked receiving here) its message, and makes it
     /// runnable.
-    fn hand_over(&mut self, receiver: Pid, from: Pid, kind: CallKind, msg: &Message) {
+    pub(super) fn hand_over(&mut self, receiver: Pid, from: Pid, kind: CallKind, msg: &Message) {
         let Some((addr, status)) = (match self.ipc_call(receiver) {
             Some(&IpcCall::Receive { msg, status, .. }) => Some((msg, Some(status))),
             Some(&IpcCall::SendRec { msg, .. }) => Some((msg, None)),

@@ -40,6 +40,7 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         "ipc_sendnb",
         |mut c: Caller<'_, ProcCtx>, to: i64, msg: u32| send(&mut c, to, msg, CallKind::SendNb),
     )?;
+    linker.func_wrap(M, "ipc_senda", senda)?;
     linker.func_wrap(
         M,
         "ipc_sendrec",
@@ -201,6 +202,22 @@ fn send(c: &mut Caller<'_, ProcCtx>, to: i64, msg: u32, kind: CallKind) -> wasmt
             },
             kind => IpcCall::Send { to, msg, kind },
         }))
+    })
+}
+
+/// `senda`: queues the message for `to` and returns. A letter the kernel
+/// cannot deliver is reported by the next `senda` to the same process.
+fn senda(mut c: Caller<'_, ProcCtx>, to: i64, msg: u32) -> wasmtime::Result<i32> {
+    kernel_call(&mut c, |mem, ctx| {
+        check_bound(ctx)?;
+        let to = endpoint(ctx, to)?;
+        message_at(mem, msg)?;
+        // It would be one's own to take; a process that wants to tell
+        // itself something can notify itself.
+        if to == ctx.uarea.pid {
+            return Err(Errno::Inval);
+        }
+        Ok(KernelCall::Ipc(IpcCall::SendA { to, msg }))
     })
 }
 

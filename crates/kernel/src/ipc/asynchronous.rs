@@ -1,0 +1,223 @@
+//! Asynchronous sends (Minix's `senda`): the sender never waits.
+//!
+//! A letter goes where a synchronous message goes (straight into a waiting
+//! receiver, or into its queue of senders, on this kernel or through the
+//! NoC), but its sender returns at once. Two things replace the waiting:
+//!
+//! - **Order.** A sender may have many letters on their way, and they may
+//!   take different routes when either end moves (a letter held by the
+//!   kernel a receiver left reaches it after one sent later through its
+//!   home). Letters carry a number per pair ([`AsyncOut::next`]); the
+//!   receiver's kernel accepts them in that order and holds those that
+//!   come early ([`AsyncIn`]), in the receiver's UArea, so they move with
+//!   it.
+//! - **Bounds.** A sender may have [`ASYNC_WINDOW`] letters to one receiver
+//!   untaken; past that `senda` fails with `EAGAIN`. Each letter taken (or
+//!   refused) is confirmed to its sender ([`IpcMsg::AsyncTaken`]), and a
+//!   sender that was refused for want of room is notified, as if by the
+//!   receiver, when there is room again. A letter that cannot be delivered
+//!   (the receiver ended, or is of another domain) is reported by the
+//!   sender's next `senda` to it: nobody waits for it to fail.
+//!
+//! [`AsyncOut::next`]: atoll_ipc::AsyncOut::next
+//! [`AsyncIn`]: atoll_ipc::AsyncIn
+//! [`ASYNC_WINDOW`]: atoll_ipc::ASYNC_WINDOW
+
+use std::collections::BTreeMap;
+
+use atoll_abi::{Errno, Pid};
+use atoll_ipc::{AsyncIn, CallKind, DomainId, Message, WaitingSender, ASYNC_WINDOW};
+use atoll_process::{IpcCaller, IpcOutcome};
+
+use super::{read_message, IpcMsg, Letter};
+use crate::kernel::Kernel;
+use crate::msg::NocMsg;
+
+impl Kernel {
+    /// `senda` of the message at `addr` to `to`, by the running process.
+    pub(super) fn send_async(&mut self, me: &mut IpcCaller<'_>, to: Pid, addr: u32) -> IpcOutcome {
+        let out = me.ipc.async_out.entry(to).or_default();
+        if let Some(e) = out.error.take() {
+            return IpcOutcome::Done(Err(e));
+        }
+        if out.in_flight >= ASYNC_WINDOW {
+            out.want = true;
+            return IpcOutcome::Done(Err(Errno::Again));
+        }
+        let seq = out.next;
+        out.next += 1;
+        out.in_flight += 1;
+        let mut msg = read_message(me.memory, addr);
+        msg.set_source(me.pid);
+        me.ipc.stats.sent += 1;
+        let domain = me.ipc.domain;
+        if self.procs.contains_key(&to) {
+            if self.domain_of(to) != domain {
+                // Refused here and now: the letter never left.
+                let out = me.ipc.async_out.get_mut(&to).expect("made above");
+                out.next -= 1;
+                out.in_flight -= 1;
+                me.ipc.stats.sent -= 1;
+                self.ipc.denied += 1;
+                return IpcOutcome::Done(Err(Errno::CallDenied));
+            }
+            self.ipc.local += 1;
+            self.letter_arrived(to, me.pid, domain, seq, msg);
+        } else {
+            self.ipc.remote_out += 1;
+            self.route(
+                to,
+                NocMsg::Ipc(IpcMsg::Deliver {
+                    to,
+                    letter: Letter {
+                        from: me.pid,
+                        domain,
+                        kind: CallKind::SendA,
+                        seq,
+                        reply: false,
+                        msg,
+                    },
+                }),
+            );
+        }
+        IpcOutcome::Done(Ok(()))
+    }
+
+    /// Letter `seq` of `from` for `to`, which runs here: accepted if it is
+    /// the next one (with those held behind it), else held until it is.
+    pub(super) fn letter_arrived(
+        &mut self,
+        to: Pid,
+        from: Pid,
+        domain: Option<DomainId>,
+        seq: u64,
+        msg: Message,
+    ) {
+        let Some(s) = self.ipc_state(to) else {
+            return;
+        };
+        let early = s.async_in.entry(from).or_default();
+        if seq != early.next {
+            if seq < early.next || !early.hold(seq, msg) {
+                tracing::warn!(kernel = %self.id, %to, %from, seq, "a letter came twice");
+            }
+            return;
+        }
+        let mut next = Some(msg);
+        while let Some(msg) = next {
+            let seq = {
+                let s = self.ipc_state(to).expect("runs here");
+                let early = s.async_in.get_mut(&from).expect("made above");
+                early.next += 1;
+                early.next - 1
+            };
+            self.accept_letter(to, from, domain, seq, msg);
+            next = self
+                .ipc_state(to)
+                .and_then(|s| s.async_in.get_mut(&from))
+                .and_then(|early| early.take_next());
+        }
+    }
+
+    /// A letter whose turn it is: handed to `to` if it waits for it, else
+    /// queued behind its senders. A letter across domains is refused.
+    fn accept_letter(
+        &mut self,
+        to: Pid,
+        from: Pid,
+        domain: Option<DomainId>,
+        seq: u64,
+        msg: Message,
+    ) {
+        if domain.is_none() || self.domain_of(to) != domain {
+            self.ipc.denied += 1;
+            return self.letters_taken(from, to, 1, Err(Errno::CallDenied));
+        }
+        if self.admits(to, from, false) {
+            self.hand_over(to, from, CallKind::SendA, &msg);
+            return self.letters_taken(from, to, 1, Ok(()));
+        }
+        if let Some(s) = self.ipc_state(to) {
+            s.senders.push_back(WaitingSender {
+                from,
+                kind: CallKind::SendA,
+                seq,
+                msg: Some(msg),
+            });
+        }
+    }
+
+    /// Tells `sender`, here or wherever it runs, that `receiver` took
+    /// `count` of its letters (or that it could not).
+    pub(super) fn letters_taken(
+        &mut self,
+        sender: Pid,
+        receiver: Pid,
+        count: u32,
+        result: Result<(), Errno>,
+    ) {
+        if self.procs.contains_key(&sender) {
+            self.letters_confirmed(sender, receiver, count, result);
+        } else {
+            self.route(
+                sender,
+                NocMsg::Ipc(IpcMsg::AsyncTaken {
+                    to: sender,
+                    from: receiver,
+                    count,
+                    result,
+                }),
+            );
+        }
+    }
+
+    /// `receiver` took `count` letters of `sender` (which runs here), or
+    /// could not: as many more may be sent, and a sender that was refused
+    /// for want of room hears of it.
+    pub(super) fn letters_confirmed(
+        &mut self,
+        sender: Pid,
+        receiver: Pid,
+        count: u32,
+        result: Result<(), Errno>,
+    ) {
+        let Some(s) = self.ipc_state(sender) else {
+            return;
+        };
+        let domain = s.domain;
+        let Some(out) = s.async_out.get_mut(&receiver) else {
+            return;
+        };
+        out.in_flight = out.in_flight.saturating_sub(count);
+        if let Err(e) = result {
+            out.error.get_or_insert(e);
+        }
+        if std::mem::take(&mut out.want) {
+            // As if from the receiver, which may have ended: the sender
+            // learns why from its next senda.
+            let _ = self.post_notification(sender, receiver, domain);
+        }
+    }
+
+    /// The letters a receiver leaves untaken when it ends or leaves its
+    /// domain (those queued in `senders`, which it gives up, and those held
+    /// early in `async_in`): each sender is told, with `why`.
+    pub(crate) fn letters_refused(
+        &mut self,
+        receiver: Pid,
+        senders: &[WaitingSender],
+        held: &BTreeMap<Pid, AsyncIn>,
+        why: Errno,
+    ) {
+        let mut untaken: BTreeMap<Pid, u32> = BTreeMap::new();
+        for w in senders.iter().filter(|w| w.is_async()) {
+            *untaken.entry(w.from).or_default() += 1;
+        }
+        for (&sender, early) in held {
+            *untaken.entry(sender).or_default() += early.early.len() as u32;
+        }
+        for (sender, count) in untaken.into_iter().filter(|&(_, n)| n > 0) {
+            self.letters_taken(sender, receiver, count, Err(why));
+        }
+    }
+}
