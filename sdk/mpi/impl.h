@@ -2,8 +2,9 @@
  * impl.h - the inside of libatollmpi: what the library's files share.
  *
  *   init.c     start (finding the other ranks), end, errors, clocks
- *   channel.c  moving 64-byte messages between ranks: direct IPC when the
- *              peer waits, else its outbox ring; the progress engine
+ *   channel.c  moving 64-byte messages between ranks (asynchronous IPC,
+ *              queued in memory while a peer's window is full); the
+ *              progress engine
  *   match.c    posted receives and unexpected messages (MPI's matching)
  *   p2p.c      point-to-point calls and requests
  *   coll.c     collectives, over point-to-point on a communicator's
@@ -52,8 +53,8 @@ struct wire {
             uint32_t sreq;
         } fin;
         struct {                      /* KIND_HELLO */
-            int32_t rank;
-            uint32_t outbox_grant;
+            int32_t rank;             /* to rank 0: the sender's rank */
+            uint32_t table_grant;     /* from rank 0: its grant over the table */
         } hello;
     } u;
 };
@@ -63,8 +64,6 @@ _Static_assert(sizeof(struct wire) == ATOLL_PAYLOAD_SIZE, "a wire payload fills 
 
 struct rank_entry {
     atoll_pid_t pid;
-    uint32_t outbox_grant;
-    uint32_t pad;
 };
 
 extern int mpi_world_size, mpi_world_rank;
@@ -189,15 +188,16 @@ int mpi_unexpected_count(void);
 
 /* --------------------------------------------------------- channel.c */
 
-/* Allocates the outboxes and grants them; returns the grant. */
-uint32_t mpi_channel_open(void);
+/* Makes the queues of messages waiting for room. */
+void mpi_channel_open(void);
 /* Sends a message of `kind` to world rank `to` (never oneself); never
  * blocks: what cannot go now waits in memory for the progress engine. */
 void mpi_channel_send(int to, int32_t kind, const struct wire *w);
 /* Moves messages: delivers queued ones, takes arrived ones and hands them
  * to mpi_arrived(). With `block`, waits for at least one event. */
 void mpi_progress(bool block);
-/* Waits until every message this rank sent has been taken. */
+/* Waits until every message this rank sent is in the runtime's hands and
+ * every rendezvous send has its FIN. */
 void mpi_channel_drain(void);
 /* Whether messages wait in p2p.c for a grant (or behind one that does). */
 bool mpi_sends_held(void);

@@ -5,8 +5,8 @@
  * `atoll run -n N` starts rank 0 first and gives every rank its place in
  * the environment: ATOLL_MPI_SIZE, ATOLL_MPI_RANK and, for the others,
  * ATOLL_MPI_ROOT (rank 0's pid). In MPI_Init each rank sends rank 0 its
- * rank and outbox grant (sendrec); rank 0 answers every one with a grant
- * over the table of all ranks once it has them all, and each copies it.
+ * rank (sendrec); rank 0 answers every one with a grant over the table of
+ * all ranks once it has them all, and each copies it.
  * A program started without those variables is a singleton (one rank).
  */
 #include <stdarg.h>
@@ -160,7 +160,6 @@ static void gather_world(void)
             continue;
         }
         mpi_world[r].pid = m.m_source;
-        mpi_world[r].outbox_grant = w->u.hello.outbox_grant;
     }
     uint32_t table;
     int err = atoll_grant(ANY, mpi_world, sizeof *mpi_world * (size_t)mpi_world_size, CPF_READ,
@@ -171,7 +170,7 @@ static void gather_world(void)
         message m;
         memset(&m, 0, sizeof m);
         m.m_type = KIND_HELLO;
-        ((struct wire *)m.m_u.m_payload)->u.hello.outbox_grant = table;
+        ((struct wire *)m.m_u.m_payload)->u.hello.table_grant = table;
         err = ipc_send(mpi_world[r].pid, &m);
         if (err != 0)
             mpi_fatal("MPI_Init: answering a rank", err);
@@ -186,11 +185,10 @@ static void join_world(atoll_pid_t root)
     m.m_type = KIND_HELLO;
     struct wire *w = (struct wire *)m.m_u.m_payload;
     w->u.hello.rank = mpi_world_rank;
-    w->u.hello.outbox_grant = mpi_world[mpi_world_rank].outbox_grant;
     int err = ipc_sendrec(root, &m);
     if (err != 0)
         mpi_fatal("MPI_Init: reaching rank 0", err);
-    err = atoll_safecopy_from(root, w->u.hello.outbox_grant, 0, mpi_world,
+    err = atoll_safecopy_from(root, w->u.hello.table_grant, 0, mpi_world,
                               sizeof *mpi_world * (size_t)mpi_world_size);
     if (err != 0)
         mpi_fatal("MPI_Init: copying the table of ranks", err);
@@ -215,7 +213,7 @@ int MPI_Init(int *argc, char ***argv)
     for (int r = 0; r < mpi_world_size; r++)
         mpi_world[r] = (struct rank_entry){.pid = ANY};
     mpi_world[mpi_world_rank].pid = atoll_getpid();
-    mpi_world[mpi_world_rank].outbox_grant = mpi_channel_open();
+    mpi_channel_open();
     if (mpi_world_size > 1) {
         if (mpi_world_rank == 0)
             gather_world();
@@ -258,8 +256,9 @@ int MPI_Finalize(void)
     int err = mpi_check_comm(MPI_COMM_WORLD, "MPI_Finalize");
     if (err != MPI_SUCCESS)
         return err;
-    /* Every rank is here, then every message this rank sent is read: a
-     * rank that ended could not be read from any more. */
+    /* Every rank is here, then every message this rank still keeps is
+     * handed to the runtime (which delivers it even after this rank ends)
+     * and every rendezvous send has its FIN. */
     MPI_Barrier(MPI_COMM_WORLD);
     mpi_channel_drain();
     mpi_finalized = true;

@@ -12,7 +12,7 @@
  *
  * Grants: each rendezvous send holds one until its FIN, and atoll gives a
  * process 1024. Sends keep to GRANT_BUDGET of them, leaving the rest to the
- * outboxes and the rank table; a send that finds the budget spent is held
+ * rank table and the program; a send that finds the budget spent is held
  * in its destination's queue, and so is every later message to that
  * destination (MPI's order between a pair), until FINs give grants back.
  */

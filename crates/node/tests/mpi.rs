@@ -111,7 +111,7 @@ fn run_while_moving(node: &Node, spec: &JobSpec, name: &str) -> (i32, common::Ou
 #[test]
 fn ranks_moved_from_outside_at_any_moment_lose_nothing() {
     // The moves land wherever the ranks are: in a send, in the progress
-    // engine between reading an outbox and acknowledging it, in a copy.
+    // engine with letters on their way or queued for room, in a copy.
     let node = node_in(Mode::Copy, 3);
     for name in ["pt2pt", "coll"] {
         let (status, out, moved) = run_while_moving(&node, &mpi(name, &[], 4), name);
@@ -255,9 +255,11 @@ fn ranks_on_two_nodes_talk_and_move_between_them() {
 }
 
 #[test]
-fn windows_of_sends_that_overflow_the_outbox_end_cleanly_on_one_kernel() {
-    // osu bw: 64 sends in flight per window fill a rank's outbox ring, so
-    // messages queue in memory, down to MPI_Finalize's own barrier.
+fn windows_of_sends_that_overflow_the_runtimes_window_end_cleanly_on_one_kernel() {
+    // osu bw: 64 sends in flight per window, and the peer's answers, fill
+    // the runtime's window of asynchronous letters to a peer (the peer
+    // runs only once the sender stops), so messages queue in memory, down
+    // to MPI_Finalize's own barrier.
     let node = node(1);
     let out = passes(&node, &mpi("osu", &["bw", "4096"], 2));
     assert_eq!(out.lines().count(), 7, "{out}");
