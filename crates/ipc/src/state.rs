@@ -35,6 +35,10 @@ pub struct IpcState {
     pub async_out: BTreeMap<Pid, AsyncOut>,
     /// Asynchronous letters received, per sender.
     pub async_in: BTreeMap<Pid, AsyncIn>,
+    /// Restored from a checkpoint: its senders went on numbering their
+    /// letters after the checkpoint was taken, so the first letter that
+    /// comes from each sets where that sender's numbering stands.
+    pub async_resync: bool,
 }
 
 impl IpcState {
@@ -51,7 +55,18 @@ impl IpcState {
             stats: IpcStats::default(),
             async_out: BTreeMap::new(),
             async_in: BTreeMap::new(),
+            async_resync: false,
         }
+    }
+
+    /// The process was restored from a checkpoint, with its PID: the
+    /// numbering of its asynchronous letters starts again as a sender
+    /// (receivers take a letter 0 as the start of a new numbering) and is
+    /// picked up anew as a receiver (`async_resync`).
+    pub fn restored(&mut self) {
+        self.async_out.clear();
+        self.async_in.clear();
+        self.async_resync = true;
     }
 
     /// Takes the first waiting sender that `from` (a PID or any) admits.

@@ -410,8 +410,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
                 "small messages (0 to 64 B): atoll on two kernels takes {small_ratio:.1}x the \
                  latency of Open MPI's shared memory (target: at most 1.5x)"
             ),
-            "atoll: each message is one IPC (ipc_sendnb to a waiting rank) or an outbox entry \
-             and a notification; more than 40 bytes go by rendezvous, one grant-checked copy"
+            "atoll: each message is one asynchronous send (ipc_senda), handed at once to a \
+             rank waiting in receive, else queued at it; more than 40 bytes go by rendezvous, \
+             one grant-checked copy"
                 .into(),
             "Open MPI 4.1: mpirun -n N --mca pml ob1 --mca btl self,vader | self,tcp; its \
              shared memory polls, atoll's ranks block in the kernel"

@@ -18,8 +18,15 @@
 //!   receiver, when there is room again. A letter that cannot be delivered
 //!   (the receiver ended, or is of another domain) is reported by the
 //!   sender's next `senda` to it: nobody waits for it to fail.
+//! - **Checkpoints.** A process restored from a checkpoint keeps its PID
+//!   but not the numbering of its pairs ([`IpcState::restored`]): as a
+//!   sender it starts again at 0, which its receivers take as a new start;
+//!   as a receiver it takes each sender's next letter as where that sender
+//!   stands. Letters that were on their way when the checkpoint was taken
+//!   are not in it.
 //!
 //! [`AsyncOut::next`]: atoll_ipc::AsyncOut::next
+//! [`IpcState::restored`]: atoll_ipc::IpcState::restored
 //! [`AsyncIn`]: atoll_ipc::AsyncIn
 //! [`ASYNC_WINDOW`]: atoll_ipc::ASYNC_WINDOW
 
@@ -96,7 +103,16 @@ impl Kernel {
         let Some(s) = self.ipc_state(to) else {
             return;
         };
-        let early = s.async_in.entry(from).or_default();
+        let resync = s.async_resync;
+        let early = s.async_in.entry(from).or_insert_with(|| AsyncIn {
+            next: if resync { seq } else { 0 },
+            early: Vec::new(),
+        });
+        if seq == 0 && early.next > 0 {
+            // The sender was restored from a checkpoint: its numbering
+            // starts again, and what it held early will never be filled.
+            *early = AsyncIn::default();
+        }
         if seq != early.next {
             if seq < early.next || !early.hold(seq, msg) {
                 tracing::warn!(kernel = %self.id, %to, %from, seq, "a letter came twice");

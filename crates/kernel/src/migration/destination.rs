@@ -228,8 +228,9 @@ impl Kernel {
     /// Restores a checkpointed process here; it runs once its home commits.
     pub(crate) fn restore(&mut self, image: ProcessImage, asker: JobAsker) -> Result<(), String> {
         self.make_room(&[]);
-        let container = Container::restore(&self.runtime, image, self.host.clone())
+        let mut container = Container::restore(&self.runtime, image, self.host.clone())
             .map_err(|e| e.to_string())?;
+        container.uarea_mut().ipc.restored();
         self.arrive(container, Arrival::Restored(asker))
             .map_err(|(why, _)| why)
     }
