@@ -414,6 +414,19 @@ static void senda_waiting(atoll_pid_t to, message *m, long *full)
     EXPECT(err, 0);
 }
 
+/* Sends letters to `to` until one is refused (a refusal comes back with a
+ * later senda), for at most a second; returns the error. */
+static int senda_until_refused(atoll_pid_t to, message *m)
+{
+    int err = 0;
+    for (int i = 0; i < 200 && err == 0; i++) {
+        err = ipc_senda(to, m);
+        if (err == 0)
+            sleep_ms(5);
+    }
+    return err;
+}
+
 static void senda(long n)
 {
     message m;
@@ -444,13 +457,7 @@ static void senda(long n)
 
     /* Letters to a process that ended are refused, and the refusal comes
      * back with a later senda. */
-    int err = 0;
-    for (int i = 0; i < 200 && err == 0; i++) {
-        err = ipc_senda(r, &m);
-        if (err == 0)
-            sleep_ms(5);
-    }
-    EXPECT(err, EDEADSRCDST);
+    EXPECT(senda_until_refused(r, &m), EDEADSRCDST);
 }
 
 static void notify(void)
@@ -592,13 +599,7 @@ static void domain(void)
     EXPECT(atoll_vcopy(child, (void *)4096, SELF, &m, 16), ECALLDENIED);
     /* A letter across domains is refused where it arrives: at once on
      * this kernel, or reported by a later senda. */
-    int err = 0;
-    for (int i = 0; i < 200 && err == 0; i++) {
-        err = ipc_senda(child, &m);
-        if (err == 0)
-            sleep_ms(5);
-    }
-    EXPECT(err, ECALLDENIED);
+    EXPECT(senda_until_refused(child, &m), ECALLDENIED);
     /* Nor can a process end one of another domain; the node ends it with
      * the job. */
     EXPECT(atoll_kill(child, ATOLL_SIGKILL), EPERM);

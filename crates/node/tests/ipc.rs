@@ -199,19 +199,15 @@ fn ending_a_domain_ends_its_processes_on_every_kernel() {
     assert!(node.domain_end("default").is_err());
 }
 
-#[test]
-fn a_client_in_sendrec_and_a_server_in_receive_migrate_mid_conversation() {
-    // Each migration catches the client in sendrec or the server in
-    // receive (or between calls); every round trip must still complete,
-    // once, in order (pingpong checks its sequence numbers).
+/// Runs `ipc SCENARIO same N` on kernel 0 of a two-kernel node and moves
+/// the caller and its peer between the kernels, in turn and in both modes,
+/// until it ends; it must pass and each must have moved at least 4 times.
+fn passes_while_both_migrate(scenario: &str, n: &str) {
     let node = node(2);
-    let mut spec = job("ipc", &["pingpong", "same", "20000"]);
+    let mut spec = job("ipc", &[scenario, "same", n]);
     spec.kernel = Some(KernelId::new(0, 0));
-    let (client, out, done) = start(&node, &spec);
-    let server = wait_until(&node, "the echo server", |p| {
-        p.pid != client && p.name == "ipc"
-    })
-    .pid;
+    let (caller, out, done) = start(&node, &spec);
+    let peer = wait_until(&node, "the peer", |p| p.pid != caller && p.name == "ipc").pid;
     let modes = [atoll_migration::Mode::Handover, atoll_migration::Mode::Copy];
     let mut moves = [0, 0];
     let status = loop {
@@ -219,46 +215,9 @@ fn a_client_in_sendrec_and_a_server_in_receive_migrate_mid_conversation() {
             break status;
         }
         let i = (moves[0] + moves[1]) % 4;
-        let who = [client, server][i % 2];
+        let who = [caller, peer][i % 2];
         let to = node.locate(who).map_or(0, |k| 1 - k.index);
-        // The server ends just before its client: a failed move is fine then.
-        if node
-            .migrate(who, atoll_abi::KernelId::new(0, to), Some(modes[i / 2]))
-            .is_ok()
-        {
-            moves[i % 2] += 1;
-        }
-    };
-    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
-    assert_eq!(out.stdout(), "ok pingpong\n");
-    assert!(moves[0] >= 4 && moves[1] >= 4, "only {moves:?} moves");
-    eprintln!("{moves:?} moves of the client and the server");
-}
-
-#[test]
-fn asynchronous_letters_keep_their_order_while_both_ends_migrate() {
-    // Letters on their way when either end moves take other routes (held
-    // by the kernel a receiver left, or sent from the sender's new
-    // kernel): the receiver must still take every one, once, in order
-    // (child-letters checks their numbers).
-    let node = node(2);
-    let mut spec = job("ipc", &["senda", "same", "300000"]);
-    spec.kernel = Some(KernelId::new(0, 0));
-    let (sender, out, done) = start(&node, &spec);
-    let receiver = wait_until(&node, "the receiver", |p| {
-        p.pid != sender && p.name == "ipc"
-    })
-    .pid;
-    let modes = [atoll_migration::Mode::Handover, atoll_migration::Mode::Copy];
-    let mut moves = [0, 0];
-    let status = loop {
-        if let Ok(status) = done.try_recv() {
-            break status;
-        }
-        let i = (moves[0] + moves[1]) % 4;
-        let who = [sender, receiver][i % 2];
-        let to = node.locate(who).map_or(0, |k| 1 - k.index);
-        // Either may have ended by now: a failed move is fine then.
+        // The peer ends just before the caller: a failed move is fine then.
         if node
             .migrate(who, KernelId::new(0, to), Some(modes[i / 2]))
             .is_ok()
@@ -267,7 +226,24 @@ fn asynchronous_letters_keep_their_order_while_both_ends_migrate() {
         }
     };
     assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
-    assert_eq!(out.stdout(), "ok senda\n");
+    assert_eq!(out.stdout(), format!("ok {scenario}\n"));
     assert!(moves[0] >= 4 && moves[1] >= 4, "only {moves:?} moves");
-    eprintln!("{moves:?} moves of the sender and the receiver");
+    eprintln!("{scenario}: {moves:?} moves of the caller and its peer");
+}
+
+#[test]
+fn a_client_in_sendrec_and_a_server_in_receive_migrate_mid_conversation() {
+    // Each migration catches the client in sendrec or the server in
+    // receive (or between calls); every round trip must still complete,
+    // once, in order (pingpong checks its sequence numbers).
+    passes_while_both_migrate("pingpong", "20000");
+}
+
+#[test]
+fn asynchronous_letters_keep_their_order_while_both_ends_migrate() {
+    // Letters on their way when either end moves take other routes (held
+    // by the kernel a receiver left, or sent from the sender's new
+    // kernel): the receiver must still take every one, once, in order
+    // (child-letters checks their numbers).
+    passes_while_both_migrate("senda", "300000");
 }

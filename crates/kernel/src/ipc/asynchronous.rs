@@ -71,20 +71,16 @@ impl Kernel {
             self.ipc.local += 1;
             self.letter_arrived(to, me.pid, domain, seq, msg);
         } else {
-            self.ipc.remote_out += 1;
-            self.route(
+            self.post(
                 to,
-                NocMsg::Ipc(IpcMsg::Deliver {
-                    to,
-                    letter: Letter {
-                        from: me.pid,
-                        domain,
-                        kind: CallKind::SendA,
-                        seq,
-                        reply: false,
-                        msg,
-                    },
-                }),
+                Letter {
+                    from: me.pid,
+                    domain,
+                    kind: CallKind::SendA,
+                    seq,
+                    reply: false,
+                    msg,
+                },
             );
         }
         IpcOutcome::Done(Ok(()))

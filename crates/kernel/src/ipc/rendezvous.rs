@@ -23,20 +23,16 @@ impl Kernel {
         msg.set_source(me.pid);
         let reply = me.ipc.owed.remove(&to);
         let Some(to_domain) = self.procs.get(&to).map(|p| p.container.uarea().ipc.domain) else {
-            self.ipc.remote_out += 1;
-            self.route(
+            self.post(
                 to,
-                NocMsg::Ipc(IpcMsg::Deliver {
-                    to,
-                    letter: Letter {
-                        from: me.pid,
-                        domain,
-                        kind,
-                        seq,
-                        reply,
-                        msg,
-                    },
-                }),
+                Letter {
+                    from: me.pid,
+                    domain,
+                    kind,
+                    seq,
+                    reply,
+                    msg,
+                },
             );
             if reply && kind != CallKind::SendRec {
                 me.ipc.stats.sent += 1;
@@ -74,6 +70,12 @@ impl Kernel {
         }
         self.walk(to, Probe::new(me.pid, seq, true));
         IpcOutcome::Block(call)
+    }
+
+    /// Sends `letter` to `to`, which runs on another kernel.
+    pub(super) fn post(&mut self, to: Pid, letter: Letter) {
+        self.ipc.remote_out += 1;
+        self.route(to, NocMsg::Ipc(IpcMsg::Deliver { to, letter }));
     }
 
     /// A message from another kernel for `to`, which runs here.
