@@ -11,6 +11,12 @@
  *   senda N           N asynchronous letters, in order, through a full
  *                     window (EAGAIN, then a notification); EINVAL to
  *                     oneself; late EDEADSRCDST from an ended receiver
+ *   restored-sender   a child sends letters to this process; the test
+ *                     checkpoints and restores the child meanwhile: every
+ *                     letter must come, in order
+ *   restored-receiver this process sends letters to a child the test
+ *                     checkpoints and restores: letters sent while it was
+ *                     a file are refused, the rest come in order
  *   notify            coalescing, NOTIFY status, sendnb's and receivenb's ENOTREADY
  *   locked            ELOCKED for cycles of 1, 2 and 3 processes
  *   dead              EDEADSRCDST for ended, exiting and killed peers
@@ -400,8 +406,9 @@ static void pingpong(long n)
 }
 
 /* Sends `m` asynchronously, waiting for room as a window that is full
- * says: a notification from `to` once a letter has been taken. */
-static void senda_waiting(atoll_pid_t to, message *m, long *full)
+ * says: a notification from `to` once a letter has been taken. Returns
+ * what the send that was not EAGAIN returned. */
+static int senda_waiting(atoll_pid_t to, message *m, long *full)
 {
     int err;
     while ((err = ipc_senda(to, m)) == EAGAIN) {
@@ -411,7 +418,7 @@ static void senda_waiting(atoll_pid_t to, message *m, long *full)
         EXPECT(ipc_receive(to, &n, &status), 0);
         CHECK(IPC_STATUS_CALL(status) == NOTIFY && n.m_source == to);
     }
-    EXPECT(err, 0);
+    return err;
 }
 
 /* Sends letters to `to` until one is refused (a refusal comes back with a
@@ -425,6 +432,74 @@ static int senda_until_refused(atoll_pid_t to, message *m)
             sleep_ms(5);
     }
     return err;
+}
+
+/* Letters of the restored-* scenarios, 2 ms apart: about 3 s. */
+#define RESTORE_LETTERS 1500
+
+/* Sends RESTORE_LETTERS letters to `to`, numbered in their payload; those
+ * refused while `to` is not running (checkpointed, not yet restored) are
+ * skipped. */
+static void send_letters(atoll_pid_t to)
+{
+    long full = 0;
+    for (int i = 0; i < RESTORE_LETTERS; i++) {
+        message m;
+        memset(&m, 0, sizeof m);
+        m.m_type = 1;
+        m.m1_i1 = i;
+        int err = senda_waiting(to, &m, &full);
+        if (err != EDEADSRCDST)
+            EXPECT(err, 0);
+        sleep_ms(2);
+    }
+}
+
+/* Takes letters from `from` until the last one, in increasing order;
+ * returns how many came. */
+static int take_letters(atoll_pid_t from)
+{
+    int count = 0, last = -1;
+    while (last != RESTORE_LETTERS - 1) {
+        message m;
+        int status = 0;
+        EXPECT(ipc_receive(from, &m, &status), 0);
+        CHECK(IPC_STATUS_CALL(status) == SENDA && m.m_type == 1);
+        if (m.m1_i1 <= last) {
+            fprintf(stderr, "ipc: letter %d came after %d\n", m.m1_i1, last);
+            exit(1);
+        }
+        last = m.m1_i1;
+        count++;
+    }
+    return count;
+}
+
+static int child_sender(const char *parent)
+{
+    send_letters((atoll_pid_t)strtoll(parent, NULL, 10));
+    return 0;
+}
+
+static int child_receiver(void)
+{
+    take_letters(ANY);
+    return 0;
+}
+
+static void restored_sender(void)
+{
+    char me[24];
+    snprintf(me, sizeof me, "%lld", (long long)atoll_getpid());
+    spawn_peer("child-sender", me);
+    /* From ANY: receiving from the child by name would fail while it is
+     * a checkpoint file. */
+    EXPECT(take_letters(ANY), RESTORE_LETTERS);
+}
+
+static void restored_receiver(void)
+{
+    send_letters(spawn_peer("child-receiver", NULL));
 }
 
 static void senda(long n)
@@ -442,7 +517,7 @@ static void senda(long n)
         memset(&m, 0, sizeof m);
         m.m_type = 1;
         m.m1_i1 = (int32_t)i;
-        senda_waiting(r, &m, &full);
+        EXPECT(senda_waiting(r, &m, &full), 0);
     }
     /* The receiver answers once it has them all, in order; a notification
      * of room may come first. */
@@ -719,6 +794,8 @@ int main(int argc, char **argv)
     if (strcmp(what, "child-echo") == 0) return child_echo();
     if (strcmp(what, "child-notified") == 0) return child_notified();
     if (strcmp(what, "child-letters") == 0) return child_letters(arg);
+    if (strcmp(what, "child-sender") == 0) return child_sender(arg);
+    if (strcmp(what, "child-receiver") == 0) return child_receiver();
     if (strcmp(what, "child-cycle") == 0) return child_cycle(arg);
     if (strcmp(what, "child-sleepexit") == 0) return child_sleepexit(arg);
     if (strcmp(what, "child-noreply") == 0) return child_noreply();
@@ -731,6 +808,8 @@ int main(int argc, char **argv)
 
     if (strcmp(what, "pingpong") == 0) pingpong(strtol(arg, NULL, 10));
     else if (strcmp(what, "senda") == 0) senda(strtol(arg, NULL, 10));
+    else if (strcmp(what, "restored-sender") == 0) restored_sender();
+    else if (strcmp(what, "restored-receiver") == 0) restored_receiver();
     else if (strcmp(what, "notify") == 0) notify();
     else if (strcmp(what, "locked") == 0) locked();
     else if (strcmp(what, "dead") == 0) dead();

@@ -247,3 +247,38 @@ fn asynchronous_letters_keep_their_order_while_both_ends_migrate() {
     // (child-letters checks their numbers).
     passes_while_both_migrate("senda", "300000");
 }
+
+/// Runs `ipc SCENARIO same` on kernel 0, checkpoints its child for good
+/// once letters flow, and restores the child on kernel 1: both must end
+/// well (the scenarios check the letters' order).
+fn passes_with_its_child_checkpointed_and_restored(scenario: &str) {
+    let node = node(2);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("child.img");
+    let mut spec = job("ipc", &[scenario, "same"]);
+    spec.kernel = Some(KernelId::new(0, 0));
+    let (main, out, done) = start(&node, &spec);
+    let child = wait_until(&node, "the child", |p| p.pid != main && p.name == "ipc").pid;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    node.checkpoint(child, &file, false).unwrap();
+    let (restored, status, rest) = restore_and_run(&node, &file, 1);
+    assert_eq!(restored, child);
+    assert_eq!(status, 0, "{}{}", rest.stdout(), rest.stderr());
+    assert_eq!(done.recv_timeout(HANG).unwrap(), 0, "{}", out.stderr());
+    assert_eq!(out.stdout(), format!("ok {scenario}\n"));
+}
+
+#[test]
+fn a_sender_restored_from_a_checkpoint_goes_on_in_order() {
+    // Its numbering restarts at 0, which the receiver takes as a new start
+    // (for a checkpoint whose process went on sending after it, that is
+    // what keeps its letters from being taken for ones already had).
+    passes_with_its_child_checkpointed_and_restored("restored-sender");
+}
+
+#[test]
+fn a_receiver_restored_from_a_checkpoint_picks_up_its_senders_numbering() {
+    // Its sender went on numbering (its letters to the checkpoint file were
+    // refused): the restored receiver must not wait for those.
+    passes_with_its_child_checkpointed_and_restored("restored-receiver");
+}
