@@ -22,7 +22,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// 4: the DQDT's messages; UAreas say whether a process is pinned.
 /// 5: stdin and the console's drain cross nodes; UAreas count the backlog.
 /// 6: bulk bytes travel as the frame's tail, after the message.
-pub const VERSION: u16 = 6;
+/// 7: asynchronous letters (`senda`) and their confirmations; UAreas number
+///    them per pair.
+pub const VERSION: u16 = 7;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;
