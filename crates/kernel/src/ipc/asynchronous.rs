@@ -33,7 +33,7 @@
 use std::collections::BTreeMap;
 
 use atoll_abi::{Errno, Pid};
-use atoll_ipc::{AsyncIn, CallKind, DomainId, Message, WaitingSender, ASYNC_WINDOW};
+use atoll_ipc::{AsyncIn, CallKind, WaitingSender, ASYNC_WINDOW};
 use atoll_process::{IpcCaller, IpcOutcome};
 
 use super::{read_message, IpcMsg, Letter};
@@ -43,6 +43,12 @@ use crate::msg::NocMsg;
 impl Kernel {
     /// `senda` of the message at `addr` to `to`, by the running process.
     pub(super) fn send_async(&mut self, me: &mut IpcCaller<'_>, to: Pid, addr: u32) -> IpcOutcome {
+        let here = self.procs.contains_key(&to);
+        if here && self.domain_of(to) != me.ipc.domain {
+            // Refused here and now: the letter never leaves.
+            self.ipc.denied += 1;
+            return IpcOutcome::Done(Err(Errno::CallDenied));
+        }
         let out = me.ipc.async_out.entry(to).or_default();
         if let Some(e) = out.error.take() {
             return IpcOutcome::Done(Err(e));
@@ -57,48 +63,30 @@ impl Kernel {
         let mut msg = read_message(me.memory, addr);
         msg.set_source(me.pid);
         me.ipc.stats.sent += 1;
-        let domain = me.ipc.domain;
-        if self.procs.contains_key(&to) {
-            if self.domain_of(to) != domain {
-                // Refused here and now: the letter never left.
-                let out = me.ipc.async_out.get_mut(&to).expect("made above");
-                out.next -= 1;
-                out.in_flight -= 1;
-                me.ipc.stats.sent -= 1;
-                self.ipc.denied += 1;
-                return IpcOutcome::Done(Err(Errno::CallDenied));
-            }
+        let letter = Letter {
+            from: me.pid,
+            domain: me.ipc.domain,
+            kind: CallKind::SendA,
+            seq,
+            reply: false,
+            msg,
+        };
+        if here {
             self.ipc.local += 1;
-            self.letter_arrived(to, me.pid, domain, seq, msg);
+            self.letter_arrived(to, letter);
         } else {
-            self.post(
-                to,
-                Letter {
-                    from: me.pid,
-                    domain,
-                    kind: CallKind::SendA,
-                    seq,
-                    reply: false,
-                    msg,
-                },
-            );
+            self.post(to, letter);
         }
         IpcOutcome::Done(Ok(()))
     }
 
-    /// Letter `seq` of `from` for `to`, which runs here: accepted if it is
-    /// the next one (with those held behind it), else held until it is.
-    pub(super) fn letter_arrived(
-        &mut self,
-        to: Pid,
-        from: Pid,
-        domain: Option<DomainId>,
-        seq: u64,
-        msg: Message,
-    ) {
+    /// A letter for `to`, which runs here: accepted if it is the next one
+    /// of its sender (with those held behind it), else held until it is.
+    pub(super) fn letter_arrived(&mut self, to: Pid, letter: Letter) {
         let Some(s) = self.ipc_state(to) else {
             return;
         };
+        let (from, seq) = (letter.from, letter.seq);
         let resync = s.async_resync;
         let early = s.async_in.entry(from).or_insert_with(|| AsyncIn {
             next: if resync { seq } else { 0 },
@@ -110,12 +98,12 @@ impl Kernel {
             *early = AsyncIn::default();
         }
         if seq != early.next {
-            if seq < early.next || !early.hold(seq, msg) {
+            if seq < early.next || !early.hold(seq, letter.msg) {
                 tracing::warn!(kernel = %self.id, %to, %from, seq, "a letter came twice");
             }
             return;
         }
-        let mut next = Some(msg);
+        let mut next = Some(letter.msg);
         while let Some(msg) = next {
             let seq = {
                 let s = self.ipc_state(to).expect("runs here");
@@ -123,7 +111,7 @@ impl Kernel {
                 early.next += 1;
                 early.next - 1
             };
-            self.accept_letter(to, from, domain, seq, msg);
+            self.accept_letter(to, Letter { seq, msg, ..letter });
             next = self
                 .ipc_state(to)
                 .and_then(|s| s.async_in.get_mut(&from))
@@ -133,14 +121,14 @@ impl Kernel {
 
     /// A letter whose turn it is: handed to `to` if it waits for it, else
     /// queued behind its senders. A letter across domains is refused.
-    fn accept_letter(
-        &mut self,
-        to: Pid,
-        from: Pid,
-        domain: Option<DomainId>,
-        seq: u64,
-        msg: Message,
-    ) {
+    fn accept_letter(&mut self, to: Pid, letter: Letter) {
+        let Letter {
+            from,
+            domain,
+            seq,
+            msg,
+            ..
+        } = letter;
         if domain.is_none() || self.domain_of(to) != domain {
             self.ipc.denied += 1;
             return self.letters_taken(from, to, 1, Err(Errno::CallDenied));

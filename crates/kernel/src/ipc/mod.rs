@@ -100,8 +100,8 @@ pub enum IpcMsg {
 }
 
 /// A message on its way from a sender on one kernel to a receiver on
-/// another.
-#[derive(Debug, Serialize, Deserialize)]
+/// another (or, sent with `senda`, to one anywhere).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Letter {
     pub from: Pid,
     /// The sender's domain, which the receiver's kernel checks.

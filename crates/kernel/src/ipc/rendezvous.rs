@@ -80,6 +80,9 @@ impl Kernel {
 
     /// A message from another kernel for `to`, which runs here.
     pub(super) fn deliver_remote(&mut self, to: Pid, letter: Letter) {
+        if letter.kind == CallKind::SendA {
+            return self.letter_arrived(to, letter);
+        }
         let Letter {
             from,
             domain,
@@ -88,9 +91,6 @@ impl Kernel {
             reply,
             msg,
         } = letter;
-        if kind == CallKind::SendA {
-            return self.letter_arrived(to, from, domain, seq, msg);
-        }
         if domain.is_none() || self.domain_of(to) != domain {
             self.ipc.denied += 1;
             return self.answer(from, seq, Err(Errno::CallDenied));
