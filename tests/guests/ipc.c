@@ -124,26 +124,41 @@ static int child_echo(void)
     }
 }
 
-/* Takes N letters (argument) in order, slowly at first so that the sender
- * fills its window, then answers with a send of type 3. */
-static int child_letters(const char *count)
+/* Takes letters (status SENDA, type 1) until the one numbered n - 1, in
+ * increasing order and all from one sender, stored in *sender; returns how
+ * many came. From ANY: a receive from the sender by name would fail while
+ * the sender is a checkpoint file. */
+static int take_letters(int n, atoll_pid_t *sender)
 {
-    long n = strtol(count, NULL, 10);
-    sleep_ms(100);
-    message m;
-    atoll_pid_t sender = 0;
-    for (long i = 0; i < n; i++) {
+    int count = 0, last = -1;
+    *sender = 0;
+    while (last != n - 1) {
+        message m;
         int status = 0;
         EXPECT(ipc_receive(ANY, &m, &status), 0);
-        CHECK(IPC_STATUS_CALL(status) == SENDA);
-        CHECK(m.m_type == 1);
-        if (m.m1_i1 != (int32_t)i) {
-            fprintf(stderr, "ipc: letter %d came as number %ld\n", m.m1_i1, i);
+        CHECK(IPC_STATUS_CALL(status) == SENDA && m.m_type == 1);
+        if (m.m1_i1 <= last) {
+            fprintf(stderr, "ipc: letter %d came after %d\n", m.m1_i1, last);
             exit(1);
         }
-        CHECK(sender == 0 || m.m_source == sender);
-        sender = m.m_source;
+        CHECK(*sender == 0 || m.m_source == *sender);
+        *sender = m.m_source;
+        last = m.m1_i1;
+        count++;
     }
+    return count;
+}
+
+/* Takes N letters (argument), every one in order, slowly at first so that
+ * the sender fills its window, then answers with a send of type 3. */
+static int child_letters(const char *count)
+{
+    int n = (int)strtol(count, NULL, 10);
+    sleep_ms(100);
+    atoll_pid_t sender;
+    EXPECT(take_letters(n, &sender), n);
+    message m;
+    memset(&m, 0, sizeof m);
     m.m_type = 3;
     EXPECT(ipc_send(sender, &m), 0);
     return 0;
@@ -455,26 +470,6 @@ static void send_letters(atoll_pid_t to)
     }
 }
 
-/* Takes letters from `from` until the last one, in increasing order;
- * returns how many came. */
-static int take_letters(atoll_pid_t from)
-{
-    int count = 0, last = -1;
-    while (last != RESTORE_LETTERS - 1) {
-        message m;
-        int status = 0;
-        EXPECT(ipc_receive(from, &m, &status), 0);
-        CHECK(IPC_STATUS_CALL(status) == SENDA && m.m_type == 1);
-        if (m.m1_i1 <= last) {
-            fprintf(stderr, "ipc: letter %d came after %d\n", m.m1_i1, last);
-            exit(1);
-        }
-        last = m.m1_i1;
-        count++;
-    }
-    return count;
-}
-
 static int child_sender(const char *parent)
 {
     send_letters((atoll_pid_t)strtoll(parent, NULL, 10));
@@ -483,7 +478,8 @@ static int child_sender(const char *parent)
 
 static int child_receiver(void)
 {
-    take_letters(ANY);
+    atoll_pid_t sender;
+    take_letters(RESTORE_LETTERS, &sender);
     return 0;
 }
 
@@ -492,9 +488,8 @@ static void restored_sender(void)
     char me[24];
     snprintf(me, sizeof me, "%lld", (long long)atoll_getpid());
     spawn_peer("child-sender", me);
-    /* From ANY: receiving from the child by name would fail while it is
-     * a checkpoint file. */
-    EXPECT(take_letters(ANY), RESTORE_LETTERS);
+    atoll_pid_t sender;
+    EXPECT(take_letters(RESTORE_LETTERS, &sender), RESTORE_LETTERS);
 }
 
 static void restored_receiver(void)

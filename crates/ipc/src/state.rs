@@ -272,10 +272,14 @@ impl AsyncIn {
         }
     }
 
-    /// The held letter whose turn it is now, if it came.
-    pub fn take_next(&mut self) -> Option<Message> {
+    /// The held letter whose turn it is now, if it came, with its number;
+    /// the turn passes to the one after it.
+    pub fn take_next(&mut self) -> Option<(u64, Message)> {
         match self.early.first() {
-            Some(&(seq, _)) if seq == self.next => Some(self.early.remove(0).1),
+            Some(&(seq, _)) if seq == self.next => {
+                self.next += 1;
+                Some(self.early.remove(0))
+            }
             _ => None,
         }
     }
@@ -328,11 +332,12 @@ mod tests {
         assert!(!a.hold(3, letter(3)), "a duplicate is not held twice");
         assert_eq!(a.take_next(), None, "letter 0 has not come");
         a.next = 1;
-        assert_eq!(a.take_next(), Some(letter(1)));
-        a.next = 2;
+        assert_eq!(a.take_next(), Some((1, letter(1))));
+        assert_eq!(a.next, 2, "the turn passes on");
         assert_eq!(a.take_next(), None, "letter 2 has not come");
         a.next = 3;
-        assert_eq!(a.take_next(), Some(letter(3)));
+        assert_eq!(a.take_next(), Some((3, letter(3))));
+        assert_eq!(a.next, 4);
         assert!(a.early.is_empty());
     }
 

@@ -103,19 +103,16 @@ impl Kernel {
             }
             return;
         }
-        let mut next = Some(letter.msg);
-        while let Some(msg) = next {
-            let seq = {
-                let s = self.ipc_state(to).expect("runs here");
-                let early = s.async_in.get_mut(&from).expect("made above");
-                early.next += 1;
-                early.next - 1
-            };
-            self.accept_letter(to, Letter { seq, msg, ..letter });
-            next = self
+        early.next += 1;
+        let mut letter = letter;
+        loop {
+            self.accept_letter(to, letter);
+            let held = self
                 .ipc_state(to)
                 .and_then(|s| s.async_in.get_mut(&from))
-                .and_then(|early| early.take_next());
+                .and_then(AsyncIn::take_next);
+            let Some((seq, msg)) = held else { return };
+            letter = Letter { seq, msg, ..letter };
         }
     }
 
