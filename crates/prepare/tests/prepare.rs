@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use atoll_prepare::conventions::*;
 use atoll_prepare::{content_hash, is_prepared, prepare, prepared_source, Options, PrepareError};
-use proptest::prelude::*;
 use wasmtime::{Engine, ExternType, Module, Mutability};
 
 use common::{options, prepare_wat, LOOPY_WAT};
@@ -255,28 +254,6 @@ fn nameless_command_prepares() {
     let wasm = wat::parse_str(NAMELESS_WAT).unwrap();
     let prepared = prepare(&wasm, &options()).unwrap();
     Module::validate(&Engine::default(), &prepared).unwrap();
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
-
-    /// Cutting a module short or flipping a byte never panics; a cut module
-    /// is never accepted (every strict prefix of a module that ends with its
-    /// code section is invalid or, at 8 bytes, an empty module).
-    #[test]
-    fn damaged_modules_never_panic(cut in 0usize..1000, flip in 0usize..1000, byte: u8) {
-        let valid = wat::parse_str(NAMELESS_WAT).unwrap();
-        let cut = cut % valid.len();
-        match prepare(&valid[..cut], &options()) {
-            Err(PrepareError::Malformed(_) | PrepareError::NotACommand(_)) => {}
-            other => prop_assert!(false, "prefix of {cut} bytes: {other:?}"),
-        }
-        let mut flipped = valid.clone();
-        let at = flip % valid.len();
-        flipped[at] ^= byte;
-        // Any outcome but a panic is fine: the flip may leave a valid module.
-        let _ = prepare(&flipped, &options());
-    }
 }
 
 /// A command wasm-smith made (the generated-module fuzzer, shrunk), with a

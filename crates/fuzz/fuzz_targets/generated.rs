@@ -1,0 +1,12 @@
+//! libFuzzer's driver for [`atoll_fuzz::Target::Generated`].
+#![no_main]
+
+use atoll_fuzz::{Outcome, Target};
+use libfuzzer_sys::Corpus;
+
+libfuzzer_sys::fuzz_target!(init: Target::Generated.plant_seeds(), |data: &[u8]| -> Corpus {
+    match Target::Generated.run(data) {
+        Outcome::Skipped => Corpus::Reject,
+        Outcome::Refused | Outcome::Accepted => Corpus::Keep,
+    }
+});

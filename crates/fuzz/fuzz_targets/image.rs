@@ -1,0 +1,12 @@
+//! libFuzzer's driver for [`atoll_fuzz::Target::Image`].
+#![no_main]
+
+use atoll_fuzz::{Outcome, Target};
+use libfuzzer_sys::Corpus;
+
+libfuzzer_sys::fuzz_target!(init: Target::Image.plant_seeds(), |data: &[u8]| -> Corpus {
+    match Target::Image.run(data) {
+        Outcome::Skipped => Corpus::Reject,
+        Outcome::Refused | Outcome::Accepted => Corpus::Keep,
+    }
+});
