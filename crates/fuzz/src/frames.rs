@@ -1,41 +1,45 @@
-//! Frames off a link between nodes (kernel messages) and off the daemon's
-//! socket (requests).
+//! Frames off a connection between nodes (what the links carry: kernel
+//! messages, hellos, pings) and off the daemon's socket (requests).
 
 use std::io::{self, Read};
 
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_kernel::{IpcMsg, NocMsg, Packet, ReplyTo};
 use atoll_noc::net::frame::{self, Frames};
+use atoll_noc::net::link::MAX_CONTROL;
+use atoll_noc::net::{Lane, Member, Wire};
 use atoll_node::daemon::{self, Request};
 use atoll_node::JobSpec;
 
 use crate::Outcome;
 
-/// The largest frame a link takes here (a control link's order of size).
-const MAX: u32 = 1 << 20;
+/// What a node's links carry.
+type NodeWire = Wire<Packet>;
 
 pub fn run(data: &[u8]) -> Outcome {
     let link = link(data);
-    let read = whole_frame(data, |r| frame::read::<Packet>(r, MAX).is_ok());
+    let read = whole_frame(data, |r| frame::read::<NodeWire>(r, MAX_CONTROL).is_ok());
     assert_eq!(
         link, read,
         "a link and a blocking read disagree on the first frame"
     );
+    // A connection's first frame, read before the link knows the peer.
+    let hello = whole_frame(data, |r| frame::read::<Wire<()>>(r, MAX_CONTROL).is_ok());
     let request = whole_frame(data, |r| {
         matches!(daemon::read_frame::<Request>(r), Ok(Some(_)))
     });
-    if read || request {
+    if read || hello || request {
         Outcome::Accepted
     } else {
         Outcome::Refused
     }
 }
 
-/// A link's way: the bytes arrive in two parts, and frames are cut from
-/// them as they come, until one does not decode. Says whether the first
-/// frame was taken.
+/// A control lane's way: the bytes arrive in two parts, and frames are cut
+/// from them as they come, until one does not decode. Says whether the
+/// first frame was taken.
 fn link(data: &[u8]) -> bool {
-    let mut frames = Frames::new(MAX);
+    let mut frames = Frames::new(MAX_CONTROL);
     let (first, second) = data.split_at(data.len() / 2);
     let mut taken = 0;
     for part in [first, second] {
@@ -43,7 +47,7 @@ fn link(data: &[u8]) -> bool {
             .fill(&mut Arrival(part))
             .expect("memory reads do not fail"));
         loop {
-            match frames.take::<Packet>() {
+            match frames.take::<NodeWire>() {
                 Ok(Some(_)) => taken += 1,
                 Ok(None) => break,
                 Err(_) => return taken > 0,
@@ -81,12 +85,22 @@ impl Read for Arrival<'_> {
     }
 }
 
-/// Kernel messages as a link frames them (one with a tail, two in a row),
-/// and requests as the daemon's clients send them.
+/// What links carry (kernel messages, one with bulk bytes as its tail, two
+/// frames in a row, the handshake and the rest of the link's own), and
+/// requests as the daemon's clients send them.
 pub fn seeds() -> Vec<Vec<u8>> {
     let pid = Pid::new(KernelId::new(0, 1), 5, 0);
     let peer = Pid::new(KernelId::new(1, 0), 2, 7);
-    let packets = [
+    let kernel = |msg| {
+        let wire = NodeWire::Kernel {
+            from: peer.home,
+            to: pid.home,
+            msg: Packet::new(msg),
+            bulk: false,
+        };
+        frame::encode(&wire).expect("messages encode")
+    };
+    let kernels = [
         NocMsg::Input {
             pid,
             bytes: b"input".to_vec(),
@@ -114,19 +128,48 @@ pub fn seeds() -> Vec<Vec<u8>> {
             result: Err(Errno::Again),
         }),
     ]
-    .map(|msg| frame::encode(&Packet::new(msg)).expect("messages encode"));
-    let mut seeds = packets.to_vec();
-    let mut with_tail = frame::encode_head(
-        &Packet::new(NocMsg::Ipc(IpcMsg::Watch {
+    .map(kernel);
+    let mut seeds = kernels.to_vec();
+    seeds.push([kernels[0].clone(), kernels[3].clone()].concat());
+    let tail = b"\0\x01tail";
+    let bulk = NodeWire::Kernel {
+        from: peer.home,
+        to: pid.home,
+        msg: Packet::new(NocMsg::Ipc(IpcMsg::Watch {
             to: pid,
             watcher: peer,
         })),
-        6,
-    )
-    .expect("messages encode");
-    with_tail.extend_from_slice(b"\0\x01tail");
-    seeds.push(with_tail);
-    seeds.push([packets[0].clone(), packets[3].clone()].concat());
+        bulk: true,
+    };
+    let mut bulk = frame::encode_head(&bulk, tail.len()).expect("messages encode");
+    bulk.extend_from_slice(tail);
+    seeds.push(bulk);
+    let member = Member {
+        name: "n1".into(),
+        node: 1,
+        incarnation: 0x5eed,
+        kernels: 2,
+        addr: "127.0.0.1:7001".parse().expect("an address"),
+    };
+    let own = [
+        NodeWire::Hello {
+            member: member.clone(),
+            lane: Lane::Control,
+            assign: true,
+        },
+        NodeWire::Welcome {
+            member: member.clone(),
+            node: 2,
+            members: vec![member.clone()],
+        },
+        NodeWire::Refused("not a member".into()),
+        NodeWire::Ping,
+        NodeWire::Joined(member),
+    ];
+    seeds.extend(
+        own.iter()
+            .map(|w| frame::encode(w).expect("messages encode")),
+    );
     let job = JobSpec {
         program: "/bin/prog.wasm".into(),
         args: vec!["prog".into(), "-x".into()],

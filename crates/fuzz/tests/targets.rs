@@ -91,7 +91,7 @@ fn damaged_frames_are_refused_cleanly() {
 
 #[test]
 fn damaged_modules_are_refused_or_prepare_into_ones_that_run() {
-    drive(Target::Module, cases(64));
+    drive(Target::Module, cases(128));
 }
 
 #[test]

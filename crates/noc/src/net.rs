@@ -25,4 +25,4 @@ pub mod identity;
 pub mod link;
 pub mod tls;
 
-pub use link::{Lane, LinkConfig, LinkError, Links, Member};
+pub use link::{Lane, LinkConfig, LinkError, Links, Member, Wire};

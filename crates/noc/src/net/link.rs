@@ -121,9 +121,10 @@ impl fmt::Display for Member {
     }
 }
 
-/// What travels on a connection.
+/// What travels on a connection, one per frame: `M` is what kernels say
+/// to each other (the node's `Packet`).
 #[derive(Debug, Serialize, Deserialize)]
-enum Wire<M> {
+pub enum Wire<M> {
     /// The dialler's first frame. `assign`: it has no node id yet.
     Hello {
         member: Member,
