@@ -13,7 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// A domain's number, carried in every process's UArea: the node that made
-/// it (high 16 bits) and its number there.
+/// it (16 bits) above its number there (40 bits).
 #[derive(
     Clone,
     Copy,
@@ -27,7 +27,12 @@ use serde::{Deserialize, Serialize};
     Deserialize,
     schemars::JsonSchema,
 )]
-pub struct DomainId(pub u32);
+pub struct DomainId(pub u64);
+
+/// Bits of a domain id that number the domains one node made; the node's
+/// id is above them. 40 bits never wrap (a domain a microsecond would take
+/// twelve days), and ids stay within a guest's `i64` (`atoll_domain`).
+const SEQ_BITS: u32 = 40;
 
 impl DomainId {
     /// The domain of jobs started without `--domain`.
@@ -35,7 +40,7 @@ impl DomainId {
 
     /// The node that made it.
     pub fn node(self) -> u16 {
-        (self.0 >> 16) as u16
+        (self.0 >> SEQ_BITS) as u16
     }
 }
 
@@ -66,6 +71,10 @@ pub enum DomainError {
     Default,
     #[error("a domain name is 1 to 64 characters of [A-Za-z0-9_.-]: `{0}`")]
     BadName(String),
+    /// An id is never given twice, even after its domain ended: the node
+    /// has given all of its own.
+    #[error("this node has made all the domains it can number")]
+    Exhausted,
 }
 
 /// A change to the domains, which a node tells the others.
@@ -84,7 +93,9 @@ pub enum DomainOp {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DomainTable {
     by_name: BTreeMap<String, DomainInfo>,
-    next: u32,
+    /// The number of the next domain this node makes: never reused, so that
+    /// a process or message of an ended domain never passes for another.
+    next: u64,
 }
 
 impl Default for DomainTable {
@@ -123,8 +134,11 @@ impl DomainTable {
         if self.by_name.contains_key(name) {
             return Err(DomainError::Exists(name.to_string()));
         }
+        if self.next >> SEQ_BITS != 0 {
+            return Err(DomainError::Exhausted);
+        }
         let info = DomainInfo {
-            id: DomainId(u32::from(node) << 16 | (self.next & 0xFFFF)),
+            id: DomainId(u64::from(node) << SEQ_BITS | self.next),
             name: name.to_string(),
             max_processes,
         };
@@ -241,5 +255,22 @@ mod tests {
         assert!(a.remove(&info("lab", on_a)));
         assert_eq!(a.lookup("lab"), None);
         assert!(!a.remove(&info("default", DomainId::DEFAULT)));
+    }
+
+    /// Found by the system-call fuzzer: ids had 16 bits of sequence, so a
+    /// node's 65,536th domain was given the default domain's id, and the
+    /// ones after it the ids of domains that might still run.
+    #[test]
+    fn ids_are_never_reused_however_many_domains_a_node_makes() {
+        let mut t = DomainTable::default();
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..70_000 {
+            let name = format!("d{i}");
+            let id = t.create(&name, 3, None).unwrap().id;
+            assert!(id != DomainId::DEFAULT && id.node() == 3 && seen.insert(id));
+            t.end(&name).unwrap();
+        }
+        t.next = 1 << SEQ_BITS;
+        assert_eq!(t.create("last", 3, None), Err(DomainError::Exhausted));
     }
 }

@@ -38,7 +38,8 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 ///    it counts in; calls wait for stdin and for the console.
 /// 9: its IPC state numbers the asynchronous letters (`senda`) it sent and
 ///    received, per peer.
-const VERSION: u16 = 9;
+/// 10: domain ids are 64-bit (the node's id above 40 bits of sequence).
+const VERSION: u16 = 10;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

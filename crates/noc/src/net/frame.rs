@@ -24,7 +24,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// 6: bulk bytes travel as the frame's tail, after the message.
 /// 7: asynchronous letters (`senda`) and their confirmations; UAreas number
 ///    them per pair.
-pub const VERSION: u16 = 7;
+/// 8: domain ids are 64-bit (the node's id above 40 bits of sequence).
+pub const VERSION: u16 = 8;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;

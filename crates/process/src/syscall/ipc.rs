@@ -87,7 +87,8 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         kernel_call(&mut c, |_, _| Ok(KernelCall::Bind { domain: None }))
     })?;
     linker.func_wrap(M, "domain", |c: Caller<'_, ProcCtx>| {
-        c.data().uarea.ipc.domain.map_or(-1, |d| i64::from(d.0))
+        let id = c.data().uarea.ipc.domain.map(|d| i64::try_from(d.0));
+        id.map_or(-1, |d| d.expect("domain ids have 56 bits"))
     })?;
     Ok(())
 }
