@@ -319,7 +319,7 @@ pub enum ImageError {
     )]
     Version(u16),
     #[error("process image is truncated: {have} bytes, {need} expected")]
-    Truncated { have: usize, need: usize },
+    Truncated { have: usize, need: u64 },
     #[error("process image is corrupted (checksum mismatch)")]
     Checksum,
     #[error("process image payload is malformed: {0}")]
@@ -436,7 +436,7 @@ impl ProcessImage {
             return Err(if bytes.starts_with(&MAGIC[..bytes.len().min(8)]) {
                 ImageError::Truncated {
                     have: bytes.len(),
-                    need: HEADER,
+                    need: HEADER as u64,
                 }
             } else {
                 ImageError::BadMagic
@@ -449,16 +449,16 @@ impl ProcessImage {
         if version != VERSION {
             return Err(ImageError::Version(version));
         }
-        let len = u64::from_le_bytes(bytes[10..18].try_into().expect("8 bytes")) as usize;
+        // The length is a claim: any u64 (found by the image fuzz target).
+        let len = u64::from_le_bytes(bytes[10..18].try_into().expect("8 bytes"));
         let crc = u32::from_le_bytes(bytes[18..22].try_into().expect("4 bytes"));
-        let payload = &bytes[HEADER..];
-        if payload.len() < len {
-            return Err(ImageError::Truncated {
+        let payload = usize::try_from(len)
+            .ok()
+            .and_then(|len| bytes[HEADER..].get(..len))
+            .ok_or(ImageError::Truncated {
                 have: bytes.len(),
-                need: HEADER + len,
-            });
-        }
-        let payload = &payload[..len];
+                need: (HEADER as u64).saturating_add(len),
+            })?;
         if crc32fast::hash(payload) != crc {
             return Err(ImageError::Checksum);
         }
@@ -630,6 +630,12 @@ mod tests {
         assert!(matches!(
             ProcessImage::decode(&flipped),
             Err(ImageError::Checksum)
+        ));
+        let mut endless = bytes.clone();
+        endless[10..18].fill(0xff);
+        assert!(matches!(
+            ProcessImage::decode(&endless),
+            Err(ImageError::Truncated { need: u64::MAX, .. })
         ));
         let mut v1 = bytes.clone();
         v1[8] = 1;
