@@ -31,19 +31,24 @@ ATOLL_IMPORT("futex_wake") int32_t __atoll_futex_wake(volatile int *addr, int32_
 
 struct __pthread;
 
-/* A thread. `stack_top` must stay first: atoll_thread_entry (entry.s)
- * loads the C stack pointer from offset 0 before any C code runs. */
+/* A thread: what pthread_t points to, from pthread_create until the
+ * thread is joined (or, detached, has ended). `stack_top` and `stack`
+ * must stay first: atoll_thread_entry (entry.s) reads and writes them
+ * before any C code runs on the new thread. */
 struct __pthread {
+    /* Where its C stack starts, for a stack of its own (a size other than
+     * the default); 0 for a default stack, taken as the thread starts. */
     uintptr_t stack_top;
+    /* The default stack it took (entry.s), given back as it ends. */
+    void *stack;
     /* The thread's number while it runs; set to 0 by the host when it
-     * has ended (and its stack is free): joiners wait on it. */
+     * has ended (and left its stack): joiners wait on it. */
     volatile int tid;
     void *(*start)(void *);
     void *arg;
     void *result;
-    /* Its block: the stack, then this record. */
+    /* Its own stack (NULL: a default one), freed with this record. */
     void *block;
-    size_t block_size;
     int detached;
     /* An ended detached thread, waiting to be freed by another. */
     struct __pthread *next_dead;
@@ -51,6 +56,15 @@ struct __pthread {
      * first pthread_setspecific on (most threads never have any). */
     const void **specific;
 };
+
+/* The default stacks not in use (thread.c): entry.s takes the last of
+ * `spare` as a thread starts. */
+struct stacks {
+    char **spare;
+    uint32_t count;
+    uint32_t size;
+};
+extern struct stacks __atoll_stacks;
 
 /* The running thread's record (NULL: the first thread), and the words
  * each thread has its own copy of; see thread.c. */

@@ -1,13 +1,26 @@
 /* Threads: create, join, detach, exit, self, once, keys, attributes.
  *
- * A thread's stack and record are one block, given back by whoever joins
- * it, or (detached) by the next pthread_create or pthread_join once the
- * host has said the thread ended (its `tid` word is 0): a thread cannot
- * free the stack it runs on. */
+ * A thread is a record, pthread_t, kept until the thread is joined (or,
+ * detached, has ended), and a stack, used only while the thread runs. A
+ * stack of the default size is taken as the thread starts (entry.s) and
+ * given back as it ends, so threads that run one after another share one
+ * stack: a new page costs a page fault, 1.4 us on the VM this was measured
+ * on, twice the rest of a thread's creation and join. A stack of another
+ * size is the thread's own, freed with its record by whoever joins it, or
+ * (detached) by the next pthread_create or pthread_join once the host has
+ * said the thread ended (its `tid` word is 0): a thread cannot free the
+ * stack it runs on. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "impl.h"
+
+_Static_assert(offsetof(struct __pthread, stack_top) == 0, "entry.s reads stack_top at 0");
+_Static_assert(offsetof(struct __pthread, stack) == 4, "entry.s writes stack at 4");
+_Static_assert(offsetof(struct stacks, spare) == 0 && offsetof(struct stacks, count) == 4 &&
+                   offsetof(struct stacks, size) == 8,
+               "entry.s reads struct stacks");
 
 struct __pthread *__atoll_self;
 
@@ -41,43 +54,47 @@ void __atoll_threads_init(void) {
     __atoll_thread_locals(words, 2);
 }
 
-/* Blocks of the default size are made BATCH at a time and kept, when their
- * thread ends, for the next one (as glibc keeps stacks): a memory.grow
- * (an mprotect of the host's) cost 2.7 us on the VM this was measured on,
- * more than the rest of a thread's creation, and a block of its own for
- * each new thread meant a grow for each. They are not given back to
- * malloc. */
-#define BATCH 8
-#define HEAD ((sizeof(struct __pthread) + 15) & ~(size_t)15)
-#define DEFAULT_BLOCK ((DEFAULT_STACK + HEAD + 15) & ~(size_t)15)
+/* Default stacks not in use, by address (entry.s takes the last one; the
+ * list lives apart from the stacks, so making a stack touches none of its
+ * pages). Those not promised to a created thread that has yet to start
+ * are `available`: the list always holds one stack per such thread, so
+ * entry.s never finds it empty. Stacks are made several at a time (8,
+ * then as many as there are, up to 64 at once): each malloc that grows
+ * the memory costs a memory.grow and the page faults of malloc's own
+ * headers, and a stack's pages cost nothing until it is used. They are
+ * never given back to malloc, as glibc keeps stacks. */
+struct stacks __atoll_stacks = {.size = DEFAULT_STACK};
+static unsigned available, made;
 
-/* Free default blocks, each linked to the next through its first word. */
-static void *spare;
+#define MOST_AT_ONCE 64
 
-static char *take_block(size_t size) {
-    if (size != DEFAULT_BLOCK)
-        return malloc(size);
-    if (!spare) {
-        char *batch = malloc(BATCH * DEFAULT_BLOCK);
+/* Promises a default stack to a thread about to be created. */
+static int promise_stack(void) {
+    if (!available) {
+        unsigned n = made < 8 ? 8 : made < MOST_AT_ONCE ? made : MOST_AT_ONCE;
+        char **list = realloc(__atoll_stacks.spare, (made + n) * sizeof *list);
+        if (!list)
+            return EAGAIN;
+        __atoll_stacks.spare = list;
+        char *batch = malloc(n * DEFAULT_STACK);
+        if (!batch && (batch = malloc(DEFAULT_STACK)))
+            n = 1;
         if (!batch)
-            return malloc(size);
-        for (int i = BATCH - 1; i >= 0; i--) {
-            *(void **)(batch + i * DEFAULT_BLOCK) = spare;
-            spare = batch + i * DEFAULT_BLOCK;
-        }
+            return EAGAIN;
+        made += n;
+        available += n;
+        /* Lowest first out. */
+        for (unsigned i = n; i-- > 0;)
+            list[__atoll_stacks.count++] = batch + i * DEFAULT_STACK;
     }
-    char *block = spare;
-    spare = *(void **)block;
-    return block;
+    available--;
+    return 0;
 }
 
-static void give_block(char *block, size_t size) {
-    if (size != DEFAULT_BLOCK) {
-        free(block);
-        return;
-    }
-    *(void **)block = spare;
-    spare = block;
+/* Frees an ended thread's record (and its own stack, if it had one). */
+static void free_record(struct __pthread *t) {
+    free(t->block);
+    free(t);
 }
 
 static void free_dead(void) {
@@ -86,7 +103,7 @@ static void free_dead(void) {
         struct __pthread *t = *p;
         if (t->tid == 0) {
             *p = t->next_dead;
-            give_block(t->block, t->block_size);
+            free_record(t);
         } else {
             p = &t->next_dead;
         }
@@ -103,27 +120,31 @@ int pthread_create(pthread_t *restrict out, const pthread_attr_t *restrict attr,
         stack = attr->__u.__s[0] ? attr->__u.__s[0] : DEFAULT_STACK;
         detached = attr->__u.__i[1];
     }
-    /* One block: the stack, then the record at its top, where the stack's
-     * first frames are. A new thread so touches one new page, not two (a
-     * page fault is most of what a thread costs in a new process). */
-    size_t size = (stack + HEAD + 15) & ~(size_t)15;
-    char *block = take_block(size);
-    if (!block)
+    struct __pthread *t = calloc(1, sizeof *t);
+    if (!t)
         return EAGAIN;
-    /* The C stack grows down from the record, 16-byte aligned. */
-    uintptr_t top = ((uintptr_t)block + stack) & ~(uintptr_t)15;
-    struct __pthread *t = (struct __pthread *)top;
-    memset(t, 0, sizeof *t);
-    t->block = block;
-    t->block_size = size;
-    t->stack_top = top;
+    if (stack == DEFAULT_STACK) {
+        if (promise_stack() != 0) {
+            free(t);
+            return EAGAIN;
+        }
+    } else {
+        if (!(t->block = malloc(stack))) {
+            free(t);
+            return EAGAIN;
+        }
+        /* The C stack grows down from its end, 16-byte aligned. */
+        t->stack_top = ((uintptr_t)t->block + stack) & ~(uintptr_t)15;
+    }
     t->start = start;
     t->arg = arg;
     t->detached = detached;
     t->tid = -1;
     int tid = __atoll_thread_spawn(atoll_thread_entry, t);
     if (tid < 0) {
-        give_block(block, size);
+        if (!t->block)
+            available++;
+        free_record(t);
         return -tid == ENOTSUP ? ENOSYS : -tid;
     }
     t->tid = tid;
@@ -177,6 +198,13 @@ _Noreturn void pthread_exit(void *result) {
         self->next_dead = dead;
         dead = self;
     }
+    /* The default stack goes back while the thread still runs on it: no
+     * other thread runs before the call below (there is no safepoint in
+     * between), and the thread never comes back from that call. */
+    if (self->stack) {
+        __atoll_stacks.spare[__atoll_stacks.count++] = self->stack;
+        available++;
+    }
     /* The host clears `tid` and wakes the joiners as the thread ends; the
      * first thread's record is static and nobody frees it. */
     __atoll_thread_exit(&self->tid);
@@ -192,7 +220,7 @@ int pthread_join(pthread_t t, void **result) {
     if (result)
         *result = t->result;
     if (t != &first)
-        give_block(t->block, t->block_size);
+        free_record(t);
     free_dead();
     return 0;
 }
@@ -203,7 +231,7 @@ int pthread_detach(pthread_t t) {
     if (t->tid == 0) {
         /* Ended already: nobody will join it. */
         if (t != &first)
-            give_block(t->block, t->block_size);
+            free_record(t);
         return 0;
     }
     t->detached = 1;

@@ -377,6 +377,65 @@ static void sleep_beside_the_kernel(void) {
 /* 12. fork copies the calling thread alone (POSIX): the child, which
  * forked from a thread other than the first, can make and join threads of
  * its own, while the parent's other thread still waits for the parent. */
+/* 12. Stacks: threads alive at once each have their own; a stack of the
+ * default size is used again by the next thread once its thread has
+ * ended, so creating and joining threads one after another does not grow
+ * the memory; a stack of another size is honoured. */
+enum { ALIVE = 100 };
+static pthread_barrier_t all_alive;
+static uintptr_t stack_of[ALIVE];
+
+static void *own_stack(void *arg) {
+    volatile char mine[2048];
+    for (unsigned i = 0; i < sizeof mine; i++)
+        mine[i] = (char)(long)arg;
+    stack_of[(long)arg] = (uintptr_t)mine;
+    pthread_barrier_wait(&all_alive);
+    for (unsigned i = 0; i < sizeof mine; i++)
+        if (mine[i] != (char)(long)arg)
+            return 0;
+    return (void *)1;
+}
+
+static void *deep(void *arg) {
+    volatile char big[192 * 1024];
+    big[0] = 1;
+    big[sizeof big - 1] = 2;
+    return (void *)(long)(big[0] + big[sizeof big - 1] + (long)arg);
+}
+
+static void stacks(void) {
+    pthread_t t[ALIVE];
+    pthread_barrier_init(&all_alive, 0, ALIVE);
+    for (long i = 0; i < ALIVE; i++)
+        pthread_create(&t[i], 0, own_stack, (void *)i);
+    int intact = 1, distinct = 1;
+    for (int i = 0; i < ALIVE; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        intact &= r != 0;
+        for (int j = 0; j < i; j++)
+            distinct &= stack_of[i] != stack_of[j];
+    }
+    check(intact && distinct, "threads alive at once have stacks of their own");
+
+    size_t before = __builtin_wasm_memory_size(0);
+    int ok = 1;
+    for (long i = 0; i < 20000 && ok; i++) {
+        void *r;
+        ok = pthread_create(&t[0], 0, nothing_but, (void *)i) == 0 && pthread_join(t[0], &r) == 0 &&
+             (long)r == i;
+    }
+    check(ok && __builtin_wasm_memory_size(0) == before, "ended threads' stacks are used again");
+
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    void *r = 0;
+    ok = pthread_create(&t[0], &a, deep, (void *)4L) == 0 && pthread_join(t[0], &r) == 0;
+    check(ok && (long)r == 7, "a stack of the size asked for");
+}
+
 static sem_t release;
 
 static void *waiting(void *arg) {
@@ -421,6 +480,7 @@ int main(void) {
     rwlocks();
     barriers();
     semaphores();
+    stacks();
     no_thread_holds_up_another();
     fork_with_threads();
     /* Last: it leaves a thread in the kernel for good, and the other
