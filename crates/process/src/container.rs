@@ -755,8 +755,7 @@ fn run_threads(store: &mut Store<ProcCtx>, exports: &Exports, mut stopped: Optio
         let ctx = store.data_mut();
         let threads = &mut ctx.uarea.threads;
         // Sleepers whose time came, while the others kept the process busy.
-        let now_ns = monotonic_ns();
-        if threads.maybe_due(now_ns) {
+        if let Some(now_ns) = threads.due(monotonic_ns) {
             threads.wake_due(now_ns);
         }
         if let Some((tid, call)) = threads.next_in_line() {

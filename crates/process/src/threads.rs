@@ -251,9 +251,13 @@ impl Threads {
         }
     }
 
-    /// Whether a waiting thread's deadline may have come by `now_ns`.
-    pub(crate) fn maybe_due(&self, now_ns: u64) -> bool {
-        self.earliest.is_some_and(|e| e <= now_ns)
+    /// The time, from `clock`, if a waiting thread's deadline may have
+    /// come by then. The clock is read only when some thread has a
+    /// deadline: this is asked at every switch between threads.
+    pub(crate) fn due(&self, clock: impl FnOnce() -> u64) -> Option<u64> {
+        let earliest = self.earliest?;
+        let now_ns = clock();
+        (earliest <= now_ns).then_some(now_ns)
     }
 
     /// Whether the seat is taken, or promised to threads waiting for it:
