@@ -88,6 +88,33 @@ fn threads_in_every_state_migrate_with_their_process() {
 }
 
 #[test]
+fn the_last_frame_does_not_carry_again_what_threads_that_did_not_run_saved() {
+    // Seventeen threads that wait for good: their contexts (globals, saved
+    // stack, words: about 120 bytes each) go in the pre-copy frame, and
+    // the stop-and-copy gives only their numbers.
+    let node = node(2);
+    let (pid, out, done) = start(&node, &on(job("threadbench", &["park", "16", "1"]), 0));
+    wait_for(&out, "ready");
+    for to in [1, 0, 1] {
+        let report = node
+            .migrate(pid, KernelId::new(0, to), Some(Mode::Copy))
+            .unwrap();
+        assert!(report.rounds.len() >= 2, "{report:?}");
+        let last = report.rounds.last().unwrap();
+        assert!(last.bytes < 17 * 64, "{report:?}");
+    }
+    let p = wait_until(&node, "seventeen threads", |p| {
+        p.pid == pid && p.threads.len() == 17
+    });
+    assert_eq!(p.kernel, KernelId::new(0, 1));
+    node.kill(pid, status::SIGKILL).unwrap();
+    assert_eq!(
+        done.recv_timeout(HANG).unwrap(),
+        status::killed(status::SIGKILL)
+    );
+}
+
+#[test]
 fn a_checkpointed_process_with_threads_is_restored_as_it_was() {
     let node = node(2);
     let dir = tempfile::tempdir().unwrap();

@@ -31,7 +31,7 @@ use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
 use crate::image::{GlobalValue, ImageParts, ImageView, MemoryView, ProcessImage, PAGE_SIZE};
 use crate::runtime::{Program, Runtime};
 use crate::syscall::ProcExit;
-use crate::threads::{Context, Entry, ThreadStop, Tid, Wait};
+use crate::threads::{Context, Entry, Saved, ThreadStop, Tid, Wait};
 use crate::uarea::{StackArea, UArea};
 
 /// A stopped process, encoded ([`Container::encode`]).
@@ -153,7 +153,7 @@ impl Container {
         image: ImageView<'_>,
         host: Host,
     ) -> Result<Self, ContainerError> {
-        if !image.memory.complete {
+        if !image.memory.complete || image.uarea.threads.needs_earlier_frame() {
             return Err(ContainerError::BadImage(
                 "a delta image cannot start a process".into(),
             ));
@@ -254,8 +254,13 @@ impl Container {
                 self.uarea().pid
             )));
         }
+        let mut uarea = image.uarea;
+        uarea
+            .threads
+            .resolve_sent(&mut self.uarea_mut().threads)
+            .map_err(ContainerError::BadImage)?;
         self.load(&image.globals, &image.memory, false)?;
-        *self.uarea_mut() = image.uarea;
+        *self.uarea_mut() = uarea;
         Ok(())
     }
 
@@ -896,17 +901,14 @@ fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Resu
         .map(|&at| read_word(memory, at))
         .collect::<Result<_, _>>()?;
     let saved = Context {
+        seq: 0,
         globals,
         stack,
         locals,
     };
-    let thread = store
-        .data_mut()
-        .uarea
-        .threads
-        .thread_mut(tid)
-        .ok_or("internal error: saving a thread that does not exist")?;
-    thread.saved = Some(saved);
+    if !store.data_mut().uarea.threads.save(tid, saved) {
+        return Err("internal error: saving a thread that does not exist".into());
+    }
     Ok(())
 }
 
@@ -927,7 +929,14 @@ fn switch_in(
         .thread_mut(tid)
         .ok_or("internal error: running a thread that does not exist")?;
     let entry = thread.entry;
-    let Some(saved) = thread.saved.take() else {
+    let saved = match thread.saved.take() {
+        Some(Saved::Context(saved)) => Some(saved),
+        Some(Saved::AsSent { seq }) => {
+            return Err(format!("thread {tid}: context {seq} was never received"))
+        }
+        None => None,
+    };
+    let Some(saved) = saved else {
         // A new thread: its per-thread words start at zero.
         let memory = exports.memory.data_mut(&mut *store);
         for at in locals {

@@ -39,7 +39,9 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 9: its IPC state numbers the asynchronous letters (`senda`) it sent and
 ///    received, per peer.
 /// 10: domain ids are 64-bit (the node's id above 40 bits of sequence).
-const VERSION: u16 = 10;
+/// 11: thread contexts are numbered, and a migration's last frame may give
+///     a context as the number of one an earlier frame carried.
+const VERSION: u16 = 11;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

@@ -67,6 +67,8 @@ pub struct Threads {
     /// thread woken before its deadline leaves it here until the next
     /// [`wake_due`](Self::wake_due)).
     earliest: Option<u64>,
+    /// Contexts saved so far: the next one's [`Context::seq`].
+    saves: u64,
 }
 
 /// One thread.
@@ -76,7 +78,20 @@ pub struct Thread {
     /// What it runs: `None` for thread 1 (`_start`).
     pub entry: Option<Entry>,
     /// Its own state while it does not run; `None` before it first runs.
-    pub saved: Option<Context>,
+    pub saved: Option<Saved>,
+}
+
+/// A waiting thread's own state, or, in the last frame of a migration,
+/// which one the destination already has.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Saved {
+    Context(Context),
+    /// The context numbered `seq`, sent in an earlier frame: its thread
+    /// has not run since. Resolved by [`Threads::resolve_sent`]; a process
+    /// is never run or restored with one.
+    AsSent {
+        seq: u64,
+    },
 }
 
 /// Where a thread starts: `func(arg)`, `func` an index into the module's
@@ -125,6 +140,10 @@ pub(crate) enum ThreadStop {
 /// migration's final round encodes and decodes every thread's.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Context {
+    /// Its number among the process's saved contexts. A context never
+    /// changes once saved (a thread that runs again saves a new one), so
+    /// the same number is the same context.
+    pub seq: u64,
     pub globals: SmallVec<[GlobalValue; 2]>,
     /// The Asyncify data its unwind left (the stack area's buffer); as
     /// bytes, not a sequence: a migration's downtime pays for its encoding.
@@ -391,8 +410,10 @@ impl Threads {
             return Err(atoll_abi::Errno::Inval);
         }
         for t in self.threads.values_mut() {
-            if let Some(saved) = &mut t.saved {
+            if let Some(Saved::Context(saved)) = &mut t.saved {
                 saved.locals = smallvec::smallvec![0; addrs.len()];
+                saved.seq = self.saves;
+                self.saves += 1;
             }
         }
         self.locals = addrs;
@@ -401,6 +422,79 @@ impl Threads {
 
     pub(crate) fn locals(&self) -> &[u32] {
         &self.locals
+    }
+
+    /// Keeps `context` as thread `tid`'s, numbered; `false` if there is no
+    /// such thread.
+    pub(crate) fn save(&mut self, tid: Tid, mut context: Context) -> bool {
+        let Some(thread) = self.threads.get_mut(&tid) else {
+            return false;
+        };
+        context.seq = self.saves;
+        self.saves += 1;
+        thread.saved = Some(Saved::Context(context));
+        true
+    }
+
+    /// How many contexts have been saved: every context numbered below
+    /// this was in an image of the process encoded now.
+    pub fn saves(&self) -> u64 {
+        self.saves
+    }
+
+    /// Replaces each context numbered below `sent` with its number, for
+    /// the last frame of a migration whose destination has the frame
+    /// encoded when [`saves`](Self::saves) was `sent`; returns them, to be
+    /// [`put back`](Self::put_back) once the frame is encoded.
+    pub fn leave_out_sent(&mut self, sent: u64) -> Vec<(Tid, Context)> {
+        let mut left_out = Vec::new();
+        for (&tid, t) in &mut self.threads {
+            if let Some(Saved::Context(c)) = &t.saved {
+                if c.seq < sent {
+                    let seq = c.seq;
+                    if let Some(Saved::Context(c)) = t.saved.replace(Saved::AsSent { seq }) {
+                        left_out.push((tid, c));
+                    }
+                }
+            }
+        }
+        left_out
+    }
+
+    /// Undoes [`leave_out_sent`](Self::leave_out_sent).
+    pub fn put_back(&mut self, left_out: Vec<(Tid, Context)>) {
+        for (tid, c) in left_out {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.saved = Some(Saved::Context(c));
+            }
+        }
+    }
+
+    /// Takes from `earlier` (the process as an earlier frame left it) the
+    /// contexts this table has only the numbers of.
+    ///
+    /// # Errors
+    /// If `earlier` lacks one of them: the frames do not fit together.
+    pub fn resolve_sent(&mut self, earlier: &mut Threads) -> Result<(), String> {
+        for (tid, t) in &mut self.threads {
+            let Some(Saved::AsSent { seq }) = t.saved else {
+                continue;
+            };
+            let had = earlier.threads.get_mut(tid).and_then(|e| e.saved.take());
+            match had {
+                Some(Saved::Context(c)) if c.seq == seq => t.saved = Some(Saved::Context(c)),
+                _ => return Err(format!("thread {tid}: context {seq} was never sent")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a context is only a number ([`Saved::AsSent`]): an image
+    /// that cannot be restored on its own.
+    pub fn needs_earlier_frame(&self) -> bool {
+        self.threads
+            .values()
+            .any(|t| matches!(t.saved, Some(Saved::AsSent { .. })))
     }
 
     /// Keeps only thread `tid` (a fork's child: POSIX copies the calling
@@ -532,5 +626,66 @@ mod tests {
         assert_eq!(t.len(), 1);
         assert_eq!(t.seat(), Some(3));
         assert_eq!(t.current(), 3);
+    }
+
+    fn context(word: u32) -> Context {
+        Context {
+            locals: smallvec::smallvec![word],
+            ..Context::default()
+        }
+    }
+
+    fn saved_word(t: &Threads, tid: Tid) -> Option<u32> {
+        match &t.threads[&tid].saved {
+            Some(Saved::Context(c)) => Some(c.locals[0]),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_last_frame_leaves_out_the_contexts_an_earlier_frame_carried() {
+        let mut source = Threads::default();
+        source.spawn(Entry { func: 1, arg: 0 }).unwrap();
+        source.spawn(Entry { func: 1, arg: 0 }).unwrap();
+        assert!(source.save(2, context(20)) && source.save(3, context(30)));
+        // A frame goes out: the destination has the table as it is now.
+        let mut destination = source.clone();
+        let sent = source.saves();
+        // Thread 3 runs again; thread 2 does not.
+        assert!(source.save(3, context(31)));
+
+        let left_out = source.leave_out_sent(sent);
+        assert_eq!(left_out.len(), 1);
+        let mut last = source.clone();
+        assert!(last.needs_earlier_frame());
+        source.put_back(left_out);
+        assert_eq!(
+            (saved_word(&source, 2), saved_word(&source, 3)),
+            (Some(20), Some(31))
+        );
+
+        last.resolve_sent(&mut destination).unwrap();
+        assert!(!last.needs_earlier_frame());
+        assert_eq!(last, source);
+    }
+
+    #[test]
+    fn a_context_the_destination_lacks_is_an_error() {
+        let mut source = Threads::default();
+        source.spawn(Entry { func: 1, arg: 0 }).unwrap();
+        assert!(source.save(2, context(20)));
+        let mut earlier = source.clone();
+        // The earlier frame had another context of thread 2 (numbered the
+        // same only if it were the same one).
+        assert!(earlier.save(2, context(21)));
+        let sent = source.saves();
+        let mut last = source.clone();
+        last.leave_out_sent(sent);
+        assert!(last.resolve_sent(&mut earlier).is_err());
+        assert!(last.resolve_sent(&mut Threads::default()).is_err());
+        // Registering per-thread words changes the saved contexts: they
+        // are numbered anew, and sent again.
+        source.set_locals(vec![8]).unwrap();
+        assert!(source.leave_out_sent(sent).is_empty());
     }
 }

@@ -30,6 +30,12 @@ pub(crate) struct Departure {
     /// by the destination; the next step waits until all are applied.
     frames_sent: u32,
     frames_applied: u32,
+    /// The process's [`saves`](atoll_process::threads::Threads::saves)
+    /// when its last frame was encoded: the destination has every thread
+    /// context numbered below it that the process still has, so the
+    /// stop-and-copy leaves them out (a downtime that does not grow with
+    /// the threads that did not run).
+    contexts_sent: u64,
     phase: Phase,
     /// Messages for the process that arrived after it froze; they follow it
     /// to its destination, or are delivered here if it stays.
@@ -136,6 +142,7 @@ impl Kernel {
             round0_at: precopy.then_some(0),
             frames_sent: 0,
             frames_applied: 0,
+            contexts_sent: 0,
             phase: match tracker {
                 Some(tracker) => Phase::PreCopy { tracker },
                 // Frozen right below.
@@ -197,6 +204,7 @@ impl Kernel {
         };
         let (req, to, frame) = (d.req, d.to, d.frames_sent);
         d.frames_sent += 1;
+        d.contexts_sent = container.uarea().threads.saves();
         let round = MigrationMsg::Round {
             pid,
             req,
@@ -325,6 +333,7 @@ impl Kernel {
         // its queue first: the queue is in the UArea and travels.
         self.ipc_detach(pid);
         let d = self.departures.get_mut(&pid).expect("a departure");
+        let contexts_sent = d.contexts_sent;
         let phase = std::mem::replace(
             &mut d.phase,
             Phase::Frozen {
@@ -350,7 +359,11 @@ impl Kernel {
                 dirty.extend(more);
                 dirty.sort_unstable();
                 dirty.dedup();
-                Some(container.encode(|bytes| MemoryView::blocks_of(bytes, dirty)))
+                let threads = &mut container.uarea_mut().threads;
+                let left_out = threads.leave_out_sent(contexts_sent);
+                let image = container.encode(|bytes| MemoryView::blocks_of(bytes, dirty));
+                container.uarea_mut().threads.put_back(left_out);
+                Some(image)
             }
             (Mode::Copy, None) => Some(container.encode(|b| MemoryView::whole(b))),
         };
