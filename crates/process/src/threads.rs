@@ -446,25 +446,29 @@ impl Threads {
     /// the last frame of a migration whose destination has the frame
     /// encoded when [`saves`](Self::saves) was `sent`; returns them, to be
     /// [`put back`](Self::put_back) once the frame is encoded.
-    pub fn leave_out_sent(&mut self, sent: u64) -> Vec<(Tid, Context)> {
-        let mut left_out = Vec::new();
-        for (&tid, t) in &mut self.threads {
-            if let Some(Saved::Context(c)) = &t.saved {
-                if c.seq < sent {
-                    let seq = c.seq;
-                    if let Some(Saved::Context(c)) = t.saved.replace(Saved::AsSent { seq }) {
-                        left_out.push((tid, c));
-                    }
-                }
+    pub fn leave_out_sent(&mut self, sent: u64) -> Vec<Context> {
+        let mut left_out = Vec::with_capacity(self.threads.len());
+        for t in self.threads.values_mut() {
+            let seq = match &t.saved {
+                Some(Saved::Context(c)) if c.seq < sent => c.seq,
+                _ => continue,
+            };
+            if let Some(Saved::Context(c)) = t.saved.replace(Saved::AsSent { seq }) {
+                left_out.push(c);
             }
         }
         left_out
     }
 
-    /// Undoes [`leave_out_sent`](Self::leave_out_sent).
-    pub fn put_back(&mut self, left_out: Vec<(Tid, Context)>) {
-        for (tid, c) in left_out {
-            if let Some(t) = self.threads.get_mut(&tid) {
+    /// Undoes [`leave_out_sent`](Self::leave_out_sent): each context goes
+    /// back where its number is, in the same order.
+    pub fn put_back(&mut self, left_out: Vec<Context>) {
+        let mut left_out = left_out.into_iter().peekable();
+        for t in self.threads.values_mut() {
+            let Some(Saved::AsSent { seq }) = t.saved else {
+                continue;
+            };
+            if let Some(c) = left_out.next_if(|c| c.seq == seq) {
                 t.saved = Some(Saved::Context(c));
             }
         }
