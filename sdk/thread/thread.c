@@ -5,7 +5,7 @@
  * stack of the default size is taken as the thread starts (entry.s) and
  * given back as it ends, so threads that run one after another share one
  * stack: a new page costs a page fault, 1.4 us on the VM this was measured
- * on, twice the rest of a thread's creation and join. A stack of another
+ * on, more than the rest of a thread's creation and join. A stack of another
  * size is the thread's own, freed with its record by whoever joins it, or
  * (detached) by the next pthread_create or pthread_join once the host has
  * said the thread ended (its `tid` word is 0): a thread cannot free the
