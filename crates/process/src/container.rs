@@ -930,20 +930,19 @@ fn switch_in(
         .ok_or("internal error: running a thread that does not exist")?;
     let entry = thread.entry;
     let saved = match thread.saved.take() {
-        Some(Saved::Context(saved)) => Some(saved),
+        Some(Saved::Context(saved)) => saved,
         Some(Saved::AsSent { seq }) => {
             return Err(format!("thread {tid}: context {seq} was never received"))
         }
-        None => None,
-    };
-    let Some(saved) = saved else {
-        // A new thread: its per-thread words start at zero.
-        let memory = exports.memory.data_mut(&mut *store);
-        for at in locals {
-            write_word(memory, at, 0)?;
+        None => {
+            // A new thread: its per-thread words start at zero.
+            let memory = exports.memory.data_mut(&mut *store);
+            for at in locals {
+                write_word(memory, at, 0)?;
+            }
+            store.data_mut().rewinding = false;
+            return Ok(entry);
         }
-        store.data_mut().rewinding = false;
-        return Ok(entry);
     };
     for ((name, g), v) in asyncify.globals.iter().zip(&saved.globals) {
         g.set(&mut *store, val(*v))
