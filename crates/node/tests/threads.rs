@@ -95,6 +95,13 @@ fn the_last_frame_does_not_carry_again_what_threads_that_did_not_run_saved() {
     let node = node(2);
     let (pid, out, done) = start(&node, &on(job("threadbench", &["park", "16", "1"]), 0));
     wait_for(&out, "ready");
+    // A failed move puts the contexts back: the process stays whole here,
+    // and the moves below (each starting from a full frame) find them.
+    node.fail_arrivals(KernelId::new(0, 1), 1).unwrap();
+    let e = node
+        .migrate(pid, KernelId::new(0, 1), Some(Mode::Copy))
+        .unwrap_err();
+    assert!(e.to_string().contains("injected fault"), "{e:#}");
     for to in [1, 0, 1] {
         let report = node
             .migrate(pid, KernelId::new(0, to), Some(Mode::Copy))

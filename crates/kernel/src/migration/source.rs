@@ -3,6 +3,7 @@
 
 use atoll_abi::{KernelId, Pid};
 use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport, BLOCK};
+use atoll_process::threads::Context;
 use atoll_process::MemoryView;
 use quanta::Instant;
 
@@ -36,6 +37,9 @@ pub(crate) struct Departure {
     /// stop-and-copy leaves them out (a downtime that does not grow with
     /// the threads that did not run).
     contexts_sent: u64,
+    /// The contexts the stop-and-copy gave as numbers: put back only if
+    /// the process resumes here.
+    left_out: Vec<Context>,
     phase: Phase,
     /// Messages for the process that arrived after it froze; they follow it
     /// to its destination, or are delivered here if it stays.
@@ -143,6 +147,7 @@ impl Kernel {
             frames_sent: 0,
             frames_applied: 0,
             contexts_sent: 0,
+            left_out: Vec::new(),
             phase: match tracker {
                 Some(tracker) => Phase::PreCopy { tracker },
                 // Frozen right below.
@@ -333,7 +338,6 @@ impl Kernel {
         // its queue first: the queue is in the UArea and travels.
         self.ipc_detach(pid);
         let d = self.departures.get_mut(&pid).expect("a departure");
-        let contexts_sent = d.contexts_sent;
         let phase = std::mem::replace(
             &mut d.phase,
             Phase::Frozen {
@@ -360,16 +364,16 @@ impl Kernel {
                 dirty.sort_unstable();
                 dirty.dedup();
                 let threads = &mut container.uarea_mut().threads;
-                let left_out = threads.leave_out_sent(contexts_sent);
-                let image = container.encode(|bytes| MemoryView::blocks_of(bytes, dirty));
-                container.uarea_mut().threads.put_back(left_out);
-                Some(image)
+                d.left_out = threads.leave_out_sent(d.contexts_sent);
+                Some(container.encode(|bytes| MemoryView::blocks_of(bytes, dirty)))
             }
             (Mode::Copy, None) => Some(container.encode(|b| MemoryView::whole(b))),
         };
-        let image = image
-            .transpose()
-            .map_err(|e| format!("cannot capture {pid}: {e}"))?;
+        let image = image.transpose().map_err(|e| {
+            let left_out = std::mem::take(&mut d.left_out);
+            container.uarea_mut().threads.put_back(left_out);
+            format!("cannot capture {pid}: {e}")
+        })?;
         let p = self.procs.remove(&pid).expect("checked above");
         self.run_queue.remove(pid);
         let d = self.departures.get_mut(&pid).expect("a departure");
@@ -492,9 +496,10 @@ impl Kernel {
                     // Writable again before it runs.
                     Phase::Frozen {
                         tracker,
-                        process: Some(p),
+                        process: Some(mut p),
                     } => {
                         drop(tracker);
+                        p.container.uarea_mut().threads.put_back(d.left_out);
                         Some(p)
                     }
                     Phase::Frozen { process: None, .. } => {
