@@ -253,7 +253,10 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
                 .into(),
             "the balancer moves runnable processes from the most to the least loaded child \
              of each DQDT subtree, every 10 ms at most 16 at a time, none that has been on its \
-             kernel less than 20 ms (500 ms once the balancer has moved it)"
+             kernel less than 20 ms (500 ms once the balancer has moved it); a kernel that \
+             runs out of work asks at once for up to half of a busier kernel's waiting \
+             processes, and within a node may take them sooner (at once, or after 20 ms for \
+             one the balancer moved before)"
                 .into(),
         ],
     })

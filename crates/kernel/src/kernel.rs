@@ -300,7 +300,11 @@ impl Kernel {
             }
             let backlog = self.noc.flush();
             self.fire_timers();
-            if let Some((pid, woken)) = self.run_queue.pop() {
+            let next = self.run_queue.pop();
+            if self.ran_out(next.is_none()) {
+                self.steal();
+            }
+            if let Some((pid, woken)) = next {
                 self.run_slice(pid, woken);
                 continue;
             }
@@ -951,7 +955,12 @@ impl Kernel {
                 token,
             } => self.on_place(within, asker, token),
             NocMsg::Placed { token, kernel } => self.on_placed(token, kernel),
-            NocMsg::Shed { from, to, count } => self.shed(from, to, count),
+            NocMsg::Shed {
+                from,
+                to,
+                count,
+                steal,
+            } => self.shed(from, to, count, steal),
             NocMsg::File { pid } => self.on_file_op(pid, bulk),
             NocMsg::Admit { quota, max, pid } => self.on_admit(quota, max, pid),
             NocMsg::Release { quota } => self.on_release(quota),

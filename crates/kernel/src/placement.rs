@@ -4,7 +4,8 @@
 //! the tree, asking the host of a subtree off this kernel's path
 //! (`NocMsg::Place`) to go on; and the balancer, which moves runnable
 //! processes from the most to the least loaded child of each subtree this
-//! kernel hosts.
+//! kernel hosts, and work stealing, by which a kernel that runs out of work
+//! asks at once for some.
 
 use std::collections::HashMap;
 use std::sync::mpsc::Sender;
@@ -24,8 +25,17 @@ const ASK_LIMIT: Duration = Duration::from_secs(2);
 /// long: a process that has just started, and may be about to end, stays.
 const SETTLED: Duration = Duration::from_millis(20);
 /// And a process the balancer has moved before only after this long on
-/// its kernel: a process moves at most this often, whatever the loads do.
+/// its kernel: a process moves at most this often, whatever the loads do,
+/// except to an idle kernel of its node, which may take it after
+/// [`SETTLED`] (a hand-over costs tens of microseconds).
 const RESIDENCE: Duration = Duration::from_millis(500);
+/// An idle kernel asks for work at most this often (its request may find
+/// nothing to move: it asks again, no sooner than this).
+const STEAL_EVERY: Duration = Duration::from_millis(2);
+/// A kernel ignores a request to give to a kernel it gave processes to this
+/// recently: the request was made before they arrived (a steal and a
+/// decision of the balancer can cross).
+const GAVE_LATELY: Duration = STEAL_EVERY;
 /// The balancer moves only processes whose slices last this long on
 /// average: CPU-bound ones. One in IPC ping-pong runs for microseconds at a
 /// time; moving it would part it from its partner and even nothing out.
@@ -68,6 +78,13 @@ pub(crate) struct Placement {
     next_target: u16,
     /// Moves this kernel's balancer started.
     pub moves: u64,
+    /// Whether the kernel had nothing to run when it last looked: running
+    /// out of work is when it steals.
+    idle: bool,
+    /// When this kernel last asked for work.
+    stole_at: Option<Instant>,
+    /// When this kernel last gave a process to each kernel.
+    gave: HashMap<KernelId, Instant>,
     /// Processes created here or arrived (the DQDT's `Load::arrivals`).
     pub arrivals: u64,
 }
@@ -87,6 +104,9 @@ impl Placement {
             next_token: 0,
             next_target: me.index,
             moves: 0,
+            idle: false,
+            stole_at: None,
+            gave: HashMap::new(),
             arrivals: 0,
         }
     }
@@ -130,6 +150,9 @@ impl Kernel {
             self.send(to, NocMsg::Dqdt(msg));
         }
         if self.placement.balance {
+            if own.runnable == 0 {
+                self.steal();
+            }
             for m in self.placement.dqdt.imbalances(now) {
                 tracing::debug!(
                     kernel = %self.id,
@@ -139,7 +162,7 @@ impl Kernel {
                     m.to,
                     m.subtree
                 );
-                self.shed(m.from, m.to, m.count);
+                self.shed(m.from, m.to, m.count, false);
             }
         }
         let late: Vec<u64> = self
@@ -240,13 +263,52 @@ impl Kernel {
         }
     }
 
+    /// This kernel has nothing to run: it asks the most loaded kernel near
+    /// it for work ([`Dqdt::steal`]). Called as it runs out, and at each
+    /// tick while it stays idle.
+    pub(crate) fn steal(&mut self) {
+        let p = &mut self.placement;
+        if !p.balance {
+            return;
+        }
+        let now = Instant::now();
+        if p.stole_at.is_some_and(|at| now.duration_since(at) < STEAL_EVERY) {
+            return;
+        }
+        let Some(m) = p.dqdt.steal() else {
+            return;
+        };
+        p.stole_at = Some(now);
+        tracing::debug!(
+            kernel = %self.id,
+            "balancer: idle, asking {} for {} runnable process(es)",
+            m.from,
+            m.count
+        );
+        self.shed(m.from, m.to, m.count, true);
+    }
+
+    /// Whether this kernel has just run out of work: true once each time
+    /// it finds nothing to run after running something.
+    pub(crate) fn ran_out(&mut self, idle: bool) -> bool {
+        !std::mem::replace(&mut self.placement.idle, idle) && idle
+    }
+
     /// The balancer's decision reached the subtree that gives: find its
     /// most loaded kernel, and have it send `count` processes to `to`.
-    pub(crate) fn shed(&mut self, from: Subtree, to: Subtree, count: u32) {
+    /// With `steal`, `to` is an idle kernel that asked: it may have
+    /// counted on loads a tick old, so the giver keeps at least half of what
+    /// it has waiting, and within a node the processes need not have settled
+    /// (a hand-over costs tens of microseconds; the idle kernel, a core).
+    pub(crate) fn shed(&mut self, from: Subtree, to: Subtree, count: u32, steal: bool) {
         let shape = self.placement.dqdt.shape();
         if !shape.exists(from) || !shape.exists(to) {
             return; // a decision made on another shape of the tree
         }
+        // A thief asks for its own leaf; the balancer's decisions name
+        // leaves too, within a node.
+        let taker = shape.children(to).is_empty().then(|| shape.host(to));
+        let thief = taker.filter(|_| steal);
         let (at, from) = match self
             .placement
             .dqdt
@@ -256,7 +318,15 @@ impl Kernel {
             Step::Ask { host, within } => (host, within),
         };
         if at != self.id {
-            return self.send(at, NocMsg::Shed { from, to, count });
+            return self.send(
+                at,
+                NocMsg::Shed {
+                    from,
+                    to,
+                    count,
+                    steal,
+                },
+            );
         }
         if from != Shape::leaf(self.id) {
             return; // it does not know its own subtree yet
@@ -268,7 +338,24 @@ impl Kernel {
         // their quantum ran out, or they are new): moving one just woken
         // from IPC would part it from its partner without evening the CPUs.
         let now = Instant::now();
-        let mut candidates: Vec<(u64, Pid)> = self
+        if let Some(taker) = taker {
+            let lately = self
+                .placement
+                .gave
+                .get(&taker)
+                .is_some_and(|at| now.duration_since(*at) < GAVE_LATELY);
+            if lately || (steal && self.departures.values().any(|d| d.to() == taker)) {
+                // Decided before what this kernel gave it arrived: a steal
+                // and a decision of the balancer can cross.
+                return;
+            }
+        }
+        let count = match thief {
+            Some(_) => count.min(self.run_queue.len() as u32 / 2),
+            None => count,
+        };
+        let nearby = thief.is_some_and(|t| t.node == self.id.node);
+        let mut candidates: Vec<(u64, Instant, Pid)> = self
             .run_queue
             .ready()
             .filter_map(|pid| {
@@ -281,15 +368,26 @@ impl Kernel {
                     && !self.departures.contains_key(&pid)
                     && !self.in_exec(pid)
                     && now.duration_since(p.arrived)
-                        >= if a.balanced == 0 { SETTLED } else { RESIDENCE };
-                movable.then_some((a.cpu_ns, pid))
+                        >= match (a.balanced, nearby) {
+                            (0, true) => Duration::ZERO,
+                            (_, true) | (0, false) => SETTLED,
+                            (_, false) => RESIDENCE,
+                        };
+                movable.then_some((a.cpu_ns, p.arrived, pid))
             })
             .collect();
         // The oldest first: a process that has run long is likely to run
-        // long still (Harchol-Balter and Downey), so its move pays off.
+        // long still (Harchol-Balter and Downey), so its move pays off. Of
+        // those that have not run yet, and so are not known to be CPU-bound,
+        // the last to arrive, which would wait longest here (a process forked
+        // early is more likely one end of an IPC pair, which a move parts).
         candidates.sort_unstable_by(|a, b| b.cmp(a));
-        candidates.dedup_by_key(|c| c.1);
-        for (_, pid) in candidates.into_iter().take(count as usize) {
+        candidates.dedup_by_key(|c| c.2);
+        candidates.truncate(count as usize);
+        if let (Some(thief), false) = (thief, candidates.is_empty()) {
+            self.placement.dqdt.stealing(thief, now);
+        }
+        for (_, _, pid) in candidates {
             self.place_within(to, AfterPlace::Move { pid });
         }
     }
@@ -307,6 +405,7 @@ impl Kernel {
         match self.migrate(pid, to, mode, ReplyTo::Process(pid)) {
             Ok(()) => {
                 self.placement.moves += 1;
+                self.placement.gave.insert(to, Instant::now());
                 tracing::info!(kernel = %self.id, %pid, "balancer: moving it to {to}")
             }
             Err(why) => {

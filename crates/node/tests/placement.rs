@@ -74,6 +74,45 @@ fn the_balancer_spreads_processes_started_on_one_kernel() {
     );
 }
 
+/// The spinners running on `kernel`.
+fn spinners_on(node: &Node, kernel: KernelId) -> Vec<atoll_kernel::ProcInfo> {
+    node.ps()
+        .unwrap()
+        .into_iter()
+        .flat_map(|r| r.processes)
+        .filter(|p| p.name == "spin" && p.kernel == kernel)
+        .collect()
+}
+
+#[test]
+fn a_kernel_that_runs_out_of_work_takes_some_from_a_busy_one() {
+    let node = node_balancing(2, true);
+    let (k0, k1) = (KernelId::new(0, 0), KernelId::new(0, 1));
+    let mut spin = job("spin", &[]);
+    spin.kernel = Some(k0);
+    let jobs: Vec<_> = (0..4).map(|_| start(&node, &spin)).collect();
+    // The balancer evens them out: two go to kernel 0.1.
+    let t = Instant::now();
+    while spinners_on(&node, k1).len() != 2 || spinners_on(&node, k0).len() != 2 {
+        assert!(t.elapsed() < HANG, "never even: {:#?}", node.ps().unwrap());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Kernel 0.0 runs out of work: it takes one of the two that were just
+    // moved to 0.1, and leaves 0.1 the other. (The balancer's periodic
+    // decisions would take one too, once it had been there 500 ms.)
+    for p in spinners_on(&node, k0) {
+        node.kill(p.pid, 9).unwrap();
+    }
+    let back = wait_until(&node, "a spinner moved back to 0.0", |p| {
+        p.name == "spin" && p.kernel == k0
+    });
+    assert!(back.balanced >= 2, "{back:#?}");
+    assert_eq!(spinners_on(&node, k1).len(), 1);
+    for (pid, _, _) in &jobs {
+        let _ = node.kill(*pid, 9);
+    }
+}
+
 #[test]
 fn pinned_processes_and_a_node_without_balancer_stay_where_they_start() {
     let node = node_balancing(2, true);

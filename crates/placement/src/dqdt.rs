@@ -464,6 +464,78 @@ impl Dqdt {
         out
     }
 
+    /// Processes are on their way to kernel `to` outside the balancer's
+    /// decisions (an idle kernel stole them; this kernel is the thief or
+    /// gives them): the subtrees this kernel hosts that hold `to` settle, as
+    /// after a decision, so that the balancer does not move processes again
+    /// on loads reported before the move.
+    pub fn stealing(&mut self, to: KernelId, now: Instant) {
+        for s in self.shape.hosted(self.me) {
+            if Shape::contains(s, to) {
+                self.settling.insert(s, now + SETTLE);
+            }
+        }
+    }
+
+    /// Work stealing: what this kernel, which has nothing to run, asks for.
+    /// The lowest subtree on its path whose most loaded other child has
+    /// runnable processes beyond an even share with this kernel's branch
+    /// gives them, at most one kernel's even share of that subtree (rounded
+    /// up), so a
+    /// kernel takes work from its own node before it asks another.
+    ///
+    /// The periodic balancer ([`imbalances`](Dqdt::imbalances)) waits for
+    /// the next tick and then for its moves to settle; a kernel that has just
+    /// run out of work would idle meanwhile, which at the end of a parallel
+    /// job is most of what keeps its makespan from the ideal (Linux pulls
+    /// work at once too: `newidle_balance`).
+    pub fn steal(&self) -> Option<Imbalance> {
+        let leaf = Shape::leaf(self.me);
+        for s in self.shape.path(self.me).into_iter().skip(1) {
+            let Some(known) = self.view.get(&s) else {
+                continue;
+            };
+            // This kernel's own leaf is idle now, whatever it last said.
+            let children: Vec<(Subtree, Load)> = known
+                .iter()
+                .map(|&(c, l)| {
+                    let runnable = if c == leaf { 0 } else { l.runnable };
+                    (c, Load { runnable, ..l })
+                })
+                .collect();
+            let Some(mine) = children.iter().find(|(c, _)| Shape::contains(*c, self.me)) else {
+                continue;
+            };
+            let giver = children
+                .iter()
+                .filter(|(c, _)| !Shape::contains(*c, self.me))
+                .max_by(|a, b| {
+                    a.1.order_key()
+                        .partial_cmp(&b.1.order_key())
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                });
+            let Some(&(from, from_load)) = giver else {
+                continue;
+            };
+            let (runnable, kernels) = children.iter().fold((0, 0), |(r, k), (_, l)| {
+                (r + l.runnable, k + l.kernels.max(1))
+            });
+            let count = from_load
+                .excess_over(&mine.1)
+                .min(runnable.div_ceil(kernels))
+                .min(MOST_MOVES);
+            if count > 0 {
+                return Some(Imbalance {
+                    subtree: s,
+                    from,
+                    to: leaf,
+                    count,
+                });
+            }
+        }
+        None
+    }
+
     /// This kernel's leaf and the subtrees it hosts, with their loads.
     pub fn entries(&self) -> Vec<TreeEntry> {
         let leaf = TreeEntry {
@@ -767,6 +839,59 @@ mod tests {
             .unwrap()
             .imbalances(now)
             .is_empty());
+    }
+
+    #[test]
+    fn an_idle_kernel_steals_up_to_an_even_share_and_never_the_last_process() {
+        let mut sim = Sim::new(&[(0, 2)]);
+        sim.set(k(0, 0), 5);
+        sim.set(k(0, 1), 3); // its last report: it has run out since
+        sim.settle(3);
+        let steal = sim.parts[&k(0, 1)].steal();
+        assert_eq!(
+            steal,
+            Some(Imbalance {
+                subtree: sim.parts[&k(0, 1)].shape().root(),
+                from: Shape::leaf(k(0, 0)),
+                to: Shape::leaf(k(0, 1)),
+                count: 2
+            })
+        );
+        // One process on the other kernel: moving it would only idle that one.
+        sim.set(k(0, 0), 1);
+        sim.settle(3);
+        assert_eq!(sim.parts[&k(0, 1)].steal(), None);
+        sim.set(k(0, 0), 2);
+        sim.settle(3);
+        assert_eq!(sim.parts[&k(0, 1)].steal().map(|s| s.count), Some(1));
+        // The host of the root steals too, from what it summed.
+        sim.set(k(0, 0), 0);
+        sim.set(k(0, 1), 9);
+        sim.settle(3);
+        let steal = sim.parts[&k(0, 0)].steal().unwrap();
+        assert_eq!((steal.from, steal.count), (Shape::leaf(k(0, 1)), 4));
+    }
+
+    #[test]
+    fn an_idle_kernel_steals_within_its_node_before_it_asks_another() {
+        let mut sim = Sim::new(&[(0, 4), (1, 4)]);
+        for i in 0..4 {
+            sim.set(k(1, i), 6);
+        }
+        sim.set(k(0, 3), 3);
+        sim.settle(6);
+        let steal = sim.parts[&k(0, 2)].steal().unwrap();
+        assert_eq!(steal.from, Shape::leaf(k(0, 3)));
+        assert_eq!(steal.count, 1);
+        // Nothing to spare on its own node: the other node gives, at most
+        // one kernel's even share of the whole tree (25 over 8 kernels,
+        // rounded up).
+        sim.set(k(0, 3), 1);
+        sim.settle(6);
+        let steal = sim.parts[&k(0, 2)].steal().unwrap();
+        assert_eq!(steal.from, sim.parts[&k(0, 2)].shape().node_root(1).unwrap());
+        assert_eq!(steal.to, Shape::leaf(k(0, 2)));
+        assert_eq!(steal.count, 4);
     }
 
     #[test]

@@ -64,6 +64,11 @@ impl Departure {
     pub(crate) fn is_frozen(&self) -> bool {
         matches!(self.phase, Phase::Frozen { .. })
     }
+
+    /// The kernel the process is moving to.
+    pub(crate) fn to(&self) -> KernelId {
+        self.to
+    }
 }
 
 impl Kernel {
