@@ -437,7 +437,8 @@ where
 {
     let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e}", path.display());
     let (root, body) = canvas(path, title)?;
-    let (legend, plot) = body.split_vertically(legend_height(layout));
+    let lines = legend_rows(&body, layout).map_err(err)?;
+    let (legend, plot) = body.split_vertically(28 * lines.len() as u32 + 8);
 
     let mut chart = ChartBuilder::on(&plot)
         .margin(MARGIN)
@@ -502,13 +503,11 @@ where
         }
     }
 
-    draw_legend(&legend, layout).map_err(err)?;
+    draw_legend(&legend, layout, &lines).map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }
 
-/// The legend's rows sit between the title and the chart, out of the bars' way.
-const LEGEND_PER_ROW: usize = 12;
 /// The value axis and its grid, as every chart here has them; the x axis
 /// names categories, which the charts write themselves.
 fn draw_grid<'a, Y>(
@@ -546,36 +545,58 @@ fn canvas<'a>(path: &'a Path, title: &str) -> anyhow::Result<(Area<'a>, Area<'a>
     Ok((root, body))
 }
 
-fn legend_height(layout: &Layout) -> u32 {
-    28 * layout.labels.len().div_ceil(LEGEND_PER_ROW) as u32 + 8
+/// The legend's rows, which sit between the title and the chart, out of the
+/// bars' way: as many labels to a row as its width holds, and the width of
+/// each label with its swatch.
+struct LegendRow {
+    labels: std::ops::Range<usize>,
+    widths: Vec<i32>,
+}
+
+fn legend_rows<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    layout: &Layout,
+) -> Result<Vec<LegendRow>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let font = legend_font();
+    let (room, _) = area.dim_in_pixel();
+    let mut rows: Vec<LegendRow> = Vec::new();
+    for (i, label) in layout.labels.iter().enumerate() {
+        let w = area.estimate_text_size(label, &font)?.0 as i32 + 44;
+        match rows.last_mut() {
+            Some(row) if row.widths.iter().sum::<i32>() + w <= room as i32 => {
+                row.labels.end = i + 1;
+                row.widths.push(w);
+            }
+            _ => rows.push(LegendRow {
+                labels: i..i + 1,
+                widths: vec![w],
+            }),
+        }
+    }
+    Ok(rows)
+}
+
+fn legend_font() -> TextStyle<'static> {
+    TextStyle::from(("sans-serif", 18).into_font())
 }
 
 fn draw_legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     layout: &Layout,
+    rows: &[LegendRow],
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    let font = TextStyle::from(("sans-serif", 18).into_font());
-    let widths = layout
-        .labels
-        .iter()
-        .map(|l| {
-            area.estimate_text_size(l, &font)
-                .map(|(w, _)| w as i32 + 44)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let font = legend_font();
     let (w, _) = area.dim_in_pixel();
-    for (row, chunk) in layout.labels.chunks(LEGEND_PER_ROW).enumerate() {
-        let first = row * LEGEND_PER_ROW;
-        let total: i32 = widths[first..first + chunk.len()].iter().sum();
-        let mut x = (w as i32 - total).max(0) / 2;
+    for (row, LegendRow { labels, widths }) in rows.iter().enumerate() {
+        let mut x = (w as i32 - widths.iter().sum::<i32>()).max(0) / 2;
         let y = 6 + 28 * row as i32;
-        for (k, label) in chunk.iter().enumerate() {
+        for (k, width) in labels.clone().zip(widths) {
             area.draw(&Rectangle::new(
                 [(x, y + 2), (x + 18, y + 20)],
-                colour(first + k).filled(),
+                colour(k).filled(),
             ))?;
-            area.draw(&Text::new(*label, (x + 24, y + 2), font.clone()))?;
-            x += widths[first + k];
+            area.draw(&Text::new(layout.labels[k], (x + 24, y + 2), font.clone()))?;
+            x += width;
         }
     }
     Ok(())
