@@ -464,11 +464,10 @@ impl Dqdt {
         out
     }
 
-    /// Processes are on their way to kernel `to` outside the balancer's
-    /// decisions (an idle kernel stole them; this kernel is the thief or
-    /// gives them): the subtrees this kernel hosts that hold `to` settle, as
-    /// after a decision, so that the balancer does not move processes again
-    /// on loads reported before the move.
+    /// Processes are on their way from this kernel to kernel `to` outside
+    /// the balancer's decisions (`to`, idle, stole them): the subtrees this
+    /// kernel hosts that hold `to` settle, as after a decision, so that the
+    /// balancer does not move processes again on loads reported before.
     pub fn stealing(&mut self, to: KernelId, now: Instant) {
         for s in self.shape.hosted(self.me) {
             if Shape::contains(s, to) {
@@ -481,8 +480,7 @@ impl Dqdt {
     /// The lowest subtree on its path whose most loaded other child has
     /// runnable processes beyond an even share with this kernel's branch
     /// gives them, at most one kernel's even share of that subtree (rounded
-    /// up), so a
-    /// kernel takes work from its own node before it asks another.
+    /// up), so a kernel takes work from its own node before it asks another.
     ///
     /// The periodic balancer ([`imbalances`](Dqdt::imbalances)) waits for
     /// the next tick and then for its moves to settle; a kernel that has just
