@@ -948,7 +948,13 @@ impl Kernel {
                 );
             }
             NocMsg::Module { hash } => self.on_module_bytes(hash, bulk),
-            NocMsg::Dqdt(m) => self.placement.dqdt.on_msg(m, Instant::now()),
+            NocMsg::Dqdt(m) => {
+                self.placement.dqdt.on_msg(m, Instant::now());
+                // Fresh loads: an idle kernel need not wait for its tick.
+                if self.run_queue.len() == 0 {
+                    self.steal();
+                }
+            }
             NocMsg::Place {
                 within,
                 asker,
@@ -959,8 +965,8 @@ impl Kernel {
                 from,
                 to,
                 count,
-                steal,
-            } => self.shed(from, to, count, steal),
+                idle,
+            } => self.shed(from, to, count, idle),
             NocMsg::File { pid } => self.on_file_op(pid, bulk),
             NocMsg::Admit { quota, max, pid } => self.on_admit(quota, max, pid),
             NocMsg::Release { quota } => self.on_release(quota),

@@ -167,13 +167,14 @@ pub enum NocMsg {
     /// The answer to `Place`: the process goes to `kernel`.
     Placed { token: u64, kernel: KernelId },
     /// From the balancer: move `count` runnable processes of subtree `from`
-    /// (this kernel hosts it, or is it) to subtree `to`; with `steal`, `to`
-    /// is an idle kernel that asked for them.
+    /// (this kernel hosts it, or is it) to subtree `to`; with `idle`, `to`
+    /// is a kernel that had nothing to run (it stole them, or the balancer
+    /// saw it so).
     Shed {
         from: Subtree,
         to: Subtree,
         count: u32,
-        steal: bool,
+        idle: bool,
     },
     /// For the home kernel: `pid` ended; its slot may be reused.
     Ended { pid: Pid },

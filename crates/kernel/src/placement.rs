@@ -81,8 +81,10 @@ pub(crate) struct Placement {
     /// Whether the kernel had nothing to run when it last looked: running
     /// out of work is when it steals.
     idle: bool,
-    /// When this kernel last asked for work.
-    stole_at: Option<Instant>,
+    /// When this kernel last asked for work (on quanta's clock: it is read
+    /// each time the kernel runs out, which IPC between kernels makes
+    /// frequent).
+    stole_at: Option<quanta::Instant>,
     /// When this kernel last gave a process to each kernel.
     gave: HashMap<KernelId, Instant>,
     /// Processes created here or arrived (the DQDT's `Load::arrivals`).
@@ -162,7 +164,7 @@ impl Kernel {
                     m.to,
                     m.subtree
                 );
-                self.shed(m.from, m.to, m.count, false);
+                self.shed(m.from, m.to, m.count, m.idle);
             }
         }
         let late: Vec<u64> = self
@@ -271,7 +273,7 @@ impl Kernel {
         if !p.balance {
             return;
         }
-        let now = Instant::now();
+        let now = quanta::Instant::now();
         if p.stole_at.is_some_and(|at| now.duration_since(at) < STEAL_EVERY) {
             return;
         }
@@ -285,7 +287,7 @@ impl Kernel {
             m.from,
             m.count
         );
-        self.shed(m.from, m.to, m.count, true);
+        self.shed(m.from, m.to, m.count, m.idle);
     }
 
     /// Whether this kernel has just run out of work: true once each time
@@ -296,19 +298,20 @@ impl Kernel {
 
     /// The balancer's decision reached the subtree that gives: find its
     /// most loaded kernel, and have it send `count` processes to `to`.
-    /// With `steal`, `to` is an idle kernel that asked: it may have
-    /// counted on loads a tick old, so the giver keeps at least half of what
-    /// it has waiting, and within a node the processes need not have settled
-    /// (a hand-over costs tens of microseconds; the idle kernel, a core).
-    pub(crate) fn shed(&mut self, from: Subtree, to: Subtree, count: u32, steal: bool) {
+    /// With `idle`, `to` is a kernel that had nothing to run (it stole, or
+    /// the balancer saw it so): the decision counted on loads a tick old,
+    /// so the giver keeps at least half of what it has waiting, and within
+    /// a node the processes need not have settled (a hand-over costs tens
+    /// of microseconds; the idle kernel, a core).
+    pub(crate) fn shed(&mut self, from: Subtree, to: Subtree, count: u32, idle: bool) {
         let shape = self.placement.dqdt.shape();
         if !shape.exists(from) || !shape.exists(to) {
             return; // a decision made on another shape of the tree
         }
-        // A thief asks for its own leaf; the balancer's decisions name
-        // leaves too, within a node.
+        // One kernel, which may be idle; the balancer's decisions between
+        // nodes name subtrees.
         let taker = shape.children(to).is_empty().then(|| shape.host(to));
-        let thief = taker.filter(|_| steal);
+        let idle_taker = taker.filter(|_| idle);
         let (at, from) = match self
             .placement
             .dqdt
@@ -324,7 +327,7 @@ impl Kernel {
                     from,
                     to,
                     count,
-                    steal,
+                    idle,
                 },
             );
         }
@@ -344,17 +347,17 @@ impl Kernel {
                 .gave
                 .get(&taker)
                 .is_some_and(|at| now.duration_since(*at) < GAVE_LATELY);
-            if lately || (steal && self.departures.values().any(|d| d.to() == taker)) {
+            if lately || (idle && self.departures.values().any(|d| d.to() == taker)) {
                 // Decided before what this kernel gave it arrived: a steal
                 // and a decision of the balancer can cross.
                 return;
             }
         }
-        let count = match thief {
+        let count = match idle_taker {
             Some(_) => count.min(self.run_queue.len() as u32 / 2),
             None => count,
         };
-        let nearby = thief.is_some_and(|t| t.node == self.id.node);
+        let nearby = idle_taker.is_some_and(|t| t.node == self.id.node);
         let mut candidates: Vec<(u64, Instant, Pid)> = self
             .run_queue
             .ready()
@@ -384,8 +387,8 @@ impl Kernel {
         candidates.sort_unstable_by(|a, b| b.cmp(a));
         candidates.dedup_by_key(|c| c.2);
         candidates.truncate(count as usize);
-        if let (Some(thief), false) = (thief, candidates.is_empty()) {
-            self.placement.dqdt.stealing(thief, now);
+        if let (Some(taker), false) = (idle_taker, candidates.is_empty()) {
+            self.placement.dqdt.moving_to_idle(taker, now);
         }
         for (_, _, pid) in candidates {
             self.place_within(to, AfterPlace::Move { pid });

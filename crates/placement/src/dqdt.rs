@@ -67,6 +67,9 @@ pub struct Imbalance {
     pub from: Subtree,
     pub to: Subtree,
     pub count: u32,
+    /// `to` is one kernel with nothing to run (it steals, or the balancer
+    /// saw it so): the giver may move processes to it sooner.
+    pub idle: bool,
 }
 
 /// A subtree and its load, as the kernel that hosts it last summed it (for
@@ -444,6 +447,8 @@ impl Dqdt {
                 if from == to || count == 0 {
                     break;
                 }
+                let idle = self.shape.children(children[to].0).is_empty()
+                    && children[to].1.runnable == 0;
                 for _ in 0..count {
                     children[from].1.lose_one();
                     children[to].1.expect(1);
@@ -455,6 +460,7 @@ impl Dqdt {
                     from: children[from].0,
                     to: children[to].0,
                     count,
+                    idle,
                 });
             }
             if moved > 0 {
@@ -464,11 +470,12 @@ impl Dqdt {
         out
     }
 
-    /// Processes are on their way from this kernel to kernel `to` outside
-    /// the balancer's decisions (`to`, idle, stole them): the subtrees this
-    /// kernel hosts that hold `to` settle, as after a decision, so that the
-    /// balancer does not move processes again on loads reported before.
-    pub fn stealing(&mut self, to: KernelId, now: Instant) {
+    /// Processes are on their way from this kernel to kernel `to`, which had
+    /// nothing to run (it stole them, or another host's decision sent
+    /// them): the subtrees this kernel hosts that hold `to` settle, as after
+    /// one of their own decisions, so that the balancer here does not move
+    /// processes again on loads reported before.
+    pub fn moving_to_idle(&mut self, to: KernelId, now: Instant) {
         for s in self.shape.hosted(self.me) {
             if Shape::contains(s, to) {
                 self.settling.insert(s, now + SETTLE);
@@ -528,6 +535,7 @@ impl Dqdt {
                     from,
                     to: leaf,
                     count,
+                    idle: true,
                 });
             }
         }
@@ -822,7 +830,8 @@ mod tests {
                 subtree: host.shape().root(),
                 from: Shape::leaf(k(0, 0)),
                 to: Shape::leaf(k(0, 1)),
-                count: 16
+                count: 16,
+                idle: true
             }]
         );
         // Settling: nothing more until the moves show.
@@ -837,6 +846,14 @@ mod tests {
             .unwrap()
             .imbalances(now)
             .is_empty());
+        // A taker with work of its own is not idle.
+        sim.set(k(0, 0), 20);
+        sim.set(k(0, 1), 2);
+        sim.settle(10);
+        let now = sim.now;
+        let moves = sim.parts.get_mut(&k(0, 0)).unwrap().imbalances(now);
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        assert_eq!((moves[0].count, moves[0].idle), (9, false));
     }
 
     #[test]
@@ -852,7 +869,8 @@ mod tests {
                 subtree: sim.parts[&k(0, 1)].shape().root(),
                 from: Shape::leaf(k(0, 0)),
                 to: Shape::leaf(k(0, 1)),
-                count: 2
+                count: 2,
+                idle: true
             })
         );
         // One process on the other kernel: moving it would only idle that one.
@@ -909,6 +927,8 @@ mod tests {
             sim.parts[&k(0, 0)].shape().node_root(1).unwrap()
         );
         assert_eq!(between.count, 6);
+        // A node is not one idle kernel, even with nothing to run.
+        assert!(!between.idle);
         // The balancer takes from the heaviest leaf of the node that gives.
         let step =
             sim.parts

@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// 7: asynchronous letters (`senda`) and their confirmations; UAreas number
 ///    them per pair.
 /// 8: domain ids are 64-bit (the node's id above 40 bits of sequence).
-/// 9: the balancer's `Shed` says whether an idle kernel asked (stealing).
+/// 9: the balancer's `Shed` says whether its taker is idle (work stealing).
 pub const VERSION: u16 = 9;
 
 /// Bytes of the length prefix.
