@@ -274,7 +274,9 @@ impl Kernel {
             return;
         }
         let now = quanta::Instant::now();
-        if p.stole_at.is_some_and(|at| now.duration_since(at) < STEAL_EVERY) {
+        if p.stole_at
+            .is_some_and(|at| now.duration_since(at) < STEAL_EVERY)
+        {
             return;
         }
         let Some(m) = p.dqdt.steal() else {

@@ -447,8 +447,8 @@ impl Dqdt {
                 if from == to || count == 0 {
                     break;
                 }
-                let idle = self.shape.children(children[to].0).is_empty()
-                    && children[to].1.runnable == 0;
+                let idle =
+                    self.shape.children(children[to].0).is_empty() && children[to].1.runnable == 0;
                 for _ in 0..count {
                     children[from].1.lose_one();
                     children[to].1.expect(1);
@@ -905,7 +905,10 @@ mod tests {
         sim.set(k(0, 3), 1);
         sim.settle(6);
         let steal = sim.parts[&k(0, 2)].steal().unwrap();
-        assert_eq!(steal.from, sim.parts[&k(0, 2)].shape().node_root(1).unwrap());
+        assert_eq!(
+            steal.from,
+            sim.parts[&k(0, 2)].shape().node_root(1).unwrap()
+        );
         assert_eq!(steal.to, Shape::leaf(k(0, 2)));
         assert_eq!(steal.count, 4);
     }
