@@ -355,6 +355,7 @@ mod tests {
             processes,
             tree: vec![],
             balancer_moves: 0,
+            balancer_moves_to_idle: 0,
         }
     }
 

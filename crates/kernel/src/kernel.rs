@@ -1407,6 +1407,7 @@ impl Kernel {
             processes,
             tree: self.placement.dqdt.entries(),
             balancer_moves: self.placement.moves,
+            balancer_moves_to_idle: self.placement.moves_to_idle,
         }
     }
 }

@@ -426,6 +426,9 @@ pub struct KernelReport {
     pub tree: Vec<TreeEntry>,
     /// Processes its balancer has moved away since it started.
     pub balancer_moves: u64,
+    /// Of those, the ones moved to a kernel that had nothing to run (work
+    /// stealing).
+    pub balancer_moves_to_idle: u64,
 }
 
 /// One kernel's IPC activity, for `atoll ipc`.

@@ -51,8 +51,9 @@ pub(crate) enum AfterPlace {
     /// Run a process made or remade here (fork's child, exec) there; `told`
     /// hears if it cannot move.
     Run { pid: Pid, told: Pid },
-    /// Move a runnable process there (the balancer).
-    Move { pid: Pid },
+    /// Move a runnable process there (the balancer); `idle`: a kernel that
+    /// had nothing to run.
+    Move { pid: Pid, idle: bool },
     /// Tell the node (`Control::Place`).
     Answer(Sender<KernelId>),
 }
@@ -78,6 +79,9 @@ pub(crate) struct Placement {
     next_target: u16,
     /// Moves this kernel's balancer started.
     pub moves: u64,
+    /// Of those, the moves to a kernel that had nothing to run (work
+    /// stealing).
+    pub moves_to_idle: u64,
     /// Whether the kernel had nothing to run when it last looked: running
     /// out of work is when it steals.
     idle: bool,
@@ -106,6 +110,7 @@ impl Placement {
             next_token: 0,
             next_target: me.index,
             moves: 0,
+            moves_to_idle: 0,
             idle: false,
             stole_at: None,
             gave: HashMap::new(),
@@ -260,7 +265,7 @@ impl Kernel {
         match then {
             AfterPlace::Spawn { parent, spec } => self.spawn_on(parent, spec, Some(kernel)),
             AfterPlace::Run { pid, told } => self.run_on(pid, kernel, told),
-            AfterPlace::Move { pid } => self.balance_move(pid, kernel),
+            AfterPlace::Move { pid, idle } => self.balance_move(pid, kernel, idle),
             AfterPlace::Answer(reply) => drop(reply.send(kernel)),
         }
     }
@@ -393,13 +398,14 @@ impl Kernel {
             self.placement.dqdt.moving_to_idle(taker, now);
         }
         for (_, _, pid) in candidates {
-            self.place_within(to, AfterPlace::Move { pid });
+            let idle = idle_taker.is_some();
+            self.place_within(to, AfterPlace::Move { pid, idle });
         }
     }
 
     /// Moves `pid` for the balancer: by hand-over within this node, by copy
-    /// to another.
-    fn balance_move(&mut self, pid: Pid, to: KernelId) {
+    /// to another; `idle`: `to` had nothing to run.
+    fn balance_move(&mut self, pid: Pid, to: KernelId, idle: bool) {
         if to == self.id || !self.procs.contains_key(&pid) {
             return;
         }
@@ -410,6 +416,7 @@ impl Kernel {
         match self.migrate(pid, to, mode, ReplyTo::Process(pid)) {
             Ok(()) => {
                 self.placement.moves += 1;
+                self.placement.moves_to_idle += u64::from(idle);
                 self.placement.gave.insert(to, Instant::now());
                 tracing::info!(kernel = %self.id, %pid, "balancer: moving it to {to}")
             }

@@ -97,9 +97,19 @@ fn a_kernel_that_runs_out_of_work_takes_some_from_a_busy_one() {
         assert!(t.elapsed() < HANG, "never even: {:#?}", node.ps().unwrap());
         std::thread::sleep(Duration::from_millis(2));
     }
+    let to_idle = |node: &Node, k: KernelId| {
+        let reports = node.ps().unwrap();
+        reports
+            .iter()
+            .find(|r| r.kernel == k)
+            .unwrap()
+            .balancer_moves_to_idle
+    };
+    let before = to_idle(&node, k1);
     // Kernel 0.0 runs out of work: it takes one of the two that were just
-    // moved to 0.1, and leaves 0.1 the other. (The balancer's periodic
-    // decisions would take one too, once it had been there 500 ms.)
+    // moved to 0.1, and leaves 0.1 the other. The balancer's periodic
+    // decisions, for a kernel with work, would have left both there for
+    // 500 ms; this move is one to an idle kernel.
     for p in spinners_on(&node, k0) {
         node.kill(p.pid, 9).unwrap();
     }
@@ -108,6 +118,7 @@ fn a_kernel_that_runs_out_of_work_takes_some_from_a_busy_one() {
     });
     assert!(back.balanced >= 2, "{back:#?}");
     assert_eq!(spinners_on(&node, k1).len(), 1);
+    assert_eq!(to_idle(&node, k1), before + 1);
     for (pid, _, _) in &jobs {
         let _ = node.kill(*pid, 9);
     }
