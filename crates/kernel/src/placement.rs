@@ -271,8 +271,8 @@ impl Kernel {
     }
 
     /// This kernel has nothing to run: it asks the most loaded kernel near
-    /// it for work ([`Dqdt::steal`]). Called as it runs out, and at each
-    /// tick while it stays idle.
+    /// it for work ([`Dqdt::steal`]). Called as it runs out, and while it
+    /// stays idle at each tick and as fresh loads reach it.
     pub(crate) fn steal(&mut self) {
         let p = &mut self.placement;
         if !p.balance {
@@ -397,8 +397,8 @@ impl Kernel {
         if let (Some(taker), false) = (idle_taker, candidates.is_empty()) {
             self.placement.dqdt.moving_to_idle(taker, now);
         }
+        let idle = idle_taker.is_some();
         for (_, _, pid) in candidates {
-            let idle = idle_taker.is_some();
             self.place_within(to, AfterPlace::Move { pid, idle });
         }
     }

@@ -511,15 +511,14 @@ impl Dqdt {
             let Some(mine) = children.iter().find(|(c, _)| Shape::contains(*c, self.me)) else {
                 continue;
             };
-            let giver = children
+            let others: Vec<(Subtree, Load)> = children
                 .iter()
+                .copied()
                 .filter(|(c, _)| !Shape::contains(*c, self.me))
-                .max_by(|a, b| {
-                    a.1.order_key()
-                        .partial_cmp(&b.1.order_key())
-                        .unwrap_or(std::cmp::Ordering::Equal)
-                });
-            let Some(&(from, from_load)) = giver else {
+                .collect();
+            let Some((from, from_load)) =
+                extreme(&others, Toward::Heaviest, self.me).map(|i| others[i])
+            else {
                 continue;
             };
             let (runnable, kernels) = children.iter().fold((0, 0), |(r, k), (_, l)| {
