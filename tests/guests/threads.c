@@ -90,6 +90,48 @@ static void detach(void) {
     check(rc == 0 && drc == 0 && pthread_join(t, 0) == EINVAL, "detach");
 }
 
+/* 2b. pthread_exit from deep in a thread's stack (a thread that returns
+ * from its start routine ends another way): its result is joined; a
+ * detached thread's record is freed later. */
+static void exit_from(int depth, long result) {
+    if (depth == 0)
+        pthread_exit((void *)result);
+    exit_from(depth - 1, result + 1);
+}
+
+static void *exits_deep(void *arg) {
+    exit_from(5, (long)arg);
+    return 0;
+}
+
+static void *exits_detached(void *arg) {
+    (void)arg;
+    sem_post(&detached_done);
+    pthread_exit(0);
+}
+
+static void exits(void) {
+    pthread_t t[3];
+    for (long i = 0; i < 3; i++)
+        pthread_create(&t[i], 0, exits_deep, (void *)(i * 10));
+    long sum = 0;
+    for (int i = 0; i < 3; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        sum += (long)r;
+    }
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_t d;
+    int rc = pthread_create(&d, &a, exits_detached, 0);
+    sem_wait(&detached_done);
+    pthread_t u;
+    void *r;
+    int jrc = pthread_create(&u, 0, nothing_but, (void *)7) | pthread_join(u, &r);
+    check(sum == 45 && rc == 0 && jrc == 0 && (long)r == 7, "pthread_exit");
+}
+
 /* 3. once. */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int inits;
@@ -473,6 +515,7 @@ static void fork_with_threads(void) {
 int main(void) {
     create_and_join();
     detach();
+    exits();
     once_only();
     keys();
     mutex_types();

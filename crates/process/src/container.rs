@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quanta::Instant;
+use smallvec::SmallVec;
 
 use wasmtime::{Store, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
 
@@ -31,7 +32,7 @@ use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
 use crate::image::{GlobalValue, ImageParts, ImageView, MemoryView, ProcessImage, PAGE_SIZE};
 use crate::runtime::{Program, Runtime};
 use crate::syscall::ProcExit;
-use crate::threads::{Context, Entry, Saved, ThreadStop, Tid, Wait};
+use crate::threads::{Context, Entry, Saved, ThreadStop, Tid, Wait, MAX_LOCALS};
 use crate::uarea::{StackArea, UArea};
 
 /// A stopped process, encoded ([`Container::encode`]).
@@ -664,17 +665,18 @@ fn run_alone(store: &mut Store<ProcCtx>, exports: &Exports) -> Slice {
 }
 
 /// The function at `index` of the module's table, if it is one a thread
-/// can start in: `(i32) -> ()`. The last one found is remembered: checking
-/// a function's type at each thread switch cost a sixth of a thread's
-/// create and join.
+/// can start in: `(i32) -> ()`. The last one found is remembered, shared:
+/// checking a function's type at each thread switch cost a sixth of a
+/// thread's create and join, and cloning a typed function (its type's
+/// registration) a tenth.
 pub(crate) fn thread_function(
     mut store: impl wasmtime::AsContextMut<Data = ProcCtx>,
     exports: &Exports,
     index: u32,
-) -> Option<TypedFunc<i32, ()>> {
+) -> Option<Arc<TypedFunc<i32, ()>>> {
     if let Some((i, f)) = &store.as_context().data().thread_function {
         if *i == index {
-            return Some(f.clone());
+            return Some(Arc::clone(f));
         }
     }
     let func = exports
@@ -683,8 +685,8 @@ pub(crate) fn thread_function(
         .as_func()
         .flatten()
         .copied()?;
-    let f = func.typed::<i32, ()>(&store).ok()?;
-    store.as_context_mut().data_mut().thread_function = Some((index, f.clone()));
+    let f = Arc::new(func.typed::<i32, ()>(&store).ok()?);
+    store.as_context_mut().data_mut().thread_function = Some((index, Arc::clone(&f)));
     Some(f)
 }
 
@@ -881,6 +883,7 @@ fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Resu
                 .ok_or_else(|| format!("global `{name}`: unsupported type"))
         })
         .collect::<Result<_, _>>()?;
+    let mut stack = std::mem::take(&mut store.data_mut().spare_stack);
     let ctx = store.data();
     let area = ctx
         .uarea
@@ -889,10 +892,12 @@ fn save_context(store: &mut Store<ProcCtx>, exports: &Exports, tid: Tid) -> Resu
     let memory = exports.memory.data(&*store);
     let data = (area.addr + atoll_prepare::conventions::ASYNCIFY_DATA_HEADER) as usize;
     let current = read_word(memory, area.addr)? as usize;
-    let stack = memory
-        .get(data..current)
-        .ok_or("the saved stack's header is corrupt")?
-        .to_vec();
+    stack.clear();
+    stack.extend_from_slice(
+        memory
+            .get(data..current)
+            .ok_or("the saved stack's header is corrupt")?,
+    );
     let locals = ctx
         .uarea
         .threads
@@ -924,7 +929,7 @@ fn switch_in(
         .as_ref()
         .ok_or("a thread of an unprepared module")?;
     let threads = &mut store.data_mut().uarea.threads;
-    let locals = threads.locals().to_vec();
+    let locals: SmallVec<[u32; MAX_LOCALS]> = threads.locals().iter().copied().collect();
     let thread = threads
         .thread_mut(tid)
         .ok_or("internal error: running a thread that does not exist")?;
@@ -962,6 +967,7 @@ fn switch_in(
     memory[at + 8..at + 8 + saved.stack.len()].copy_from_slice(&saved.stack);
     mark_area_dirty(store, exports, asyncify)?;
     let ctx = store.data_mut();
+    ctx.spare_stack = saved.stack;
     ctx.uarea.stack_area = Some(area);
     ctx.rewinding = true;
     asyncify

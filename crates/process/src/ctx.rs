@@ -111,7 +111,10 @@ pub struct ProcCtx {
     pub(crate) area_dirty: Option<(u32, usize)>,
     /// The function threads last started in, typed
     /// ([`crate::container::thread_function`]).
-    pub(crate) thread_function: Option<(u32, TypedFunc<i32, ()>)>,
+    pub(crate) thread_function: Option<(u32, Arc<TypedFunc<i32, ()>>)>,
+    /// The saved stack of the thread last switched in, its buffer kept for
+    /// the next thread that stops: a switch then allocates nothing.
+    pub(crate) spare_stack: Vec<u8>,
     /// The kernel, lent for the current slice (see [`KernelLink`]); `None`
     /// between slices.
     pub(crate) link: Option<NonNull<dyn KernelLink>>,
@@ -137,6 +140,7 @@ impl ProcCtx {
             thread_stop: None,
             limits,
             thread_function: None,
+            spare_stack: Vec::new(),
             area_dirty: None,
             link: None,
         }

@@ -54,8 +54,9 @@ pub struct Threads {
     /// Threads waiting for the seat, in the order they asked.
     queued: VecDeque<Tid>,
     /// Threads waiting on each futex, in the order they came: a wake
-    /// costs what it wakes, not a scan of every thread.
-    futexes: BTreeMap<u32, VecDeque<Tid>>,
+    /// costs what it wakes, not a scan of every thread. Inline: a futex
+    /// rarely has many waiters, and a wait then allocates nothing.
+    futexes: BTreeMap<u32, SmallVec<[Tid; 4]>>,
     /// The thread in a kernel call ([`crate::UArea::call`] is its call).
     seat: Option<Tid>,
     /// The thread that runs (during a slice) or ran last.
@@ -241,7 +242,7 @@ impl Threads {
     fn unqueue_futex(&mut self, tid: Tid, was: &ThreadState) {
         if let ThreadState::Waiting(Wait::Futex { addr, .. }) = was {
             if let Some(queue) = self.futexes.get_mut(addr) {
-                queue.retain(|&t| t != tid);
+                queue.retain(|t| *t != tid);
                 if queue.is_empty() {
                     self.futexes.remove(addr);
                 }
@@ -259,7 +260,7 @@ impl Threads {
                 }
                 Wait::Sleep { until_ns } => Some(until_ns),
                 Wait::Futex { addr, until_ns } => {
-                    self.futexes.entry(addr).or_default().push_back(tid);
+                    self.futexes.entry(addr).or_default().push(tid);
                     until_ns
                 }
             };
@@ -350,15 +351,14 @@ impl Threads {
             return 0;
         };
         let n = queue.len().min(count as usize);
-        let woken: Vec<Tid> = queue.drain(..n).collect();
-        if queue.is_empty() {
-            self.futexes.remove(&addr);
-        }
-        for &tid in &woken {
+        for tid in queue.drain(..n) {
             if let Some(t) = self.threads.get_mut(&tid) {
                 t.state = ThreadState::Ready(Some(Reply::Woken { timed_out: false }));
                 self.ready.push_back(tid);
             }
+        }
+        if queue.is_empty() {
+            self.futexes.remove(&addr);
         }
         n as u32
     }

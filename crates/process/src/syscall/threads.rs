@@ -3,7 +3,9 @@
 //!
 //! - `thread_spawn(func, arg) -> tid`: a new thread that runs `func(arg)`
 //!   (a function pointer: an index into the module's table, of a function
-//!   `(i32) -> ()`) when its turn comes; the caller goes on.
+//!   `(i32) -> ()`) when its turn comes; the caller goes on. The thread
+//!   ends when `func` returns (the cheap way: nothing to unwind) or it
+//!   calls `thread_exit`.
 //! - `thread_exit(clear)`: ends the calling thread. If `clear` is not 0,
 //!   the word there is set to 0 and its futex waiters woken first, as
 //!   Linux does with `CLONE_CHILD_CLEARTID`: a joiner waits on that word,
