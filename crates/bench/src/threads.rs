@@ -271,7 +271,7 @@ fn downtimes(
     for i in 0..migrations {
         let to = KernelId::new(0, (i as u16 + 1) % 2);
         let report = node.migrate(pid, to, Some(mode))?;
-        samples.push(report.downtime_us as f64);
+        samples.push(report.downtime_ns as f64 / 1000.0);
     }
     node.kill(pid, atoll_abi::status::SIGKILL)?;
     Ok(samples)
@@ -346,15 +346,23 @@ impl ThreadsReport {
             .collect()
     }
 
-    fn downtime_rows(&self) -> Vec<[String; 4]> {
+    fn downtime_rows(&self) -> Vec<[String; 5]> {
         self.downtime
             .iter()
             .map(|d| {
+                // Against one thread's, same mode and pages: the issue's
+                // target is 16 threads within 2x.
+                let one = self.downtime.iter().find(|o| {
+                    o.threads == 1 && o.mode == d.mode && o.pages_per_thread == d.pages_per_thread
+                });
                 [
                     d.mode.clone(),
                     d.threads.to_string(),
                     d.pages_per_thread.to_string(),
-                    format!("{:.0}", d.downtime_us.median),
+                    format!("{:.1}", d.downtime_us.median),
+                    one.map_or_else(String::new, |o| {
+                        format!("{:.2}x", d.downtime_us.median / o.downtime_us.median)
+                    }),
                 ]
             })
             .collect()
@@ -386,7 +394,13 @@ impl ThreadsReport {
 }
 
 const CREATE_HEAD: [&str; 3] = ["", "ns per create+join", "atoll is"];
-const DOWNTIME_HEAD: [&str; 4] = ["mode", "threads", "pages per thread", "downtime (us)"];
+const DOWNTIME_HEAD: [&str; 5] = [
+    "mode",
+    "threads",
+    "pages per thread",
+    "downtime (us)",
+    "of 1 thread's",
+];
 const SORT_HEAD: [&str; 4] = [
     "",
     "k_sistema (us per group)",

@@ -333,6 +333,7 @@ mod tests {
                 mode: Mode::Handover,
                 rounds: vec![],
                 downtime_us: 7,
+                downtime_ns: 7_250,
                 total_us: 20,
             }),
             threads: vec![],

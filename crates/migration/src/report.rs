@@ -67,8 +67,14 @@ pub struct MigrationReport {
     /// Pre-copy rounds, then the stop-and-copy; empty for a hand-over.
     pub rounds: Vec<RoundReport>,
     /// From the freeze at a safepoint on the source until the process is
-    /// back in a run queue (or waiting in its call) on the destination.
+    /// back in a run queue (or waiting in its call) on the destination,
+    /// in whole microseconds.
     pub downtime_us: u64,
+    /// The same in nanoseconds: within a node a downtime is a few
+    /// microseconds, too few for whole ones to compare two of them.
+    /// Absent (0) from the results recorded before it was.
+    #[serde(default)]
+    pub downtime_ns: u64,
     /// From the request until the destination confirmed.
     pub total_us: u64,
 }

@@ -41,7 +41,8 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 10: domain ids are 64-bit (the node's id above 40 bits of sequence).
 /// 11: thread contexts are numbered, and a migration's last frame may give
 ///     a context as the number of one an earlier frame carried.
-const VERSION: u16 = 11;
+/// 12: its last migration's report carries the downtime in nanoseconds.
+const VERSION: u16 = 12;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

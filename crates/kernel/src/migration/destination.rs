@@ -347,7 +347,8 @@ impl Kernel {
                 self.placement.arrivals += 1;
                 self.schedule(pid);
                 let now = monotonic_ns();
-                report.downtime_us = now.saturating_sub(times.frozen_ns) / 1000;
+                report.downtime_ns = now.saturating_sub(times.frozen_ns);
+                report.downtime_us = report.downtime_ns / 1000;
                 report.total_us = now.saturating_sub(times.requested_ns) / 1000;
                 self.procs
                     .get_mut(&pid)

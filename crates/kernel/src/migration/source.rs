@@ -111,6 +111,7 @@ impl Kernel {
                 mode,
                 rounds: Vec::new(),
                 downtime_us: 0,
+                downtime_ns: 0,
                 total_us: 0,
             };
             self.answer_migration(reply, Ok(report));
@@ -395,6 +396,7 @@ impl Kernel {
             mode: d.mode,
             rounds: std::mem::take(&mut d.rounds),
             downtime_us: 0,
+            downtime_ns: 0,
             total_us: 0,
         });
         let Some(image) = image else {
@@ -483,7 +485,8 @@ impl Kernel {
                     // The destination's clock is another machine's: measure
                     // here, up to this answer (an upper bound by its trip).
                     let now = monotonic_ns();
-                    report.downtime_us = now.saturating_sub(d.frozen_ns) / 1000;
+                    report.downtime_ns = now.saturating_sub(d.frozen_ns);
+                    report.downtime_us = report.downtime_ns / 1000;
                     report.total_us = now.saturating_sub(d.requested_ns) / 1000;
                 }
                 tracing::info!(kernel = %self.id, "migrated {}", report.summary());

@@ -26,7 +26,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 ///    them per pair.
 /// 8: domain ids are 64-bit (the node's id above 40 bits of sequence).
 /// 9: the balancer's `Shed` says whether its taker is idle (work stealing).
-pub const VERSION: u16 = 9;
+/// 10: migration reports carry the downtime in nanoseconds.
+pub const VERSION: u16 = 10;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;
