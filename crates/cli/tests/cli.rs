@@ -574,7 +574,10 @@ fn migrate_checkpoint_and_restore_on_a_running_node() {
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(report["mode"], mode);
         assert_eq!(report["to"], format!("0.{to}"));
-        let (us, ns) = (report["downtime_us"].as_u64(), report["downtime_ns"].as_u64());
+        let (us, ns) = (
+            report["downtime_us"].as_u64(),
+            report["downtime_ns"].as_u64(),
+        );
         assert!(
             matches!((us, ns), (Some(us), Some(ns)) if ns > 0 && ns / 1000 == us),
             "{report}"
