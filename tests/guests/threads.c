@@ -75,14 +75,21 @@ static void *detached(void *arg) {
     return 0;
 }
 
-static void detach(void) {
-    sem_init(&detached_done, 0, 0);
+/* Starts `f` in a thread created detached (in `t`) and waits until it
+ * posts `detached_done`; returns pthread_create's result. */
+static int run_detached(pthread_t *t, void *(*f)(void *)) {
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int rc = pthread_create(&t, &a, detached, 0);
+    int rc = pthread_create(t, &a, f, 0);
     sem_wait(&detached_done);
+    return rc;
+}
+
+static void detach(void) {
+    sem_init(&detached_done, 0, 0);
+    pthread_t t;
+    int rc = run_detached(&t, detached);
     pthread_t u;
     pthread_create(&u, 0, detached, 0);
     int drc = pthread_detach(u);
@@ -120,12 +127,8 @@ static void exits(void) {
         pthread_join(t[i], &r);
         sum += (long)r;
     }
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     pthread_t d;
-    int rc = pthread_create(&d, &a, exits_detached, 0);
-    sem_wait(&detached_done);
+    int rc = run_detached(&d, exits_detached);
     pthread_t u;
     void *r;
     int jrc = pthread_create(&u, 0, nothing_but, (void *)7) | pthread_join(u, &r);
