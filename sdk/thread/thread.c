@@ -152,7 +152,6 @@ int pthread_create(pthread_t *restrict out, const pthread_attr_t *restrict attr,
     return 0;
 }
 
-
 pthread_t pthread_self(void) {
     return __atoll_self ? __atoll_self : &first;
 }
@@ -189,8 +188,9 @@ static void run_destructors(struct __pthread *self) {
 /* Everything of a thread's end but the last step: its destructors, its
  * result, its record to the dead if detached, its default stack back. The
  * stack goes back while the thread still runs on it: no other thread runs
- * before the thread's last host call (there is no safepoint in between),
- * and the thread never runs code that uses its stack after that. */
+ * before this one has left, by its last host call or by returning out of
+ * atoll_thread_entry (there is no safepoint on the way), and what it runs
+ * until then touches no stack memory. */
 static void finish(struct __pthread *self, void *result) {
     run_destructors(self);
     self->result = result;
