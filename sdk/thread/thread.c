@@ -189,8 +189,7 @@ static void run_destructors(struct __pthread *self) {
  * result, its record to the dead if detached, its default stack back. The
  * stack goes back while the thread still runs on it: no other thread runs
  * before this one has left, by its last host call or by returning out of
- * atoll_thread_entry (there is no safepoint on the way), and what it runs
- * until then touches no stack memory. */
+ * atoll_thread_entry: there is no safepoint on the way. */
 static void finish(struct __pthread *self, void *result) {
     run_destructors(self);
     self->result = result;
