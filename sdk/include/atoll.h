@@ -371,7 +371,9 @@ static inline int atoll_kill(atoll_pid_t pid, int signal)
  * --migrate-mode`: hand-over, or copy with pre-copy); to another node it is
  * always copied. Returns 0 (also when it already runs there), EINVAL for a
  * kernel that does not exist, or EAGAIN when the destination could not take
- * it or cannot be reached (the process then goes on where it was).
+ * it or cannot be reached (the process then goes on where it was). Asked
+ * while another move of it is under way (the balancer's, an operator's),
+ * the move waits for that one and starts from where it leaves the process.
  */
 static inline int atoll_migrate_to(int kernel)
 {

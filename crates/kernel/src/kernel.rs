@@ -1329,15 +1329,17 @@ impl Kernel {
                 p.container.reply(Reply::Done);
                 self.run_queue.push(pid);
             }
-            // It asked to move: it is where it asked to be, or (the move
-            // failed and it came back) it stayed.
-            CallState::Blocked(KernelCall::Migrate { to }) => {
-                let result = if to == self.id {
-                    Ok(())
-                } else {
-                    Err(Errno::Again)
-                };
-                p.container.reply(Reply::Migrated(result));
+            // It asked to move, and it is where it asked to be.
+            CallState::Blocked(KernelCall::Migrate { to }) if to == self.id => {
+                p.container.reply(Reply::Migrated(Ok(())));
+                self.run_queue.push(pid);
+            }
+            // It asked while another move of it was in flight, which
+            // brought it here (or failed): it makes its call again, afresh,
+            // from here. (A move of its own that failed was answered
+            // before it came back.)
+            CallState::Blocked(KernelCall::Migrate { .. }) => {
+                p.container.reply(Reply::Retry);
                 self.run_queue.push(pid);
             }
             // Answers to spawn, fork, kill, IPC, file ops and the console

@@ -89,6 +89,11 @@ impl Kernel {
             // Served through the KernelLink before the process unwound: it
             // waits where the call left it (queued, watched, awaited).
             KernelCall::Ipc(_) => {}
+            // While another move of it is in flight (the balancer's, an
+            // operator's), the call waits: where that move leaves the
+            // process, it makes the call again (`schedule`,
+            // `resume_after_failed_move`).
+            KernelCall::Migrate { .. } if self.departures.contains_key(&pid) => {}
             KernelCall::Migrate { to } => {
                 if let Err(why) = self.migrate(pid, to, None, ReplyTo::Process(pid)) {
                     self.diagnose(pid, &format!("cannot migrate: {why}"));
@@ -173,7 +178,7 @@ impl Kernel {
         self.reply_now(parent, Reply::Spawned(Err(errno)));
     }
 
-    fn reply_now(&mut self, pid: Pid, reply: Reply) {
+    pub(crate) fn reply_now(&mut self, pid: Pid, reply: Reply) {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.container.reply(reply);
             self.run_queue.wake(pid);

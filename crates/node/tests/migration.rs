@@ -283,6 +283,28 @@ fn a_process_that_exits_while_being_migrated_ends_once_with_its_status() {
 }
 
 #[test]
+fn a_move_asked_for_during_another_is_made_where_that_one_ends() {
+    // `asks` keeps rewriting its 64 MiB while an operator's copy of it is
+    // under way (its pre-copy cannot converge), then asks to go to kernel
+    // 2: its call waits for the operator's move and starts its own from
+    // kernel 1. (The balancer raced `kmigrate_to` this way in a cluster,
+    // and the process was told EAGAIN.)
+    let node = node(3);
+    let (pid, out, done) = start(&node, &on(job("asks", &["512", "50", "2"]), 0));
+    wait_for_lines(&out, 1);
+    let report = node.migrate(pid, k(1), Some(Mode::Copy)).unwrap();
+    assert_eq!(report.to, k(1));
+    assert_eq!(
+        done.recv_timeout(HANG).unwrap(),
+        0,
+        "{}{}",
+        out.stdout(),
+        out.stderr()
+    );
+    assert_eq!(out.stdout(), "ready\nkmigrate_to(2) = 0, on 0.2\n");
+}
+
+#[test]
 fn a_process_writing_an_open_file_keeps_writing_it_across_migrations() {
     let node = node(2);
     let dir = tempfile::tempdir().unwrap();

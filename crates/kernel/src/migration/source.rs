@@ -1,10 +1,10 @@
 //! The source side of a migration: pre-copy rounds while the process runs,
 //! the freeze, the stop-and-copy or hand-over, and the rollback.
 
-use atoll_abi::{KernelId, Pid};
+use atoll_abi::{Errno, KernelId, Pid};
 use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport, BLOCK};
 use atoll_process::threads::Context;
-use atoll_process::MemoryView;
+use atoll_process::{CallState, KernelCall, MemoryView, Reply};
 use quanta::Instant;
 
 use crate::homes::Kin;
@@ -452,7 +452,7 @@ impl Kernel {
                 },
             );
             self.answer_migration(d.reply, Err(why));
-            self.resume_after_failed_move(pid);
+            self.resume_after_failed_move(pid, d.to);
         }
     }
 
@@ -520,13 +520,18 @@ impl Kernel {
                 match process {
                     Some(mut p) => {
                         p.container.set_host(self.host.clone());
+                        if asked_to_go(&p, d.to) {
+                            p.container.reply(Reply::Migrated(Err(Errno::Again)));
+                        }
                         self.procs.insert(pid, p);
                         self.schedule(pid);
                         for packet in d.held {
                             self.deliver(pid, packet);
                         }
                     }
-                    None if self.procs.contains_key(&pid) => self.resume_after_failed_move(pid),
+                    None if self.procs.contains_key(&pid) => {
+                        self.resume_after_failed_move(pid, d.to)
+                    }
                     None => tracing::error!(kernel = %self.id, %pid,
                         "a handed-over process did not come back from a failed migration"),
                 }
@@ -597,24 +602,37 @@ impl Kernel {
         self.answer_migration(d.reply, Err(format!("{why}: {pid} was lost with it")));
     }
 
-    /// A move that failed before the process left: one that asked to move
-    /// is told it stays, and one held back to first run at the destination
-    /// (a forked child) runs here.
-    fn resume_after_failed_move(&mut self, pid: Pid) {
-        self.reply_if_blocked(
-            pid,
-            |c| matches!(c, atoll_process::KernelCall::Migrate { .. }),
-            atoll_process::Reply::Migrated(Err(atoll_abi::Errno::Again)),
-        );
+    /// A move to `to` that failed before the process left: one that asked
+    /// for it is told it stays, one that asked to go elsewhere meanwhile
+    /// makes its call again, and one held back to first run at the destination (a
+    /// forked child) runs here.
+    fn resume_after_failed_move(&mut self, pid: Pid, to: KernelId) {
+        let asked = self
+            .procs
+            .get(&pid)
+            .and_then(|p| match p.container.uarea().call {
+                CallState::Blocked(KernelCall::Migrate { to }) => Some(to),
+                _ => None,
+            });
+        match asked {
+            Some(asked) if asked == to => self.reply_now(pid, Reply::Migrated(Err(Errno::Again))),
+            // It asked to go elsewhere meanwhile: it asks again.
+            Some(_) => self.reply_now(pid, Reply::Retry),
+            None => {}
+        }
         // A forked child waits, unscheduled, to first run where it goes.
-        let waiting = self.procs.get(&pid).is_some_and(|p| {
-            matches!(
-                p.container.uarea().call,
-                atoll_process::CallState::Replied(_)
-            )
-        });
+        let waiting = self
+            .procs
+            .get(&pid)
+            .is_some_and(|p| matches!(p.container.uarea().call, CallState::Replied(_)));
         if waiting && !self.run_queue.contains(pid) {
             self.run_queue.push(pid);
         }
     }
+}
+
+/// Whether `p` waits in a `kmigrate_to` to `to`: a failed move there was
+/// its own.
+fn asked_to_go(p: &Process, to: KernelId) -> bool {
+    matches!(p.container.uarea().call, CallState::Blocked(KernelCall::Migrate { to: asked }) if asked == to)
 }
