@@ -520,8 +520,8 @@ impl Kernel {
                 match process {
                     Some(mut p) => {
                         p.container.set_host(self.host.clone());
-                        if asked_to_go(&p, d.to) {
-                            p.container.reply(Reply::Migrated(Err(Errno::Again)));
+                        if let Some(reply) = answer_after_failed_move(&p, d.to) {
+                            p.container.reply(reply);
                         }
                         self.procs.insert(pid, p);
                         self.schedule(pid);
@@ -602,23 +602,16 @@ impl Kernel {
         self.answer_migration(d.reply, Err(format!("{why}: {pid} was lost with it")));
     }
 
-    /// A move to `to` that failed before the process left: one that asked
-    /// for it is told it stays, one that asked to go elsewhere meanwhile
-    /// makes its call again, and one held back to first run at the destination (a
-    /// forked child) runs here.
+    /// A move to `to` that failed before the process left: a process in
+    /// `kmigrate_to` is answered ([`answer_after_failed_move`]), and one
+    /// held back to first run at the destination (a forked child) runs here.
     fn resume_after_failed_move(&mut self, pid: Pid, to: KernelId) {
-        let asked = self
+        if let Some(reply) = self
             .procs
             .get(&pid)
-            .and_then(|p| match p.container.uarea().call {
-                CallState::Blocked(KernelCall::Migrate { to }) => Some(to),
-                _ => None,
-            });
-        match asked {
-            Some(asked) if asked == to => self.reply_now(pid, Reply::Migrated(Err(Errno::Again))),
-            // It asked to go elsewhere meanwhile: it asks again.
-            Some(_) => self.reply_now(pid, Reply::Retry),
-            None => {}
+            .and_then(|p| answer_after_failed_move(p, to))
+        {
+            self.reply_now(pid, reply);
         }
         // A forked child waits, unscheduled, to first run where it goes.
         let waiting = self
@@ -631,8 +624,15 @@ impl Kernel {
     }
 }
 
-/// Whether `p` waits in a `kmigrate_to` to `to`: a failed move there was
-/// its own.
-fn asked_to_go(p: &Process, to: KernelId) -> bool {
-    matches!(p.container.uarea().call, CallState::Blocked(KernelCall::Migrate { to: asked }) if asked == to)
+/// What a process waiting in `kmigrate_to` is told when a move of it to
+/// `to` failed: if it asked for that move, that it stays (`EAGAIN`); if it
+/// asked to go elsewhere while that move was in flight, to ask again.
+fn answer_after_failed_move(p: &Process, to: KernelId) -> Option<Reply> {
+    match p.container.uarea().call {
+        CallState::Blocked(KernelCall::Migrate { to: asked }) if asked == to => {
+            Some(Reply::Migrated(Err(Errno::Again)))
+        }
+        CallState::Blocked(KernelCall::Migrate { .. }) => Some(Reply::Retry),
+        _ => None,
+    }
 }
