@@ -24,6 +24,10 @@ int main(int argc, char **argv)
     size_t bytes = (size_t)strtoul(argv[1], NULL, 10) << 20;
     long ms = strtol(argv[2], NULL, 10);
     int kernel = atoi(argv[3]);
+    if (bytes == 0) {
+        fprintf(stderr, "asks: MIB must be at least 1\n");
+        return 2;
+    }
     unsigned char *memory = malloc(bytes);
     if (!memory) {
         perror("asks");
