@@ -34,7 +34,7 @@ start() {
     for ((i = 0; i < n; i++)); do
         "$atoll" ca issue "$dir/ca" "n$i" >/dev/null
         rm -f "$dir/n$i.log"
-        ATOLL_SOCKET="$dir/n$i.sock" "$atoll" node --kernels "$kernels" \
+        ATOLL_SOCKET="$dir/n$i.sock" "$atoll" node --kernels "$kernels" --no-pin \
             --listen 127.0.0.1:0 --certs "$dir/ca" --name "n$i" "${join[@]}" "${http[@]}" \
             2>"$dir/n$i.log" &
         echo $! >>"$dir/pids"

@@ -378,6 +378,12 @@ pub struct NodeArgs {
     /// Turn this node's balancer off: its processes move only when asked
     #[arg(long)]
     no_balance: bool,
+    /// Leave the kernels' threads to the Linux scheduler instead of pinning
+    /// kernel i to core i % cores: for several nodes on one machine, whose
+    /// kernels would otherwise share the first cores and leave the others
+    /// idle
+    #[arg(long)]
+    no_pin: bool,
     /// Serve the dashboard in a browser here (ADDR:PORT; port 0 picks
     /// one): open the URL it prints, or `atoll dashboard` shows
     #[arg(long, value_name = "ADDR:PORT")]
@@ -388,6 +394,7 @@ pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
     let mut config = ctx.node_config_with(a.kernels, a.quantum_ms, a.instances);
     config.migration.mode = a.migrate_mode;
     config.balance = !a.no_balance;
+    config.pin = !a.no_pin;
     if let (Some(listen), Some(certs), Some(name)) = (a.listen, &a.certs, &a.name) {
         let identity = identity::Identity::load(certs, name)?;
         config.cluster = Some(LinkConfig {
