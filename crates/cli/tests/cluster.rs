@@ -112,6 +112,9 @@ impl Cluster {
             ca.to_str().unwrap().into(),
             "--name".into(),
             name.into(),
+            // Several nodes on one machine: pinned, their kernels 0 would
+            // share the first core.
+            "--no-pin".into(),
         ];
         if let Some(j) = join {
             args.extend(["--join".into(), j.into()]);
@@ -362,16 +365,24 @@ fn strangers_and_garbage_are_refused_and_the_cluster_carries_on() {
 
 /// Reads `child`'s stdout line by line until a line equals `line`; the
 /// rest is returned when the child ends.
-fn read_until(child: &mut Child, line: &str) -> BufReader<std::process::ChildStdout> {
+/// Reads `child`'s stdout up to `line`, then the rest on a thread of its
+/// own (joined for what followed): a child that goes on printing must
+/// not fill its pipe and block while the test waits for it.
+fn read_until(child: &mut Child, line: &str) -> std::thread::JoinHandle<String> {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut got = String::new();
     loop {
         got.clear();
         assert!(out.read_line(&mut got).unwrap() > 0, "no `{line}` line");
         if got.trim_end() == line {
-            return out;
+            break;
         }
     }
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        rest
+    })
 }
 
 #[test]
@@ -383,7 +394,7 @@ fn a_node_killed_mid_conversation_ends_every_wait_on_it() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut rest = read_until(&mut far, "far: ready");
+    let rest = read_until(&mut far, "far: ready");
     // A job homed on node 0 that runs on node 1.
     let spin = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();
     let pid = c.nodes[0].wait_for("spin.wasm");
@@ -393,8 +404,7 @@ fn a_node_killed_mid_conversation_ends_every_wait_on_it() {
         .unwrap());
     let mut lost = c.nodes.pop().unwrap();
     lost.child.kill().unwrap();
-    let mut said = String::new();
-    std::io::Read::read_to_string(&mut rest, &mut said).unwrap();
+    let said = rest.join().unwrap();
     assert_eq!(
         said,
         "far: sendrec EDEADSRCDST\n\
@@ -429,7 +439,7 @@ fn a_destination_killed_mid_migration_commits_once_or_rolls_back() {
         .spawn()
         .unwrap();
     let mut job = job;
-    let mut out = read_until(&mut job, "dirty: ready");
+    let out = read_until(&mut job, "dirty: ready");
     let pid = c.nodes[0].wait_for("dirty");
     let migrate = c.nodes[0]
         .atoll(&["migrate", &pid, "--to", "1.0"])
@@ -458,8 +468,7 @@ fn a_destination_killed_mid_migration_commits_once_or_rolls_back() {
         ok(c.nodes[0].atoll(&["kill", &pid]).output().unwrap());
         assert_eq!(job.wait().unwrap().code(), Some(137));
     }
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    out.join().unwrap();
     drop(lost);
 }
 
