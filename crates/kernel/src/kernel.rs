@@ -330,11 +330,11 @@ impl Kernel {
         }
     }
 
-    /// Polls the doorbell for a short while before sleeping: an answer from
-    /// another kernel often arrives within microseconds, and waking from a
-    /// futex costs more than that. Only while this kernel has a core to
-    /// itself ([`Doorbell::room_to_poll`]); otherwise spinning steals the
-    /// core from another kernel.
+    /// Polls the doorbell, and the links to other nodes, for a short while
+    /// before sleeping: an answer from another kernel often arrives within
+    /// microseconds, and waking from a futex costs more than that. Only
+    /// while this kernel has a core to itself ([`Doorbell::room_to_poll`]);
+    /// otherwise spinning steals the core from another kernel.
     fn spin_before_sleep(&self) -> bool {
         if self.spin.is_zero() {
             return false;
@@ -350,6 +350,7 @@ impl Kernel {
             {
                 return true;
             }
+            self.noc.poll_remote();
             std::hint::spin_loop();
         }
         false
@@ -655,6 +656,9 @@ impl Kernel {
         }
         let sent = match packet.bulk.take() {
             None => self.noc.send(to, packet),
+            Some(bulk) if packet.msg.bulk_order_free() => {
+                self.noc.send_bulk_unordered(to, packet, bulk)
+            }
             Some(bulk) => self.noc.send_bulk(to, packet, bulk),
         };
         match sent {

@@ -279,6 +279,19 @@ impl NocMsg {
         )
     }
 
+    /// Whether its bulk bytes may overtake, or be overtaken by, other bulk
+    /// bytes between the same two kernels ([`atoll_noc::Endpoint::send_bulk_unordered`]):
+    /// a copy between processes and a remote file op or its answer, each
+    /// awaited alone by its process. A migration's frames keep their order.
+    pub fn bulk_order_free(&self) -> bool {
+        matches!(
+            self,
+            NocMsg::Ipc(crate::ipc::IpcMsg::CopyWrite { .. })
+                | NocMsg::File { .. }
+                | NocMsg::FileDone { .. }
+        )
+    }
+
     /// The process the message is for, if it is for a process (and so must
     /// be routed to wherever that process runs).
     pub fn target(&self) -> Option<Pid> {

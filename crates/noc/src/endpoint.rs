@@ -46,12 +46,39 @@ pub trait Uplink<M>: Send + Sync {
         bulk: Option<Vec<u8>>,
     ) -> Result<(), SendError<M>>;
 
+    /// As [`send`](Self::send) with bulk bytes whose order against other
+    /// bulk bytes between the same kernels does not matter: at most
+    /// [`SMALL_BULK`] of them travel with the small messages, ahead of
+    /// the large transfers (and are read by polling kernels); more go as
+    /// `send` sends them.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    fn send_unordered(
+        &self,
+        from: KernelId,
+        to: KernelId,
+        msg: M,
+        bulk: Vec<u8>,
+    ) -> Result<(), SendError<M>>;
+
     /// Whether kernel `to` of another node exists and its node is linked.
     fn reaches(&self, to: KernelId) -> bool;
 
     /// The other nodes linked now: (node id, kernel count).
     fn linked(&self) -> Vec<(u16, u16)>;
+
+    /// Reads, on the calling thread, what has arrived from the other
+    /// nodes and delivers it as the links would: a kernel with nothing to
+    /// do polls this, so that an answer reaches it without two threads'
+    /// wake-ups on the way.
+    fn poll(&self);
 }
+
+/// The most bulk bytes that [`Uplink::send_unordered`] sends with the
+/// small messages: a 64 KiB frame holds the control connection for tens
+/// of microseconds at most.
+pub const SMALL_BULK: usize = 64 << 10;
 
 /// A kernel's lanes to the other nodes: the uplink for what it sends, and
 /// the channel on which the links deliver what comes for it (the sender
@@ -219,6 +246,25 @@ impl<M> Endpoint<M> {
         self.post(to, msg, Some(bulk))
     }
 
+    /// As [`send_bulk`](Self::send_bulk), for bytes whose order against
+    /// other bulk bytes to `to` does not matter ([`Uplink::send_unordered`]):
+    /// between nodes, a few of them need not wait behind a large transfer.
+    /// Inside a node there is one order for everything, as ever.
+    ///
+    /// # Errors
+    /// [`SendError`] if `to` does not exist or its node cannot be reached.
+    pub fn send_bulk_unordered(
+        &mut self,
+        to: KernelId,
+        msg: M,
+        bulk: Vec<u8>,
+    ) -> Result<(), SendError<M>> {
+        match &self.remote {
+            Some(r) if to.node != self.id.node => r.uplink.send_unordered(self.id, to, msg, bulk),
+            _ => self.post(to, msg, Some(bulk)),
+        }
+    }
+
     fn post(&mut self, to: KernelId, msg: M, bulk: Option<Vec<u8>>) -> Result<(), SendError<M>> {
         if to.node != self.id.node {
             return match &self.remote {
@@ -308,6 +354,14 @@ impl<M> Endpoint<M> {
             }
         }
         self.remote.as_ref()?.inbound.try_recv().ok()
+    }
+
+    /// Reads what has arrived from other nodes ([`Uplink::poll`]); what
+    /// is for this kernel rings its doorbell.
+    pub fn poll_remote(&self) {
+        if let Some(r) = &self.remote {
+            r.uplink.poll();
+        }
     }
 
     /// Whether a message sent to itself is waiting (the doorbell does not

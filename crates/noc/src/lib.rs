@@ -46,4 +46,4 @@ mod endpoint;
 pub mod net;
 
 pub use doorbell::{Awake, Doorbell};
-pub use endpoint::{Endpoint, Incoming, Noc, Remote, SendError, Uplink};
+pub use endpoint::{Endpoint, Incoming, Noc, Remote, SendError, Uplink, SMALL_BULK};

@@ -388,3 +388,90 @@ fn concurrent_senders_and_large_frames_never_interleave() {
     images.join().unwrap();
     assert!(r1.try_recv().is_err(), "nothing more, nothing twice");
 }
+
+/// Idle kernels read the control connections themselves (`Uplink::poll`)
+/// while the links' thread reads them too: every frame is handed over
+/// once, in its sender's order, whoever read it.
+#[test]
+fn frames_read_by_polling_kernels_arrive_once_and_in_order() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
+    let (l0, _r0) = links(ids.next().unwrap(), 1, None);
+    let (l1, r1) = links(ids.next().unwrap(), 2, Some(l0.me().addr));
+    let l1 = Arc::new(l1);
+    let done = Arc::new(AtomicBool::new(false));
+    let pollers: Vec<_> = (0..2)
+        .map(|_| {
+            let (l1, done) = (l1.clone(), done.clone());
+            thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    l1.poll();
+                }
+            })
+        })
+        .collect();
+    let k = KernelId::new;
+    let mut sent = 0usize;
+    for round in 0..100 {
+        // Bursts for the readers to race over, and single messages that
+        // the pollers take before the links' thread wakes.
+        let burst = if round % 10 == 0 { 200 } else { 1 };
+        for _ in 0..burst {
+            let long = "x".repeat(sent % 5000);
+            l0.send(k(0, 0), k(1, 1), format!("{sent}:{long}"), None)
+                .unwrap();
+            sent += 1;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    for i in 0..sent {
+        let (to, m) = r1.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!((to, m.from), (k(1, 1), k(0, 0)));
+        let (n, long) = m.msg.split_once(':').unwrap();
+        assert_eq!(n, i.to_string(), "in order, once each");
+        assert_eq!(long.len(), i % 5000);
+    }
+    assert!(r1.try_recv().is_err(), "nothing twice");
+    done.store(true, Ordering::Relaxed);
+    for p in pollers {
+        p.join().unwrap();
+    }
+}
+
+/// Bulk bytes whose order does not matter (`send_unordered`) travel with
+/// the small messages when they are few: a 4 KiB copy is not queued
+/// behind a 64 MiB image on its way. More than `SMALL_BULK` of them take
+/// the bulk lane, and arrive whole all the same.
+#[test]
+fn a_few_unordered_bulk_bytes_overtake_a_large_transfer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
+    let (l0, _r0) = links(ids.next().unwrap(), 1, None);
+    let (_l1, r1) = links(ids.next().unwrap(), 1, Some(l0.me().addr));
+    let k = KernelId::new;
+    let image = vec![1u8; 64 << 20];
+    l0.send(k(0, 0), k(1, 0), "image".into(), Some(image))
+        .unwrap();
+    l0.send_unordered(k(0, 0), k(1, 0), "copy".into(), vec![2u8; 4096])
+        .unwrap();
+    let big = vec![3u8; atoll_noc::SMALL_BULK + 1];
+    l0.send_unordered(k(0, 0), k(1, 0), "big copy".into(), big.clone())
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let (_, m) = r1.recv_timeout(std::time::Duration::from_secs(30)).unwrap();
+        got.push((m.msg, m.bulk.map(|b| (b.len(), b[0]))));
+    }
+    assert_eq!(
+        got,
+        [
+            ("copy".into(), Some((4096, 2))),
+            ("image".into(), Some((64 << 20, 1))),
+            ("big copy".into(), Some((big.len(), 3))),
+        ]
+    );
+}

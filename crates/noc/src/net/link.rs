@@ -53,6 +53,7 @@ use atoll_abi::KernelId;
 use rustls_pki_types::ServerName;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -62,7 +63,7 @@ use super::conn::Conn;
 use super::frame::{self, FrameError};
 use super::identity::Identity;
 use super::tls::{self, TlsError};
-use crate::{Incoming, SendError, Uplink};
+use crate::{Incoming, SendError, Uplink, SMALL_BULK};
 
 /// The largest frame on a control connection: IPC, spawn requests,
 /// reports. Larger messages are refused at the sender.
@@ -225,6 +226,9 @@ struct Shared<M> {
     restarted: Mutex<HashSet<(u16, u64)>>,
     /// Told of each mended link, once set.
     mended: std::sync::OnceLock<Mended>,
+    /// The links' runtime, for tasks started by a frame that a kernel's
+    /// thread read ([`Uplink::poll`]).
+    tasks: tokio::runtime::Handle,
 }
 
 /// One served connection to a peer. The id tells a connection from the
@@ -247,6 +251,16 @@ impl Drop for Attached {
 struct Peer {
     member: Member,
     lanes: [Option<Attached>; 2],
+}
+
+impl Peer {
+    /// Seals its connections ([`Conn::seal`]), before the node hears that
+    /// it is down: nothing it sent is delivered after that news.
+    fn seal(&self) {
+        for a in self.lanes.iter().flatten() {
+            a.conn.seal();
+        }
+    }
 }
 
 type Stream = TlsStream<TcpStream>;
@@ -325,6 +339,7 @@ where
             joining: tokio::sync::Mutex::new(()),
             restarted: Mutex::default(),
             mended: std::sync::OnceLock::new(),
+            tasks: runtime.handle().clone(),
         });
         {
             let _runtime = runtime.enter();
@@ -393,7 +408,10 @@ impl<M> Drop for Links<M> {
     }
 }
 
-impl<M: Serialize> Uplink<M> for Links<M> {
+impl<M> Uplink<M> for Links<M>
+where
+    M: Serialize + DeserializeOwned + Send + 'static,
+{
     fn send(
         &self,
         from: KernelId,
@@ -406,6 +424,76 @@ impl<M: Serialize> Uplink<M> for Links<M> {
         } else {
             Lane::Control
         };
+        self.send_on(lane, from, to, msg, bulk)
+    }
+
+    fn send_unordered(
+        &self,
+        from: KernelId,
+        to: KernelId,
+        msg: M,
+        bulk: Vec<u8>,
+    ) -> Result<(), SendError<M>> {
+        let lane = if bulk.len() <= SMALL_BULK {
+            Lane::Control
+        } else {
+            Lane::Bulk
+        };
+        self.send_on(lane, from, to, msg, Some(bulk))
+    }
+
+    fn reaches(&self, to: KernelId) -> bool {
+        self.shared
+            .peers
+            .read()
+            .expect("peers")
+            .get(&to.node)
+            .is_some_and(|p| to.index < p.member.kernels && p.lanes.iter().all(Option::is_some))
+    }
+
+    fn linked(&self) -> Vec<(u16, u16)> {
+        self.shared
+            .peers
+            .read()
+            .expect("peers")
+            .values()
+            .filter(|p| p.lanes.iter().all(Option::is_some))
+            .map(|p| (p.member.node, p.member.kernels))
+            .collect()
+    }
+
+    /// Reads the control connections that are talking ([`Conn::poll`]),
+    /// the peers' lock released first: what is delivered may send.
+    fn poll(&self) {
+        let control: SmallVec<[(Arc<Conn>, u16); 8]> = self
+            .shared
+            .peers
+            .read()
+            .expect("peers")
+            .values()
+            .filter_map(|p| {
+                let attached = p.lanes[Lane::Control.index()].as_ref()?;
+                Some((attached.conn.clone(), p.member.node))
+            })
+            .collect();
+        for (conn, node) in control {
+            conn.poll(|wire, tail| receive(&self.shared, node, wire, tail));
+        }
+    }
+}
+
+impl<M: Serialize> Links<M> {
+    /// Sends a kernel message, and its bulk bytes as the frame's tail, on
+    /// `lane`: a control frame is written by the calling thread, a bulk
+    /// one queued for its connection's task.
+    fn send_on(
+        &self,
+        lane: Lane,
+        from: KernelId,
+        to: KernelId,
+        msg: M,
+        bulk: Option<Vec<u8>>,
+    ) -> Result<(), SendError<M>> {
         let unreachable = |msg, why: String| Err(SendError::Unreachable { to, msg, why });
         let peers = self.shared.peers.read().expect("peers");
         let Some(peer) = peers.get(&to.node).filter(|p| to.index < p.member.kernels) else {
@@ -435,29 +523,9 @@ impl<M: Serialize> Uplink<M> for Links<M> {
                 .or_else(|_| unreachable(msg, "its connection closed".into())),
             None => attached
                 .conn
-                .send(&head)
+                .send(&[&head, bulk.as_deref().unwrap_or_default()])
                 .or_else(|why| unreachable(msg, why)),
         }
-    }
-
-    fn reaches(&self, to: KernelId) -> bool {
-        self.shared
-            .peers
-            .read()
-            .expect("peers")
-            .get(&to.node)
-            .is_some_and(|p| to.index < p.member.kernels && p.lanes.iter().all(Option::is_some))
-    }
-
-    fn linked(&self) -> Vec<(u16, u16)> {
-        self.shared
-            .peers
-            .read()
-            .expect("peers")
-            .values()
-            .filter(|p| p.lanes.iter().all(Option::is_some))
-            .map(|p| (p.member.node, p.member.kernels))
-            .collect()
     }
 }
 
@@ -494,7 +562,7 @@ impl<M> Shared<M> {
                     member: peer.clone(),
                     lanes: [None, None],
                 };
-                std::mem::replace(p, new).member
+                std::mem::replace(p, new)
             });
             p.lanes[lane.index()] = Some(Attached { id, conn, queue });
             replaced
@@ -507,6 +575,8 @@ impl<M> Shared<M> {
             }
         }
         if let Some(old) = replaced {
+            old.seal();
+            let old = old.member;
             tracing::warn!(%old, incarnation = peer.incarnation, "a member came back: its former life is down");
             (self.down)(&old);
         }
@@ -529,6 +599,7 @@ impl<M> Shared<M> {
         };
         if let Some(p) = gone {
             tracing::warn!(peer = %p.member, ?lane, "link down: the member is down");
+            p.seal();
             self.lost
                 .write()
                 .expect("lost")
@@ -545,7 +616,7 @@ impl<M> Shared<M> {
         let peers = self.peers.read().expect("peers");
         for p in peers.values().filter(|p| p.member.node != member.node) {
             if let Some(a) = &p.lanes[Lane::Control.index()] {
-                let _ = a.conn.send(&frame);
+                let _ = a.conn.send(&[&frame]);
             }
         }
     }
@@ -729,7 +800,7 @@ where
     M: DeserializeOwned + Send + 'static,
 {
     if m.node < shared.me.node {
-        tokio::spawn(dial_member(shared.clone(), m));
+        shared.tasks.spawn(dial_member(shared.clone(), m));
     }
 }
 
@@ -854,7 +925,7 @@ where
         return Err("the first frame was not a hello".into());
     };
     tls::check_peer(peer_certificate(&stream)?, &member.name).map_err(|e| e.to_string())?;
-    let conn = Arc::new(Conn::new(stream));
+    let conn = Arc::new(Conn::new(stream, lane.max()));
     // Admitted and attached at once, so that a member joining meanwhile
     // is either in the welcome's list or told of this one (`Joined`).
     // Attached before the welcome goes out, so that the member can be sent
@@ -902,7 +973,7 @@ where
     /// Serves a dialled connection: from now on its peer is linked on its
     /// lane. Runs inside the links' runtime.
     fn serve_dialled(self: &Arc<Self>, d: Dialled) {
-        let conn = Arc::new(Conn::new(d.stream));
+        let conn = Arc::new(Conn::new(d.stream, d.lane.max()));
         let (id, queue) = self.attach(&d.peer, d.lane, conn.clone());
         tokio::spawn(serve(self.clone(), d.peer, d.lane, conn, id, queue));
     }
@@ -922,8 +993,8 @@ async fn serve<M>(
     M: DeserializeOwned + Send + 'static,
 {
     let ping = frame::encode(&Wire::<()>::Ping).expect("a ping encodes");
-    let served = conn.serve(lane.max(), &ping, HEARTBEAT, DEAD_AFTER, |wire, tail| {
-        receive(&shared, &peer, wire, tail)
+    let served = conn.serve(&ping, HEARTBEAT, DEAD_AFTER, |wire, tail| {
+        receive(&shared, peer.node, wire, tail)
     });
     let why = match queue {
         Some(queue) => tokio::select! {
@@ -937,10 +1008,10 @@ async fn serve<M>(
     shared.detach(&peer, lane, id);
 }
 
-/// Handles one frame from `peer`; an error closes its connection.
+/// Handles one frame from node `peer`; an error closes its connection.
 fn receive<M>(
     shared: &Arc<Shared<M>>,
-    peer: &Member,
+    peer: u16,
     wire: Wire<M>,
     tail: Vec<u8>,
 ) -> Result<(), String>
@@ -961,9 +1032,9 @@ where
         }
         _ => return Err("a hello out of turn".into()),
     };
-    if from.node != peer.node || to.node != shared.me.node || to.index >= shared.me.kernels {
+    if from.node != peer || to.node != shared.me.node || to.index >= shared.me.kernels {
         return Err(format!(
-            "a message from kernel {from} to {to} cannot come from {peer}"
+            "a message from kernel {from} to {to} cannot come from node {peer}"
         ));
     }
     let bulk = match (bulk, tail.is_empty()) {
