@@ -82,6 +82,7 @@ pub(super) fn link_rates(
     let node_arg = format!("node{}", there.node);
     let (mut ipc2, mut copy1) = (Vec::new(), Vec::new());
     let (mut tcp, mut tls_rt) = (Vec::new(), Vec::new());
+    let (mut tcp_polled, mut tls_polled) = (Vec::new(), Vec::new());
     let (mut tcp_stream, mut tls_stream) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         ipc2.push(ipcbench_run(
@@ -96,24 +97,30 @@ pub(super) fn link_rates(
             &["copy1", &node_arg, &copies, &BLOCK.to_string()],
         )?;
         copy1.push(BLOCK as f64 / ns * 1e3);
-        tcp.push(pingpong(ends(None, veth)?, iters)?);
-        tls_rt.push(pingpong(ends(Some(identity), veth)?, iters)?);
-        tcp_stream.push(stream(ends(None, veth)?)?);
-        tls_stream.push(stream(ends(Some(identity), veth)?)?);
+        tcp.push(pingpong(ends(None, veth, Wait::Sleep)?, iters)?);
+        tls_rt.push(pingpong(ends(Some(identity), veth, Wait::Sleep)?, iters)?);
+        tcp_polled.push(pingpong(ends(None, veth, Wait::Poll)?, iters)?);
+        tls_polled.push(pingpong(ends(Some(identity), veth, Wait::Poll)?, iters)?);
+        tcp_stream.push(stream(ends(None, veth, Wait::Sleep)?)?);
+        tls_stream.push(stream(ends(Some(identity), veth, Wait::Sleep)?)?);
     }
     let rates = LinkRates {
         ipc2_ns: Measured::of(ipc2),
         tcp_pingpong_ns: Measured::of(tcp),
         tls_pingpong_ns: Measured::of(tls_rt),
+        tcp_polled_pingpong_ns: Measured::of(tcp_polled),
+        tls_polled_pingpong_ns: Measured::of(tls_polled),
         copy1_mbps: Measured::of(copy1),
         tcp_stream_mbps: Measured::of(tcp_stream),
         tls_stream_mbps: Measured::of(tls_stream),
     };
     progress::note(&format!(
-        "  IPC2 {:.0} ns, TCP {:.0} ns, TLS {:.0} ns; COPY1 {:.0} MB/s, TCP stream {:.0} MB/s, TLS stream {:.0} MB/s",
+        "  IPC2 {:.0} ns, TCP {:.0} ns, TLS {:.0} ns (polled {:.0}, {:.0}); COPY1 {:.0} MB/s, TCP stream {:.0} MB/s, TLS stream {:.0} MB/s",
         rates.ipc2_ns.median,
         rates.tcp_pingpong_ns.median,
         rates.tls_pingpong_ns.median,
+        rates.tcp_polled_pingpong_ns.median,
+        rates.tls_polled_pingpong_ns.median,
         rates.copy1_mbps.median,
         rates.tcp_stream_mbps.median,
         rates.tls_stream_mbps.median
@@ -162,24 +169,80 @@ fn socket_pair(veth: Option<&Veth>) -> anyhow::Result<(TcpStream, TcpStream)> {
 /// One end of a link, plain or TLS.
 type End = Box<dyn ReadWrite + Send>;
 
+/// How an end waits for the other's bytes.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// In the system call: the thread sleeps and is woken.
+    Sleep,
+    /// Trying again at once, as Open MPI's TCP transport and atoll's idle
+    /// kernels do: no wake-up, a core kept busy.
+    Poll,
+}
+
+/// A non-blocking socket that retries what would block, at once.
+struct Polled(TcpStream);
+
+impl Polled {
+    fn new(socket: TcpStream) -> std::io::Result<Polled> {
+        socket.set_nonblocking(true)?;
+        Ok(Polled(socket))
+    }
+}
+
+impl Read for Polled {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match self.0.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Write for Polled {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        loop {
+            match self.0.write(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                other => return other,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
 /// Both ends of a connection (see [`socket_pair`]), with TLS 1.3 between
 /// them when `identity` is given (the cluster's certificates, atoll's
-/// configuration).
-fn ends(identity: Option<&Identity>, veth: Option<&Veth>) -> anyhow::Result<(End, End)> {
+/// configuration), each waiting as `wait` says once connected.
+fn ends(
+    identity: Option<&Identity>,
+    veth: Option<&Veth>,
+    wait: Wait,
+) -> anyhow::Result<(End, End)> {
     let (client, server) = socket_pair(veth)?;
     let Some(id) = identity else {
-        return Ok((Box::new(client), Box::new(server)));
+        return Ok(match wait {
+            Wait::Sleep => (Box::new(client), Box::new(server)),
+            Wait::Poll => (
+                Box::new(Polled::new(client)?),
+                Box::new(Polled::new(server)?),
+            ),
+        });
     };
     let server_conn = ServerConnection::new(tls::server_config(id)?)?;
-    let handshake = std::thread::spawn(move || -> anyhow::Result<End> {
+    let handshake = std::thread::spawn(move || -> anyhow::Result<_> {
         let mut s = StreamOwned::new(server_conn, server);
         while s.conn.is_handshaking() {
             s.conn.complete_io(&mut s.sock)?;
         }
-        Ok(Box::new(s))
+        Ok(s)
     });
     let name = tls::server_name(&id.name)?;
     let mut c = StreamOwned::new(
@@ -189,8 +252,15 @@ fn ends(identity: Option<&Identity>, veth: Option<&Veth>) -> anyhow::Result<(End
     while c.conn.is_handshaking() {
         c.conn.complete_io(&mut c.sock)?;
     }
-    let server = handshake.join().expect("handshake thread")?;
-    Ok((Box::new(c), server))
+    let s = handshake.join().expect("handshake thread")?;
+    // The handshakes waited in the system calls; from here on, `wait`.
+    Ok(match wait {
+        Wait::Sleep => (Box::new(c), Box::new(s)),
+        Wait::Poll => (
+            Box::new(StreamOwned::new(c.conn, Polled::new(c.sock)?)),
+            Box::new(StreamOwned::new(s.conn, Polled::new(s.sock)?)),
+        ),
+    })
 }
 
 /// Median-free: the ns per round trip of `iters` 64-byte ping-pongs

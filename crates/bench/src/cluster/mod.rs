@@ -80,6 +80,10 @@ struct LinkRates {
     ipc2_ns: Measured,
     tcp_pingpong_ns: Measured,
     tls_pingpong_ns: Measured,
+    /// The same ping-pongs, each end polling its socket instead of
+    /// sleeping in `read` (as Open MPI's TCP transport does).
+    tcp_polled_pingpong_ns: Measured,
+    tls_polled_pingpong_ns: Measured,
     /// 1 MiB blocks, MB/s (median).
     copy1_mbps: Measured,
     tcp_stream_mbps: Measured,
@@ -99,6 +103,18 @@ impl LinkRates {
                 format!("{:.2}x of {of}", atoll.median / base.median),
             ]
         };
+        let polled = [
+            format!("IPC2 round trip between nodes{link} (ns), Linux polling"),
+            format!("{:.0}", self.ipc2_ns.median),
+            format!(
+                "TCP {:.0}, TLS {:.0}",
+                self.tcp_polled_pingpong_ns.median, self.tls_polled_pingpong_ns.median
+            ),
+            format!(
+                "{:.2}x of TLS",
+                self.ipc2_ns.median / self.tls_polled_pingpong_ns.median
+            ),
+        ];
         vec![
             row(
                 ["IPC2 round trip", "ns"],
@@ -107,6 +123,7 @@ impl LinkRates {
                 &self.tls_pingpong_ns,
                 "TLS",
             ),
+            polled,
             row(
                 ["COPY1 1 MiB", "MB/s"],
                 &self.copy1_mbps,
@@ -125,6 +142,14 @@ impl LinkRates {
                 ("atoll IPC2 between nodes".into(), self.ipc2_ns.median / 1e3),
                 ("TCP ping-pong".into(), self.tcp_pingpong_ns.median / 1e3),
                 ("TLS ping-pong".into(), self.tls_pingpong_ns.median / 1e3),
+                (
+                    "TCP, polled".into(),
+                    self.tcp_polled_pingpong_ns.median / 1e3,
+                ),
+                (
+                    "TLS, polled".into(),
+                    self.tls_polled_pingpong_ns.median / 1e3,
+                ),
             ],
         }
     }
@@ -289,7 +314,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
     notes.splice(0..0, [
         "two atoll nodes of one kernel each in one process, not pinned (the machine has 2 cores), linked by their control and bulk TLS 1.3 connections over loopback; the IPC server and the migration's destination run on node 1".into(),
         "veth: two more nodes, each on a thread of its own network namespace (as on two hosts), linked over a veth pair; IPC2, COPY1 and the Linux ping-pongs and streams run across the pair the same way".into(),
-        format!("IPC2: ipcbench's sendrec round trip with a 64-byte message, {} round trips per run; TCP and TLS: two threads exchanging 64-byte messages over one connection on the same link (TCP_NODELAY), the same number of round trips", a.iters),
+        format!("IPC2: ipcbench's sendrec round trip with a 64-byte message, {} round trips per run; TCP and TLS: two threads exchanging 64-byte messages over one connection on the same link (TCP_NODELAY), the same number of round trips, each sleeping in `read` until the other's bytes come or (polling) retrying a non-blocking read at once, as Open MPI's TCP transport does; an idle atoll kernel polls its links for up to 50 us before it sleeps", a.iters),
         format!("COPY1: ipcbench's vcopy of {} KiB blocks into a server on node 1 (granted), over the bulk connection; streams: one thread writes {} MiB in 1 MiB writes to another over the same link", BLOCK >> 10, STREAM_BYTES >> 20),
         "migration: `dirty` (MiB of memory, rewriting its first WWS KiB forever) migrated from node 0 to node 1 and back, in copy mode (pre-copy rounds over the bulk connection, then stop-and-copy); downtime measured on the source, from the freeze until the destination's answer arrived (an upper bound by one message's trip); throughput: bytes sent over the total time of the migration; asleep: the largest `dirty` sleeping instead of writing (`dirty MIB idle 0`), so that its pre-copy measures the link and the copies without the process taking one of the two cores".into(),
         format!("files: `fileio` (one C source) writes {FILE_MIB} MiB in 1 MiB writes, reads it back in 1 MiB reads, then makes {} preads of 4 KiB; run on node 1 with its directory on node 0 (every call goes to node 0 and back), on node 0, and built natively with gcc -O2", a.iters / 10),
