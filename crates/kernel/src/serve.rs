@@ -14,6 +14,7 @@ use atoll_process::{
 
 use crate::kernel::{Kernel, Process};
 use crate::loader::{Load, Loaded, ThenRun};
+use crate::migration::Started;
 use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
 use crate::placement::AfterPlace;
 use crate::Kin;
@@ -416,7 +417,7 @@ impl Kernel {
     pub(crate) fn run_on(&mut self, pid: Pid, target: KernelId, told: Pid) {
         let moving = target != self.id
             && self
-                .migrate(pid, target, None, ReplyTo::Process(pid))
+                .depart(pid, target, None, ReplyTo::Process(pid), Started::No)
                 .map_err(|why| {
                     let here = self.id;
                     self.diagnose(told, &format!("{pid} stays on kernel {here}: {why}"))

@@ -24,4 +24,4 @@ mod destination;
 mod source;
 
 pub(crate) use destination::{Arriving, Incoming};
-pub(crate) use source::Departure;
+pub(crate) use source::{Departure, Started};

@@ -71,6 +71,18 @@ impl Departure {
     }
 }
 
+/// Whether a process's memory may change while it is being moved.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Started {
+    /// It has run, and may run again until it is frozen: copy mode copies
+    /// its memory in pre-copy rounds while it does.
+    Yes,
+    /// Made or remade here (fork, exec) and not yet scheduled: nothing
+    /// writes its memory before it arrives, so copy mode sends it at once,
+    /// as it sends a dormant process (no pre-copy round to wait for).
+    No,
+}
+
 impl Kernel {
     /// Starts moving `pid`, which runs here, to kernel `to`, of this node
     /// or another. `reply` hears how it went, unless this fails at once.
@@ -82,6 +94,19 @@ impl Kernel {
         to: KernelId,
         mode: Option<Mode>,
         reply: ReplyTo,
+    ) -> Result<(), String> {
+        self.depart(pid, to, mode, reply, Started::Yes)
+    }
+
+    /// As [`migrate`](Self::migrate), for a process that may not have run
+    /// yet ([`Started`]).
+    pub(crate) fn depart(
+        &mut self,
+        pid: Pid,
+        to: KernelId,
+        mode: Option<Mode>,
+        reply: ReplyTo,
+        started: Started,
     ) -> Result<(), String> {
         let remote = to.node != self.id.node;
         let mode = match mode {
@@ -123,10 +148,12 @@ impl Kernel {
         // Pre-copy also serves a blocked process: it stays able to take
         // messages (and run) while its memory is copied, and its freeze
         // then sends only what it wrote. A dormant process is its image
-        // already: it is sent at once.
+        // already, and one not started yet cannot write: each is sent at
+        // once.
         let container = &mut self.procs.get_mut(&pid).expect("checked").container;
         let tracker = if mode == Mode::Copy
             && self.migration.policy.max_rounds > 0
+            && started == Started::Yes
             && !container.is_dormant()
         {
             let memory = container.memory_mut();
