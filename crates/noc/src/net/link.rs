@@ -462,8 +462,8 @@ where
             .collect()
     }
 
-    /// Reads the control connections that are talking ([`Conn::poll`]),
-    /// the peers' lock released first: what is delivered may send.
+    /// Reads the control connections that are talking (`Conn::poll`), the
+    /// peers' lock released first: what is delivered may send.
     fn poll(&self) {
         let control: SmallVec<[(Arc<Conn>, u16); 8]> = self
             .shared
