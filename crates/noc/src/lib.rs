@@ -30,8 +30,9 @@
 //! doorbell after pushing, which wakes the receiver only if it sleeps (one
 //! atomic load otherwise). Before it sleeps it polls for a while, and in a
 //! cluster it reads its node's links meanwhile ([`Endpoint::poll_remote`]):
-//! an answer from another node then reaches it without a wake-up. The doorbell's pending flag also lets a kernel
-//! that is busy running a guest notice that messages are waiting.
+//! an answer from another node then reaches it without a wake-up. The
+//! doorbell's pending flag also lets a kernel that is busy running a guest
+//! notice that messages are waiting.
 //!
 //! ```
 //! use atoll_noc::Noc;

@@ -133,20 +133,20 @@ impl Conn {
         self.write(&mut tls, parts)
     }
 
+    /// Whether a frame went out or came in within [`TALKING`]: only then
+    /// is the connection worth polling.
+    pub(super) fn talking(&self) -> bool {
+        self.now_ns() <= self.busy.load(Ordering::Relaxed) + TALKING.as_nanos() as u64
+    }
+
     /// Reads what the socket holds now on the calling thread, and hands
     /// each whole frame to `each` (whose error closes the connection, as
-    /// in [`serve`](Self::serve)). Does nothing on a connection that has
-    /// been quiet for [`TALKING`], or that another thread is reading: that
-    /// one hands over what comes.
+    /// in [`serve`](Self::serve)). Does nothing if another thread is
+    /// reading: that one hands over what comes.
     pub(super) fn poll<T: DeserializeOwned>(
         &self,
         mut each: impl FnMut(T, Vec<u8>) -> Result<(), String>,
     ) {
-        if self.born.elapsed().as_nanos() as u64
-            > self.busy.load(Ordering::Relaxed) + TALKING.as_nanos() as u64
-        {
-            return;
-        }
         // `poll(2)` does not take the socket's lock, which `recv` would
         // contend for with the packets arriving.
         let mut pollfd = libc::pollfd {
@@ -411,8 +411,11 @@ impl Conn {
     }
 
     fn mark_busy(&self) {
-        let now = self.born.elapsed().as_nanos() as u64;
-        self.busy.store(now, Ordering::Relaxed);
+        self.busy.store(self.now_ns(), Ordering::Relaxed);
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.born.elapsed().as_nanos() as u64
     }
 
     /// Decrypts the first `n` bytes of the inbox's raw buffer (and what
