@@ -60,6 +60,32 @@ impl Veth {
         Ok(veth)
     }
 
+    /// Limits both ends of the pair to `mbit` Mbit/s (a token bucket,
+    /// `tc ... tbf`): a link slower than the machine's memory, as a real
+    /// network between hosts is, where loopback and a bare pair move bytes
+    /// as fast as the two cores can copy them.
+    ///
+    /// # Errors
+    /// No `tc` (iproute2), or a kernel without the `tbf` queue discipline.
+    pub fn shape(&self, mbit: u32) -> anyhow::Result<()> {
+        let rate = format!("{mbit}mbit");
+        // The bucket holds what the link sends in one 4 ms timer tick (at
+        // HZ=250), so that the rate is reached between ticks.
+        let burst = (u64::from(mbit) * 1_000_000 / 8 / 250)
+            .max(64 << 10)
+            .to_string();
+        for (ns, dev) in self.names.iter().zip(&self.devices) {
+            run(
+                "tc",
+                &[
+                    "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", &rate, "burst",
+                    &burst, "latency", "5ms",
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
     /// Host `i`'s address.
     pub fn addr(&self, i: usize) -> IpAddr {
         self.addrs[i].into()
@@ -110,13 +136,18 @@ impl Drop for Veth {
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip")
+    run("ip", args)
+}
+
+/// Runs an iproute2 command.
+fn run(program: &str, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new(program)
         .args(args)
         .output()
-        .context("running `ip` (iproute2)")?;
+        .with_context(|| format!("running `{program}` (iproute2)"))?;
     if !out.status.success() {
         bail!(
-            "ip {}: {}",
+            "{program} {}: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         );

@@ -83,7 +83,6 @@ pub(super) fn link_rates(
     let (mut ipc2, mut copy1) = (Vec::new(), Vec::new());
     let (mut tcp, mut tls_rt) = (Vec::new(), Vec::new());
     let (mut tcp_polled, mut tls_polled) = (Vec::new(), Vec::new());
-    let (mut tcp_stream, mut tls_stream) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         ipc2.push(ipcbench_run(
             a_node,
@@ -101,9 +100,8 @@ pub(super) fn link_rates(
         tls_rt.push(pingpong(ends(Some(identity), veth, Wait::Sleep)?, iters)?);
         tcp_polled.push(pingpong(ends(None, veth, Wait::Poll)?, iters)?);
         tls_polled.push(pingpong(ends(Some(identity), veth, Wait::Poll)?, iters)?);
-        tcp_stream.push(stream(ends(None, veth, Wait::Sleep)?)?);
-        tls_stream.push(stream(ends(Some(identity), veth, Wait::Sleep)?)?);
     }
+    let (tcp_stream, tls_stream) = streams(identity, veth, runs)?;
     let rates = LinkRates {
         ipc2_ns: Measured::of(ipc2),
         tcp_pingpong_ns: Measured::of(tcp),
@@ -111,8 +109,8 @@ pub(super) fn link_rates(
         tcp_polled_pingpong_ns: Measured::of(tcp_polled),
         tls_polled_pingpong_ns: Measured::of(tls_polled),
         copy1_mbps: Measured::of(copy1),
-        tcp_stream_mbps: Measured::of(tcp_stream),
-        tls_stream_mbps: Measured::of(tls_stream),
+        tcp_stream_mbps: tcp_stream,
+        tls_stream_mbps: tls_stream,
     };
     progress::note(&format!(
         "  IPC2 {:.0} ns, TCP {:.0} ns, TLS {:.0} ns (polled {:.0}, {:.0}); COPY1 {:.0} MB/s, TCP stream {:.0} MB/s, TLS stream {:.0} MB/s",
@@ -261,6 +259,21 @@ fn ends(
             Box::new(StreamOwned::new(s.conn, Polled::new(s.sock)?)),
         ),
     })
+}
+
+/// MB/s of the TCP and the TLS streams over loopback or across `veth`;
+/// `runs` of each.
+pub(super) fn streams(
+    identity: &Identity,
+    veth: Option<&Veth>,
+    runs: usize,
+) -> anyhow::Result<(Measured, Measured)> {
+    let (mut tcp, mut tls) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        tcp.push(stream(ends(None, veth, Wait::Sleep)?)?);
+        tls.push(stream(ends(Some(identity), veth, Wait::Sleep)?)?);
+    }
+    Ok((Measured::of(tcp), Measured::of(tls)))
 }
 
 /// Median-free: the ns per round trip of `iters` 64-byte ping-pongs

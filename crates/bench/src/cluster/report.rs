@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{ClusterReport, FileIo, Measured};
+use super::{ClusterReport, FileIo, Measured, MigrationRow};
 use crate::plot::{grouped_bars, LineChart, Series};
 use crate::{md_table, page_head, text_table, Recorded};
 
@@ -32,8 +32,14 @@ impl ClusterReport {
         ]
     }
 
-    fn migration_rows(&self) -> Vec<[String; 5]> {
-        self.migrations
+    /// Rows of `migrations`, their throughput set against the streams
+    /// `tcp` and `tls` measured over the same link.
+    fn migration_rows(
+        migrations: &[MigrationRow],
+        tcp: &Measured,
+        tls: &Measured,
+    ) -> Vec<[String; 5]> {
+        migrations
             .iter()
             .map(|m| {
                 [
@@ -44,8 +50,8 @@ impl ClusterReport {
                     format!(
                         "{:.0} ({:.0} % of TCP, {:.0} % of TLS)",
                         m.throughput_mbps,
-                        m.throughput_mbps / self.loopback.tcp_stream_mbps.median * 100.0,
-                        m.throughput_mbps / self.loopback.tls_stream_mbps.median * 100.0
+                        m.throughput_mbps / tcp.median * 100.0,
+                        m.throughput_mbps / tls.median * 100.0
                     ),
                 ]
             })
@@ -61,12 +67,33 @@ const FILES_HEAD: [&str; 4] = [
     "Linux native",
 ];
 const MIGRATION_HEAD: [&str; 5] = [
-    "migration 0 -> 1 -> 0",
+    "migration 0 -> 1 -> 0, loopback",
     "downtime (us)",
     "total (us)",
     "sent (MiB)",
     "throughput (MB/s)",
 ];
+
+impl ClusterReport {
+    fn loopback_migrations(&self) -> Vec<[String; 5]> {
+        let l = &self.loopback;
+        Self::migration_rows(&self.migrations, &l.tcp_stream_mbps, &l.tls_stream_mbps)
+    }
+
+    /// The shaped link's heading and rows.
+    fn shaped_migrations(&self) -> Option<([String; 5], Vec<[String; 5]>)> {
+        let s = self.shaped.as_ref()?;
+        let mut head = MIGRATION_HEAD.map(String::from);
+        head[0] = format!(
+            "migration over {} Gbit/s (TCP {:.0} MB/s, TLS {:.0} MB/s)",
+            s.rate_mbit / 1000,
+            s.tcp_stream_mbps.median,
+            s.tls_stream_mbps.median
+        );
+        let rows = Self::migration_rows(&s.migrations, &s.tcp_stream_mbps, &s.tls_stream_mbps);
+        Some((head, rows))
+    }
+}
 
 impl Recorded for ClusterReport {
     fn name(&self) -> &str {
@@ -77,7 +104,10 @@ impl Recorded for ClusterReport {
         let mut s = format!("{} (medians of {} runs)\n", self.name, self.runs);
         s += &text_table(SUMMARY_HEAD, &self.summary());
         s += &text_table(FILES_HEAD, &self.file_rows());
-        s += &text_table(MIGRATION_HEAD, &self.migration_rows());
+        s += &text_table(MIGRATION_HEAD, &self.loopback_migrations());
+        if let Some((head, rows)) = self.shaped_migrations() {
+            s += &text_table(head.each_ref().map(String::as_str), &rows);
+        }
         for n in &self.notes {
             s += &format!("  {n}\n");
         }
@@ -89,7 +119,10 @@ impl Recorded for ClusterReport {
         s += &format!("Medians of {} runs.\n\n", self.runs);
         s += &md_table(SUMMARY_HEAD, &self.summary());
         s += &md_table(FILES_HEAD, &self.file_rows());
-        s += &md_table(MIGRATION_HEAD, &self.migration_rows());
+        s += &md_table(MIGRATION_HEAD, &self.loopback_migrations());
+        if let Some((head, rows)) = self.shaped_migrations() {
+            s += &md_table(head.each_ref().map(String::as_str), &rows);
+        }
         s += "\n![](cluster-ipc.png)\n\n![](cluster-migration.png)\n\n";
         for n in &self.notes {
             s += &format!("- {n}\n");
