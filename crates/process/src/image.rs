@@ -274,6 +274,10 @@ fn nonzero_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> impl Iterator<It
     })
 }
 
+/// Past this many runs of absent pages, [`mapped_blocks`] reads the pagemap
+/// once over all of them rather than once per run.
+const ABSENT_RUNS_READ_APART: usize = 8;
+
 /// Which blocks of `range` have a page behind them, in memory or in swap.
 /// A block without one was never written since it was mapped, or was given
 /// back: it reads as zero. A small process in a large memory (a pool slot,
@@ -282,9 +286,11 @@ fn nonzero_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> impl Iterator<It
 /// page-aligned as in tests): every block is then read.
 ///
 /// `mincore(2)` answers for pages in memory, ten times faster than the
-/// pagemap (0.9 against 9.8 us for 320 pages here); only the runs it finds
-/// absent are looked up in `/proc/self/pagemap` (bits 63 and 62), which
-/// alone also knows the pages in swap.
+/// pagemap (0.9 against 9.8 us for 320 pages here), but it reports a page
+/// in swap as absent: the runs of pages it finds absent are then read from
+/// `/proc/self/pagemap` (bits 63 and 62), each on its own (a fork of 1 MiB:
+/// 59 us; 68 us reading the span from the first to the last at once), or
+/// all in one read where there are many.
 fn mapped_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> Option<Vec<bool>> {
     let start = (range.start as usize * BLOCK).min(bytes.len());
     let end = (range.end as usize * BLOCK).min(bytes.len());
@@ -307,16 +313,25 @@ fn mapped_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> Option<Vec<bool>>
         return in_pagemap(addr, blocks);
     }
     let mut mapped: Vec<bool> = resident.iter().map(|r| r & 1 != 0).collect();
+    let mut absent = Vec::new();
     let mut at = 0;
-    while at < blocks {
-        if mapped[at] {
-            at += 1;
-            continue;
+    while let Some(from) = mapped[at..].iter().position(|m| !m).map(|i| at + i) {
+        let to = mapped[from..]
+            .iter()
+            .position(|m| *m)
+            .map_or(blocks, |i| from + i);
+        absent.push(from..to);
+        at = to;
+    }
+    // A read per absent run, or one over all of them where there are many.
+    if absent.len() > ABSENT_RUNS_READ_APART {
+        absent = vec![absent[0].start..absent[absent.len() - 1].end];
+    }
+    for run in absent {
+        let found = in_pagemap(addr + run.start * BLOCK, run.len())?;
+        for (m, f) in mapped[run].iter_mut().zip(found) {
+            *m |= f;
         }
-        let run = mapped[at..].iter().take_while(|m| !**m).count();
-        let found = in_pagemap(addr + at * BLOCK, run)?;
-        mapped[at..at + run].copy_from_slice(&found);
-        at += run;
     }
     Some(mapped)
 }
