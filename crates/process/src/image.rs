@@ -325,7 +325,9 @@ fn mapped_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> Option<Vec<bool>>
     }
     // A read per absent run, or one over all of them where there are many.
     if absent.len() > ABSENT_RUNS_READ_APART {
-        absent = vec![absent[0].start..absent[absent.len() - 1].end];
+        let end = absent[absent.len() - 1].end;
+        absent.truncate(1);
+        absent[0].end = end;
     }
     for run in absent {
         let found = in_pagemap(addr + run.start * BLOCK, run.len())?;
