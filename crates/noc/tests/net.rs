@@ -453,6 +453,16 @@ fn a_few_unordered_bulk_bytes_overtake_a_large_transfer() {
     let (l0, _r0) = links(ids.next().unwrap(), 1, None);
     let (_l1, r1) = links(ids.next().unwrap(), 1, Some(l0.me().addr));
     let k = KernelId::new;
+    // Both lanes carry a frame first, so that the receiver reads both
+    // connections before the race: a sender may see the link up while the
+    // receiver has yet to start reading one lane, and a loaded machine then
+    // delivers in the order the readers started, not the lanes' order.
+    l0.send(k(0, 0), k(1, 0), "hello".into(), None).unwrap();
+    l0.send(k(0, 0), k(1, 0), "hello bulk".into(), Some(vec![0u8; 1]))
+        .unwrap();
+    for _ in 0..2 {
+        r1.recv_timeout(std::time::Duration::from_secs(30)).unwrap();
+    }
     let image = vec![1u8; 64 << 20];
     l0.send(k(0, 0), k(1, 0), "image".into(), Some(image))
         .unwrap();
