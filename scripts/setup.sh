@@ -6,7 +6,7 @@
 #   binaryen                                                 wasm-opt (Asyncify) for `atoll prepare`
 #   gcc, make, libc6-dev                                     native comparison programs, the Makefile
 #   fonts-dejavu-core                                        the font of the benchmark charts (PNG)
-#   iproute2                                                 `ip netns`: cluster tests on separate hosts
+#   iproute2                                                 `ip netns`: cluster tests on separate hosts; `tc`: the 10 Gbit/s link of `atoll bench cluster`
 #   openmpi-bin, libopenmpi-dev                              `atoll bench mpi`: the same MPI C sources natively
 #   libblas-dev                                              Debian's reference BLAS, for the native HPL
 #   curl, ca-certificates                                    the Makefile fetches HPCC's source (HPL) from Debian
