@@ -57,24 +57,7 @@ impl ClusterReport {
             })
             .collect()
     }
-}
 
-const SUMMARY_HEAD: [&str; 4] = ["", "atoll", "Linux, same link", "atoll vs Linux"];
-const FILES_HEAD: [&str; 4] = [
-    "files (fileio)",
-    "atoll, file on the other node",
-    "atoll, file on its node",
-    "Linux native",
-];
-const MIGRATION_HEAD: [&str; 5] = [
-    "migration 0 -> 1 -> 0, loopback",
-    "downtime (us)",
-    "total (us)",
-    "sent (MiB)",
-    "throughput (MB/s)",
-];
-
-impl ClusterReport {
     fn loopback_migrations(&self) -> Vec<[String; 5]> {
         let l = &self.loopback;
         Self::migration_rows(&self.migrations, &l.tcp_stream_mbps, &l.tls_stream_mbps)
@@ -94,6 +77,21 @@ impl ClusterReport {
         Some((head, rows))
     }
 }
+
+const SUMMARY_HEAD: [&str; 4] = ["", "atoll", "Linux, same link", "atoll vs Linux"];
+const FILES_HEAD: [&str; 4] = [
+    "files (fileio)",
+    "atoll, file on the other node",
+    "atoll, file on its node",
+    "Linux native",
+];
+const MIGRATION_HEAD: [&str; 5] = [
+    "migration 0 -> 1 -> 0, loopback",
+    "downtime (us)",
+    "total (us)",
+    "sent (MiB)",
+    "throughput (MB/s)",
+];
 
 impl Recorded for ClusterReport {
     fn name(&self) -> &str {
