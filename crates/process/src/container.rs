@@ -720,6 +720,7 @@ fn enter(store: &mut Store<ProcCtx>, exports: &Exports, entry: Option<Entry>) ->
             let stop = match (ctx.thread_stop.take(), &ctx.uarea.call) {
                 (Some(ThreadStop::Wait(wait)), _) => Stop::Thread(wait),
                 (Some(ThreadStop::Exit), _) => Stop::ThreadExit,
+                (Some(ThreadStop::ProcessExit(status)), _) => Stop::Exited(status),
                 (None, CallState::Blocked(call)) => Stop::Kernel(call.clone()),
                 (None, _) => return Stop::Returned,
             };
@@ -729,6 +730,9 @@ fn enter(store: &mut Store<ProcCtx>, exports: &Exports, entry: Option<Entry>) ->
                 .expect("only prepared modules unwind");
             if let Err(e) = asyncify.stop_unwind.call(&mut *store, ()) {
                 return Stop::Trapped(format!("cannot finish unwinding: {e:#}"));
+            }
+            if let Stop::Exited(_) = stop {
+                return stop;
             }
             match mark_area_dirty(store, exports, asyncify) {
                 Ok(()) => stop,

@@ -134,6 +134,10 @@ pub(crate) enum ThreadStop {
     /// `atoll_thread_exit`: it unwinds (cheaper than a trap out of the
     /// guest) and is dropped.
     Exit,
+    /// The process ends with this status (`proc_exit`, a kill of itself,
+    /// the last thread's exit): it unwinds rather than trap out, since a
+    /// trap captures a wasm backtrace that nobody reads.
+    ProcessExit(i32),
 }
 
 /// What is a thread's own while another runs. Kept inline where it is small

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use atoll_abi::{status, Errno, Pid};
 use wasmtime::{Caller, Linker};
 
-use super::{clear_yield_flag, enter_kernel, take_reply, with_memory, ProcExit};
+use super::{clear_yield_flag, enter_kernel, exit_process, take_reply, with_memory};
 use crate::call::{KernelCall, Reply, SpawnModule, SpawnRequest, Yielding};
 use crate::ctx::ProcCtx;
 use crate::fd::FdTable;
@@ -226,7 +226,7 @@ fn kill(mut c: Caller<'_, ProcCtx>, pid: i64, signal: i32) -> wasmtime::Result<i
         return Ok(Errno::Inval.raw() as i32);
     }
     if target == c.data().uarea.pid {
-        return Err(ProcExit(status::killed(signal)).into());
+        return exit_process(&mut c, status::killed(signal)).map(|()| 0);
     }
     Ok(enter_kernel(
         &mut c,

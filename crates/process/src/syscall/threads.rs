@@ -24,7 +24,7 @@
 use atoll_abi::Errno;
 use wasmtime::{Caller, Linker};
 
-use super::{stop_thread, take_reply, wait_in_process, with_memory, ProcExit};
+use super::{exit_process, stop_thread, take_reply, wait_in_process, with_memory};
 use crate::call::Reply;
 use crate::clock::monotonic_ns;
 use crate::container::thread_function;
@@ -109,7 +109,7 @@ fn thread_exit(mut c: Caller<'_, ProcCtx>, clear: u32) -> wasmtime::Result<()> {
     // The last thread's end is the process's (as after pthread_exit in
     // every thread), with status 0.
     if c.data().uarea.threads.len() <= 1 {
-        return Err(ProcExit(0).into());
+        return exit_process(&mut c, 0);
     }
     stop_thread(&mut c, ThreadStop::Exit)
         .map_err(|e| wasmtime::format_err!("thread_exit: cannot unwind: {e}"))

@@ -5,7 +5,7 @@
 use atoll_abi::Errno;
 use wasmtime::{Caller, Linker, ValType};
 
-use super::{enter_kernel, local_call, take_reply, with_memory, ProcExit};
+use super::{enter_kernel, exit_process, local_call, take_reply, with_memory};
 use crate::call::{KernelCall, Yielding};
 use crate::clock::{monotonic_ns, realtime_ns};
 use crate::ctx::ProcCtx;
@@ -104,13 +104,9 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         },
     )?;
     linker.func_wrap(M, "poll_oneoff", poll_oneoff)?;
-    linker.func_wrap(
-        M,
-        "proc_exit",
-        |_: Caller<'_, ProcCtx>, code: u32| -> wasmtime::Result<()> {
-            Err(ProcExit(code as i32).into())
-        },
-    )?;
+    linker.func_wrap(M, "proc_exit", |mut c: Caller<'_, ProcCtx>, code: u32| {
+        exit_process(&mut c, code as i32)
+    })?;
 
     // atoll creates no sockets, so every descriptor that exists is not one
     // (`ENOTSOCK`; `EBADF` for one that does not exist), as in wasmtime.
