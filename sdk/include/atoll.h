@@ -266,10 +266,11 @@ static inline int atoll_argv_buffer_(const char *module, char *const argv[], cha
  *   kernel  index of a kernel on this node, ATOLL_KERNEL(node, index), or
  *           ATOLL_KERNEL_ANY.
  *   pid     receives the child's pid; may be NULL.
- * Returns 0, or EINVAL, ENOMEM, ENOENT (no such module), ENOTSUP (a module
- * in a directory of another node than the one this process runs on),
- * EAGAIN (the job or the domain has its --max-processes alive), ... from
- * the runtime.
+ *           A directory of another node (one the job was started with
+ *           there) is read there: that node's file is the module.
+ * Returns 0, or EINVAL, ENOMEM, ENOENT (no such module), ENOEXEC (not a
+ * module), EIO (the directory's node was lost meanwhile), EAGAIN (the job
+ * or the domain has its --max-processes alive), ... from the runtime.
  */
 static inline int atoll_spawn(const char *module, char *const argv[], int kernel,
                               atoll_pid_t *pid)
@@ -298,7 +299,8 @@ static inline int atoll_spawn(const char *module, char *const argv[], int kernel
  * instruction, as ALMOS-MK's exec does; with ATOLL_KERNEL_ANY it moves to
  * the kernel the DQDT chooses (the least loaded, which may be its own).
  * Returns only on failure, with the old program intact: EINVAL, ENOENT,
- * ENOEXEC (not a module), ENOMEM, ENOTSUP (a module run unprepared).
+ * ENOEXEC (not a module), EIO (the module's directory is another node's,
+ * which was lost meanwhile), ENOMEM, ENOTSUP (a module run unprepared).
  */
 static inline int atoll_exec(const char *module, char *const argv[], int kernel)
 {

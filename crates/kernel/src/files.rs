@@ -11,9 +11,11 @@
 //! `EIO`, as a file on a failed network mount does.
 
 use atoll_abi::{Errno, KernelId, Pid};
-use atoll_process::{FileAnswer, FileOp, KernelCall, Reply};
+use atoll_process::Beneath;
+use atoll_process::{CallState, FileAnswer, FileOp, KernelCall, Reply, SpawnModule, SpawnRequest};
 
 use crate::kernel::Kernel;
+use crate::loader::ModuleSource;
 use crate::msg::{NocMsg, Packet};
 
 type Answer = Result<FileAnswer, Errno>;
@@ -51,13 +53,61 @@ impl Kernel {
         self.route_bulk(pid, NocMsg::FileDone { pid }, bulk);
     }
 
-    /// Where `pid` runs: the owner's answer, for its blocked file call.
+    /// Where `pid` runs: the owner's answer, for its blocked file call, or
+    /// the module file it spawns or execs from a directory of the owner's
+    /// node.
     pub(crate) fn on_file_done(&mut self, pid: Pid, bulk: Option<Vec<u8>>) {
         let answer = bulk
             .as_deref()
             .and_then(|b| postcard::from_bytes::<Answer>(b).ok())
             .unwrap_or(Err(Errno::Io));
-        self.reply_if_blocked(pid, is_file, Reply::File(answer));
+        let waiting = self.procs.get(&pid).and_then(|p| {
+            let (exec, req, at) = reading_module(&p.container.uarea().call)?;
+            let name = format!(
+                "{} on node {}",
+                at.dir.host.join(&at.path).display(),
+                at.dir.owner.node
+            );
+            Some((exec, req.clone(), name))
+        });
+        let Some((exec, req, name)) = waiting else {
+            return self.reply_if_blocked(pid, is_file, Reply::File(answer));
+        };
+        let bytes = match answer {
+            Ok(FileAnswer::Bytes(bytes)) => bytes,
+            Ok(_) => return self.module_unread(pid, exec, Errno::Io),
+            Err(e) => return self.module_unread(pid, exec, e),
+        };
+        let source = ModuleSource::Read { name, bytes };
+        if exec {
+            self.exec_module(pid, req.args, req.kernel, source);
+        } else {
+            self.spawn_module(pid, &req.args, req.kernel, source);
+        }
+    }
+
+    /// Fails the spawn (`exec`: the exec) of `pid`, whose module file of
+    /// another node could not be read.
+    pub(crate) fn module_unread(&mut self, pid: Pid, exec: bool, errno: Errno) {
+        if exec {
+            self.reply_now(pid, Reply::ExecFailed(errno));
+        } else {
+            self.refuse_child(pid, errno);
+        }
+    }
+}
+
+/// If `call` is a spawn or exec waiting for its module file from another
+/// node: whether it is an exec, the request, and where the file is.
+pub(crate) fn reading_module(call: &CallState) -> Option<(bool, &SpawnRequest, &Beneath)> {
+    let (exec, req) = match call {
+        CallState::Blocked(KernelCall::Spawn(req)) => (false, req),
+        CallState::Blocked(KernelCall::Exec(req)) => (true, req),
+        _ => return None,
+    };
+    match &req.module {
+        SpawnModule::OtherNode(at) => Some((exec, req, at)),
+        SpawnModule::Same | SpawnModule::File(_) => None,
     }
 }
 

@@ -24,12 +24,21 @@ use crate::msg::ProcessSpec;
 pub(crate) enum Load {
     /// A module file a process asked to run, and what to do with it then.
     Program {
-        path: PathBuf,
+        source: ModuleSource,
         prepare: bool,
         then: ThenRun,
     },
     /// Module `hash`, as another node sent it.
     Module { hash: ContentHash, bytes: Vec<u8> },
+}
+
+/// Where a program's module comes from.
+pub(crate) enum ModuleSource {
+    /// A file of this node.
+    File(PathBuf),
+    /// A file of another node, read there for this one (`FileOp::ReadModule`);
+    /// `name` says which, in errors.
+    Read { name: String, bytes: Vec<u8> },
 }
 
 /// What a loaded program is for.
@@ -101,16 +110,24 @@ impl Loader {
 fn load(runtime: &Runtime, job: Load) -> Loaded {
     match job {
         Load::Program {
-            path,
+            source,
             prepare,
             then,
-        } => Loaded::Program {
-            then,
-            module: runtime
-                .load_file(&path, prepare)
-                .map(|p| p.hash())
-                .map_err(|e| format!("{}: {e}", path.display())),
-        },
+        } => {
+            let (name, program) = match source {
+                ModuleSource::File(path) => (
+                    path.display().to_string(),
+                    runtime.load_file(&path, prepare),
+                ),
+                ModuleSource::Read { name, bytes } => (name, runtime.load(&bytes, prepare)),
+            };
+            Loaded::Program {
+                then,
+                module: program
+                    .map(|p| p.hash())
+                    .map_err(|e| format!("{name}: {e}")),
+            }
+        }
         Load::Module { hash, bytes } => Loaded::Module {
             hash,
             result: match runtime.load(&bytes, false) {

@@ -15,7 +15,7 @@
 use atoll_abi::{status, Errno, KernelId, Pid};
 use atoll_process::{CallState, KernelCall, Reply};
 
-use crate::files::is_file;
+use crate::files::{is_file, reading_module};
 use crate::homes::Kin;
 use crate::ipc::IpcMsg;
 use crate::kernel::{Awaits, Kernel, Pending};
@@ -110,6 +110,11 @@ impl Kernel {
             self.child_exited(pid, child, lost());
         }
         let u = self.procs[&pid].container.uarea();
+        if let Some((exec, ..)) =
+            reading_module(&u.call).filter(|(.., at)| at.dir.owner.node == node)
+        {
+            return self.module_unread(pid, exec, Errno::Io);
+        }
         let CallState::Blocked(call) = &u.call else {
             return;
         };

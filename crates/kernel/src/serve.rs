@@ -9,11 +9,11 @@ use atoll_prepare::ContentHash;
 use atoll_process::threads::Threads;
 use atoll_process::{
     clock::monotonic_ns, Accounting, CallState, Children, ConsoleFlow, Container, ContainerError,
-    KernelCall, Quotas, Reply, SpawnModule, SpawnRequest, Stream, Yielding,
+    FileOp, KernelCall, Quotas, Reply, SpawnModule, SpawnRequest, Stream, Yielding,
 };
 
 use crate::kernel::{Kernel, Process};
-use crate::loader::{Load, Loaded, ThenRun};
+use crate::loader::{Load, Loaded, ModuleSource, ThenRun};
 use crate::migration::Started;
 use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
 use crate::placement::AfterPlace;
@@ -171,7 +171,7 @@ impl Kernel {
 
     /// Fails `parent`'s spawn or fork with `errno`, freeing the places its
     /// quotas granted for the child.
-    fn refuse_child(&mut self, parent: Pid, errno: Errno) {
+    pub(crate) fn refuse_child(&mut self, parent: Pid, errno: Errno) {
         if let Some(p) = self.procs.get_mut(&parent) {
             let granted = std::mem::take(&mut p.container.uarea_mut().quotas.granted);
             self.release(granted);
@@ -190,26 +190,45 @@ impl Kernel {
         if req.kernel.is_some_and(|k| !self.noc_reaches(k)) {
             return self.refuse_child(parent, Errno::Inval);
         }
-        let spec = match self.spawn_spec(parent, &req.args) {
+        match req.module {
+            SpawnModule::Same => match self.spawn_spec(parent, &req.args) {
+                Ok(spec) => self.spawn_on(parent, spec, req.kernel),
+                Err(errno) => self.reply_now(parent, Reply::Spawned(Err(errno))),
+            },
+            SpawnModule::File(path) => {
+                self.spawn_module(parent, &req.args, req.kernel, ModuleSource::File(path));
+            }
+            // The parent waits for the bytes (`Kernel::on_file_done`).
+            SpawnModule::OtherNode(at) => {
+                self.send_file_op(parent, at.dir.owner, &FileOp::ReadModule { at });
+            }
+        }
+    }
+
+    /// Spawns a child of `parent` running `source` with `args`, once the
+    /// loader has prepared and compiled it off this thread; the parent
+    /// waits.
+    pub(crate) fn spawn_module(
+        &mut self,
+        parent: Pid,
+        args: &[String],
+        kernel: Option<KernelId>,
+        source: ModuleSource,
+    ) {
+        let spec = match self.spawn_spec(parent, args) {
             Ok(spec) => spec,
             Err(errno) => return self.reply_now(parent, Reply::Spawned(Err(errno))),
         };
-        match req.module {
-            SpawnModule::Same => self.spawn_on(parent, spec, req.kernel),
-            // Prepared and compiled off this thread; the parent waits.
-            SpawnModule::File(path) => {
-                let prepare = self.procs[&parent].container.program().prepared();
-                self.loader.load(Load::Program {
-                    path,
-                    prepare,
-                    then: ThenRun::Spawn {
-                        parent,
-                        spec,
-                        kernel: req.kernel,
-                    },
-                });
-            }
-        }
+        let prepare = self.procs[&parent].container.program().prepared();
+        self.loader.load(Load::Program {
+            source,
+            prepare,
+            then: ThenRun::Spawn {
+                parent,
+                spec,
+                kernel,
+            },
+        });
     }
 
     /// `atoll_fork`: the child is made here from a capture of the parent,
@@ -350,19 +369,36 @@ impl Kernel {
         if req.kernel.is_some_and(|k| !self.noc_reaches(k)) {
             return self.reply_now(pid, Reply::ExecFailed(Errno::Inval));
         }
-        let (args, program) = (req.args, self.procs[&pid].container.program().clone());
         match req.module {
-            SpawnModule::Same => self.exec_with(pid, program.hash(), args, req.kernel),
-            SpawnModule::File(path) => self.loader.load(Load::Program {
-                path,
-                prepare: program.prepared(),
-                then: ThenRun::Exec {
-                    pid,
-                    args,
-                    kernel: req.kernel,
-                },
-            }),
+            SpawnModule::Same => {
+                let module = self.procs[&pid].container.program().hash();
+                self.exec_with(pid, module, req.args, req.kernel);
+            }
+            SpawnModule::File(path) => {
+                self.exec_module(pid, req.args, req.kernel, ModuleSource::File(path));
+            }
+            // It waits for the bytes (`Kernel::on_file_done`).
+            SpawnModule::OtherNode(at) => {
+                self.send_file_op(pid, at.dir.owner, &FileOp::ReadModule { at });
+            }
         }
+    }
+
+    /// Replaces `pid`'s program by `source` run with `args`, once the
+    /// loader has prepared and compiled it off this thread.
+    pub(crate) fn exec_module(
+        &mut self,
+        pid: Pid,
+        args: Vec<String>,
+        kernel: Option<KernelId>,
+        source: ModuleSource,
+    ) {
+        let prepare = self.procs[&pid].container.program().prepared();
+        self.loader.load(Load::Program {
+            source,
+            prepare,
+            then: ThenRun::Exec { pid, args, kernel },
+        });
     }
 
     /// Replaces `pid`'s program by `module` run with `args`: a new container

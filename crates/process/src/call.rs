@@ -117,6 +117,9 @@ pub enum SpawnModule {
     /// A module file, already resolved to a host path beneath one of the
     /// caller's preopened directories.
     File(std::path::PathBuf),
+    /// A module file beneath a preopened directory of another node: the
+    /// directory's owner reads it (`FileOp::ReadModule`) and sends it.
+    OtherNode(crate::fs::op::Beneath),
 }
 
 /// The kernel's answer to a [`KernelCall`].

@@ -193,6 +193,28 @@ pub(crate) fn open_host(
     }
 }
 
+/// Bytes a module file read for another node's process may have
+/// (`FileOp::ReadModule`): it travels whole, in one bulk frame.
+pub(crate) const MAX_MODULE: u64 = 1 << 30;
+
+/// The module file that `path` names beneath the host directory `dir`, for
+/// spawn and exec: resolved as `open` resolves it, following symbolic links
+/// that stay beneath `dir`.
+///
+/// # Errors
+/// Those of [`resolve`]; `ENOENT` if nothing is there, `ENOEXEC` if it is
+/// not a regular file.
+pub(crate) fn module_file(dir: &std::path::Path, path: &str) -> Result<std::path::PathBuf, Errno> {
+    let host = resolve(dir, path, Follow::Yes)?;
+    if host.is_file() {
+        Ok(host)
+    } else if host.exists() {
+        Err(Errno::NoExec)
+    } else {
+        Err(Errno::NoEnt)
+    }
+}
+
 /// Reopens the host file of `f` with its access mode, never creating or
 /// truncating: what a process that moved needs to carry on.
 ///

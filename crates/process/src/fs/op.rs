@@ -19,6 +19,7 @@
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::fs::{File, OpenOptions};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 
@@ -28,7 +29,10 @@ use serde::{Deserialize, Serialize};
 use super::dir::list_dir;
 use super::stat::{self, DirEntry, FILESTAT_LEN};
 use super::times::Times;
-use super::{host_errno, open_host, reopen, resolve, resolve_entry, Follow, OpenRequest};
+use super::{
+    host_errno, module_file, open_host, reopen, resolve, resolve_entry, Follow, OpenRequest,
+    MAX_MODULE,
+};
 use crate::fd::{DirFd, Fd, FileFd};
 
 /// An open file as an op names it: the descriptor (a key into the calling
@@ -140,6 +144,11 @@ pub enum FileOp {
         follow: Follow,
         to: Beneath,
     },
+    /// A whole module file, for a process of another node that spawns or
+    /// execs it (`SpawnModule::OtherNode`).
+    ReadModule {
+        at: Beneath,
+    },
 }
 
 /// The result of a [`FileOp`].
@@ -223,7 +232,8 @@ impl FileOp {
             | FileOp::RemoveDir { at }
             | FileOp::Unlink { at }
             | FileOp::ReadLink { at }
-            | FileOp::Symlink { at, .. } => (at.dir.owner, None),
+            | FileOp::Symlink { at, .. }
+            | FileOp::ReadModule { at } => (at.dir.owner, None),
             FileOp::Rename { from, to } | FileOp::Link { from, to, .. } => {
                 (from.dir.owner, Some(to.dir.owner))
             }
@@ -328,6 +338,19 @@ impl FileOp {
                 Ok(FileAnswer::Bytes(text.as_os_str().as_bytes().to_vec()))
             }
             FileOp::Symlink { text, at } => io(std::os::unix::fs::symlink(text, entry(at)?)),
+            FileOp::ReadModule { at } => {
+                let host = module_file(&at.dir.host, &at.path)?;
+                let file = File::open(host).map_err(|e| host_errno(&e))?;
+                let mut bytes = Vec::new();
+                // One byte past the bound tells a file that is too large.
+                file.take(MAX_MODULE + 1)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| host_errno(&e))?;
+                if bytes.len() as u64 > MAX_MODULE {
+                    return Err(Errno::Fbig);
+                }
+                Ok(FileAnswer::Bytes(bytes))
+            }
             FileOp::Link { from, follow, to } => {
                 let old = resolve(&from.dir.host, &from.path, *follow)?;
                 io(std::fs::hard_link(old, entry(to)?))
@@ -487,5 +510,45 @@ impl FileAnswer {
             FileAnswer::Done => Ok(()),
             other => Err(other.wrong()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_module(dir: &std::path::Path, path: &str) -> Result<FileAnswer, Errno> {
+        let dir = DirFd {
+            host: dir.into(),
+            preopen: None,
+            owner: KernelId::new(0, 0),
+        };
+        FileOp::ReadModule {
+            at: Beneath {
+                dir,
+                path: path.into(),
+            },
+        }
+        .serve()
+    }
+
+    #[test]
+    fn the_owner_reads_a_module_whole_and_only_beneath_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let module = b"\0asm\x01\0\0\0".to_vec();
+        std::fs::write(d.join("m.wasm"), &module).unwrap();
+        std::os::unix::fs::symlink("m.wasm", d.join("link.wasm")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", d.join("out.wasm")).unwrap();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        assert_eq!(
+            read_module(d, "m.wasm"),
+            Ok(FileAnswer::Bytes(module.clone()))
+        );
+        assert_eq!(read_module(d, "link.wasm"), Ok(FileAnswer::Bytes(module)));
+        assert_eq!(read_module(d, "out.wasm"), Err(Errno::NotCapable));
+        assert_eq!(read_module(d, "../m.wasm"), Err(Errno::NotCapable));
+        assert_eq!(read_module(d, "sub"), Err(Errno::NoExec));
+        assert_eq!(read_module(d, "none.wasm"), Err(Errno::NoEnt));
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! The guest-side declarations are in `sdk/include/atoll.h`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use atoll_abi::{status, Errno, Pid};
 use wasmtime::{Caller, Linker};
@@ -12,6 +12,7 @@ use super::{clear_yield_flag, enter_kernel, exit_process, take_reply, with_memor
 use crate::call::{KernelCall, Reply, SpawnModule, SpawnRequest, Yielding};
 use crate::ctx::ProcCtx;
 use crate::fd::FdTable;
+use crate::fs::op::Beneath;
 use crate::memory::GuestMemory;
 
 const M: &str = "atoll";
@@ -131,11 +132,11 @@ fn program_request(
 ) -> Result<SpawnRequest, Errno> {
     let module = match module_len {
         0 => SpawnModule::Same,
-        _ => SpawnModule::File(resolve_module(
+        _ => resolve_module(
             &ctx.uarea.fds,
             mem.str(module_ptr, module_len)?,
             ctx.host.kernel.node,
-        )?),
+        )?,
     };
     if argv_len > MAX_ARGV_BYTES {
         return Err(Errno::TooBig);
@@ -295,13 +296,15 @@ fn decode_argv(mem: &GuestMemory<'_>, ptr: u32, len: u32) -> Result<Vec<String>,
 
 /// Resolves a guest path to a module file through the preopened directories,
 /// as `open` would: beneath the longest preopen that is a prefix of the path,
-/// with the sandbox rules of every other path (`crate::fs`).
+/// with the sandbox rules of every other path (`crate::fs`). A directory of
+/// another node than `here` is resolved by its owner, which reads the file
+/// for the caller: a module is always the file its path names where the
+/// directory is.
 ///
 /// # Errors
-/// Besides those of `open`, `ENOTSUP` for a directory of another node than
-/// `here`: modules are loaded from the spawning node's own files (another
-/// node's file of the same name must not be run instead).
-fn resolve_module(fds: &FdTable, guest: &str, here: u16) -> Result<PathBuf, Errno> {
+/// Those of `open`; for a directory of this node, also `ENOENT` and
+/// `ENOEXEC` (not a regular file) at once.
+fn resolve_module(fds: &FdTable, guest: &str, here: u16) -> Result<SpawnModule, Errno> {
     let guest = Path::new(guest);
     let (dir, rest) = fds
         .preopens()
@@ -313,19 +316,14 @@ fn resolve_module(fds: &FdTable, guest: &str, here: u16) -> Result<PathBuf, Errn
         .max_by_key(|&(_, _, depth)| depth)
         .map(|(d, rest, _)| (d, rest))
         .ok_or(Errno::NotCapable)?;
-    if dir.owner.node != here {
-        return Err(Errno::NotSup);
-    }
     let rest = rest.to_str().ok_or(Errno::Ilseq)?;
-    let host = crate::fs::resolve(&dir.host, rest, crate::fs::Follow::Yes)?;
-    if !host.is_file() {
-        return Err(if host.exists() {
-            Errno::NoExec
-        } else {
-            Errno::NoEnt
-        });
+    if dir.owner.node != here {
+        return Ok(SpawnModule::OtherNode(Beneath {
+            dir: dir.clone(),
+            path: rest.to_owned(),
+        }));
     }
-    Ok(host)
+    crate::fs::module_file(&dir.host, rest).map(SpawnModule::File)
 }
 
 #[cfg(test)]
@@ -358,7 +356,7 @@ mod tests {
         let fds = FdTable::new(&preopens, atoll_abi::KernelId::new(0, 0));
         assert_eq!(
             resolve_module(&fds, "/bin/a.wasm", 0).unwrap(),
-            bin.canonicalize().unwrap().join("a.wasm")
+            SpawnModule::File(bin.canonicalize().unwrap().join("a.wasm"))
         );
         assert_eq!(
             resolve_module(&fds, "/bin/../secret.wasm", 0),
@@ -372,8 +370,11 @@ mod tests {
             resolve_module(&fds, "/etc/passwd", 0),
             Err(Errno::NotCapable)
         );
-        // From another node than the directory's.
-        assert_eq!(resolve_module(&fds, "/bin/a.wasm", 1), Err(Errno::NotSup));
+        // From another node than the directory's: its owner resolves it.
+        let SpawnModule::OtherNode(at) = resolve_module(&fds, "/bin/a.wasm", 1).unwrap() else {
+            panic!("a directory of another node is resolved there");
+        };
+        assert_eq!((at.dir.host, at.path.as_str()), (bin.clone(), "a.wasm"));
         assert_eq!(resolve_module(&fds, "/bin/none.wasm", 0), Err(Errno::NoEnt));
         std::fs::create_dir(bin.join("sub")).unwrap();
         assert_eq!(resolve_module(&fds, "/bin/sub", 0), Err(Errno::NoExec));
