@@ -33,6 +33,34 @@ fn a_forked_child_starts_on_the_kernel_asked_in_either_mode() {
 }
 
 #[test]
+fn a_forked_child_uses_its_parents_unlinked_file_on_any_kernel_of_the_node() {
+    // In hand-over mode, the parent's host handles go with the child to
+    // its kernel: the file has no name left to reopen it by.
+    let node = node_in(Mode::Handover, 2);
+    for kernel in ["0", "1"] {
+        let data = tempfile::tempdir().unwrap();
+        let mut spec = job("unlinked", &["/data", "fork", kernel]);
+        spec.preopens = vec![atoll_process::Preopen {
+            host: data.path().to_path_buf(),
+            guest: "/data".into(),
+        }];
+        let (code, out) = run(&node, &spec);
+        assert_eq!(code, 0, "kernel {kernel}: {}{}", out.stdout(), out.stderr());
+        assert_eq!(
+            out.stdout(),
+            "unlinked: tmp is gone, wrote 5 bytes\n\
+             unlinked: tmp reads \"hello\"\n\
+             child: tmp reads \"hello\", wrote 6 bytes\n\
+             unlinked: tmp reads \"hello world\"\n\
+             unlinked: old reads \"old\" after new took its name\n\
+             unlinked: ok\n",
+            "kernel {kernel}"
+        );
+        assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0);
+    }
+}
+
+#[test]
 fn a_child_forked_onto_another_node_runs_there() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _b) = cluster_pair(dir.path(), 2);

@@ -90,9 +90,16 @@ enum State {
     /// In a wasmtime instance: it can run, and its memory is mapped. Counted
     /// in its kernel's [`Host::instances`].
     Live(Store<ProcCtx>),
-    /// Out of any instance: the image it would be captured as, and the
-    /// kernel it is on.
-    Dormant(Box<(ProcessImage, Host)>),
+    /// Out of any instance.
+    Dormant(Box<Dormant>),
+}
+
+/// A process out of any instance: the image it would be captured as, the
+/// kernel it is on, and the host files it keeps open meanwhile.
+struct Dormant {
+    image: ProcessImage,
+    host: Host,
+    files: crate::fs::HostFiles,
 }
 
 /// A dormant container's live-only parts were used: the kernel must wake a
@@ -188,9 +195,10 @@ impl Container {
             return Ok(());
         }
         let image = self.capture()?;
-        let host = self.store().data().host.clone();
+        let ctx = self.store_mut().data_mut();
+        let (host, files) = (ctx.host.clone(), std::mem::take(&mut ctx.files));
         host.instances.fetch_sub(1, Ordering::Relaxed);
-        self.state = State::Dormant(Box::new((image, host)));
+        self.state = State::Dormant(Box::new(Dormant { image, host, files }));
         Ok(())
     }
 
@@ -203,21 +211,22 @@ impl Container {
         let State::Dormant(dormant) = &self.state else {
             return Ok(());
         };
-        let (image, host) = &**dormant;
         let store = Container::instantiate(
             &self.runtime,
             &self.program,
-            image.uarea.clone(),
-            host.clone(),
+            dormant.image.uarea.clone(),
+            dormant.host.clone(),
         )?;
-        let State::Dormant(dormant) = std::mem::replace(&mut self.state, State::Live(store)) else {
+        let State::Dormant(mut dormant) = std::mem::replace(&mut self.state, State::Live(store))
+        else {
             unreachable!("checked above")
         };
-        if let Err(e) = self.load(&dormant.0.globals, &dormant.0.memory.view(), true) {
-            dormant.1.instances.fetch_sub(1, Ordering::Relaxed);
+        if let Err(e) = self.load(&dormant.image.globals, &dormant.image.memory.view(), true) {
+            dormant.host.instances.fetch_sub(1, Ordering::Relaxed);
             self.state = State::Dormant(dormant);
             return Err(e);
         }
+        self.store_mut().data_mut().files = std::mem::take(&mut dormant.files);
         Ok(())
     }
 
@@ -455,7 +464,7 @@ impl Container {
         let store = match &mut self.state {
             State::Live(store) => store,
             // Stopped, since it went dormant.
-            State::Dormant(image) => return Ok(image.0.parts()),
+            State::Dormant(dormant) => return Ok(dormant.image.parts()),
         };
         let globals = stopped_globals(store)?;
         let memory = memory(store.data().exports().memory.data(&*store));
@@ -468,7 +477,8 @@ impl Container {
 
     /// A copy of this stopped process as a new process with `uarea`, on
     /// `host`: what fork makes. Memory goes straight from this instance to
-    /// the new one, non-zero blocks only, without an image between them.
+    /// the new one, non-zero blocks only, without an image between them;
+    /// the child's host files are duplicates of this process's.
     ///
     /// # Errors
     /// As [`capture`](Self::capture), and [`ContainerError::Instantiate`]
@@ -479,9 +489,11 @@ impl Container {
             State::Dormant(dormant) => {
                 let image = ProcessImage {
                     uarea,
-                    ..dormant.0.clone()
+                    ..dormant.image.clone()
                 };
-                return Container::restore(&self.runtime, image, host);
+                let mut child = Container::restore(&self.runtime, image, host)?;
+                child.store_mut().data_mut().files = dormant.files.duplicate();
+                return Ok(child);
             }
         };
         let globals = stopped_globals(store)?;
@@ -496,6 +508,7 @@ impl Container {
         let into = child.store().data().exports().memory;
         crate::image::copy_nonzero(from.data(&*store), into.data_mut(child.store_mut()), &dirty);
         child.set_globals(&globals)?;
+        child.store_mut().data_mut().files = store.data().files.duplicate();
         Ok(child)
     }
 
@@ -544,21 +557,21 @@ impl Container {
                 old.instances.fetch_sub(1, Ordering::Relaxed);
                 store.data().host.instances.fetch_add(1, Ordering::Relaxed);
             }
-            State::Dormant(dormant) => dormant.1 = host,
+            State::Dormant(dormant) => dormant.host = host,
         }
     }
 
     pub fn uarea(&self) -> &UArea {
         match &self.state {
             State::Live(store) => &store.data().uarea,
-            State::Dormant(dormant) => &dormant.0.uarea,
+            State::Dormant(dormant) => &dormant.image.uarea,
         }
     }
 
     pub fn uarea_mut(&mut self) -> &mut UArea {
         match &mut self.state {
             State::Live(store) => &mut store.data_mut().uarea,
-            State::Dormant(dormant) => &mut dormant.0.uarea,
+            State::Dormant(dormant) => &mut dormant.image.uarea,
         }
     }
 
@@ -585,7 +598,7 @@ impl Container {
     pub fn read_memory(&self, at: usize, out: &mut [u8]) {
         match &self.state {
             State::Live(_) => out.copy_from_slice(&self.memory()[at..at + out.len()]),
-            State::Dormant(dormant) => dormant.0.memory.read(at, out),
+            State::Dormant(dormant) => dormant.image.memory.read(at, out),
         }
     }
 
@@ -603,7 +616,7 @@ impl Container {
     pub fn memory_bytes(&self) -> usize {
         match &self.state {
             State::Live(store) => store.data().exports().memory.data_size(store),
-            State::Dormant(dormant) => dormant.0.memory.pages as usize * PAGE_SIZE,
+            State::Dormant(dormant) => dormant.image.memory.pages as usize * PAGE_SIZE,
         }
     }
 
@@ -612,7 +625,7 @@ impl Container {
     pub fn dormant_bytes(&self) -> Option<usize> {
         match &self.state {
             State::Live(_) => None,
-            State::Dormant(dormant) => Some(dormant.0.memory.data_bytes()),
+            State::Dormant(dormant) => Some(dormant.image.memory.data_bytes()),
         }
     }
 }

@@ -1,6 +1,5 @@
 //! What a running process's wasmtime store carries besides the guest.
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -84,9 +83,9 @@ impl Host {
 pub struct ProcCtx {
     pub uarea: UArea,
     pub host: Host,
-    /// Open host files behind the UArea's descriptors; a cache, reopened on
-    /// demand from the descriptor's host path (so it never needs to move).
-    pub(crate) files: HashMap<u32, std::fs::File>,
+    /// The host files behind the UArea's descriptors, kept from their open
+    /// while the process stays on their node (`crate::fs`).
+    pub(crate) files: crate::fs::HostFiles,
     /// The kernel's answer to a file call that had to wait for it (a remote
     /// file's op, stdin, the console's drain), while the call, rewound, runs
     /// again to apply it (`crate::fs`).
@@ -131,7 +130,7 @@ impl ProcCtx {
         ProcCtx {
             uarea,
             host,
-            files: HashMap::new(),
+            files: Default::default(),
             answer: None,
             exports: None,
             slice_start: quanta::Instant::now(),

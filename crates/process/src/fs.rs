@@ -7,11 +7,14 @@
 //! remote part is the host file, on the node that owns it: each call turns
 //! what it asks of the host into one [`FileOp`](op::FileOp), which runs at
 //! once on the owner's node and is sent to it from any other (`op.rs`).
-//! On the owner's node the host `File` is only a cache in
-//! [`ProcCtx::files`], keyed by descriptor: on any kernel, the first call
-//! that needs it reopens it from the host path with the same access mode,
-//! never creating or truncating, so a process that moved between two calls
-//! sees the same file at the same offset. That is also why all I/O is
+//! On the owner's node the host `File` is kept in [`ProcCtx::files`]
+//! ([`HostFiles`]) from the open on, by descriptor: it stays with the
+//! process while it runs there (a hand-over between kernels moves it, a
+//! dormant process keeps it, a forked child gets a duplicate). Where it was
+//! lost (a move in copy mode, a restored checkpoint), the first call that
+//! needs it reopens it from the host path with the same access mode, never
+//! creating or truncating, so a process that moved between two calls sees
+//! the same file at the same offset. That is also why all I/O is
 //! positional (at the UArea's offset): the host descriptor's own offset
 //! means nothing.
 //!
@@ -35,10 +38,9 @@
 //!
 //! **Limits.** One call moves at most [`MAX_IO`] bytes (a short
 //! read or write, which wasi-libc retries), so that a guest cannot make a
-//! kernel copy gigabytes in one system call. A file is reopened by path, so
-//! one that is unlinked or replaced while open cannot be used after the
-//! process moves to another kernel (`ENOENT`, or `ESTALE` when another file
-//! took its name). The sync fdflags (`DSYNC`, `RSYNC`, `SYNC`) open the host
+//! kernel copy gigabytes in one system call. Where a file must be reopened
+//! by path, one that was unlinked or replaced while open cannot be used
+//! (`ENOENT`, or `ESTALE` when another file took its name). The sync fdflags (`DSYNC`, `RSYNC`, `SYNC`) open the host
 //! file with the same flags; `NONBLOCK` is kept and reported (a file never
 //! blocks). Rights are reported as wasmtime reports them and can be narrowed
 //! (`rights.rs`).
@@ -52,6 +54,7 @@ pub(crate) mod rights;
 mod stat;
 mod times;
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -95,12 +98,69 @@ impl ProcCtx {
         }
         let owner = op.owner()?;
         if owner.node == self.host.kernel.node {
-            Ok(op.execute(Handles::Cache(&mut self.files))?)
+            Ok(op.execute(Handles::Kept(&mut self.files))?)
         } else {
             Err(Fail::Wait(KernelCall::File {
                 owner,
                 op: Box::new(op),
             }))
+        }
+    }
+}
+
+/// The host handles behind a process's file descriptors, while it runs on
+/// the node that owns their files. Each is kept from the open on, so a
+/// file unlinked or renamed while open stays usable; one is reopened by
+/// its path only where its handle was lost (a move in copy mode, a
+/// restored checkpoint, another node).
+#[derive(Debug, Default)]
+pub(crate) struct HostFiles {
+    by_fd: HashMap<u32, File>,
+    /// The handle `path_open` has just opened, until its descriptor has a
+    /// number ([`HostFiles::adopt`]).
+    opened: Option<File>,
+}
+
+impl HostFiles {
+    /// Gives the descriptor the open was given (`fd`) the handle just
+    /// opened, or no handle if the open ran on another node; if the open
+    /// got no descriptor, the handle is closed.
+    pub(crate) fn adopt(&mut self, fd: Result<u32, Errno>) -> Result<u32, Errno> {
+        let file = self.opened.take();
+        let fd = fd?;
+        match file {
+            Some(file) => self.by_fd.insert(fd, file),
+            None => self.by_fd.remove(&fd),
+        };
+        Ok(fd)
+    }
+
+    pub(crate) fn close(&mut self, fd: u32) {
+        self.by_fd.remove(&fd);
+    }
+
+    /// `from`'s handle moves to `to`, closing `to`'s.
+    pub(crate) fn renumber(&mut self, from: u32, to: u32) {
+        if from != to {
+            self.by_fd.remove(&to);
+            if let Some(file) = self.by_fd.remove(&from) {
+                self.by_fd.insert(to, file);
+            }
+        }
+    }
+
+    /// The handles a forked child gets: duplicates of these (`dup`), as
+    /// POSIX's fork gives. One that cannot be duplicated (no descriptors
+    /// left) is reopened by path when the child needs it.
+    pub(crate) fn duplicate(&self) -> HostFiles {
+        let by_fd = self
+            .by_fd
+            .iter()
+            .filter_map(|(&fd, f)| Some((fd, f.try_clone().ok()?)))
+            .collect();
+        HostFiles {
+            by_fd,
+            opened: None,
         }
     }
 }

@@ -191,6 +191,57 @@ fn text(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).unwrap()
 }
 
+/// What `unlinked /data` prints when every step passes.
+const UNLINKED: &str = "\
+unlinked: tmp is gone, wrote 5 bytes
+unlinked: tmp reads \"hello\"
+unlinked: old reads \"old\" after new took its name
+unlinked: ok
+";
+
+#[test]
+fn a_file_unlinked_or_renamed_over_while_open_stays_usable() {
+    let runtime = runtime();
+    let program = runtime
+        .load_file(&support::guest("unlinked"), true)
+        .unwrap();
+    // Kept in its instance, and dormant at every stop: the host handles
+    // from the opens stay with the process either way.
+    for between in [Between::Stay, Between::Sleep] {
+        let (_tmp, data) = sandbox();
+        let out = run(
+            &runtime,
+            program.clone(),
+            &["unlinked", "/data"],
+            &data,
+            between,
+        );
+        assert_eq!(
+            (out.status, text(&out.stdout)),
+            (0, UNLINKED),
+            "{between:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "{between:?}");
+    }
+    // Moved through an image, the handle is gone and the file has no name
+    // to be reopened by: the guest is told, and nothing else breaks.
+    let (_tmp, data) = sandbox();
+    let out = run(
+        &runtime,
+        program,
+        &["unlinked", "/data"],
+        &data,
+        Between::Move,
+    );
+    assert_eq!(out.status, 1);
+    assert!(
+        text(&out.stdout).contains("No such file or directory"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 #[test]
 fn files_c_runs_in_its_sandbox_while_moving() {
     files_c_runs_in_its_sandbox(Between::Move);

@@ -313,7 +313,7 @@ pub(crate) fn fd_close(
     fd: u32,
 ) -> Result<(), Errno> {
     ctx.uarea.fds.remove(fd)?;
-    ctx.files.remove(&fd);
+    ctx.files.close(fd);
     Ok(())
 }
 
@@ -325,12 +325,7 @@ pub(crate) fn fd_renumber(
     to: u32,
 ) -> Result<(), Errno> {
     ctx.uarea.fds.renumber(from, to)?;
-    if from != to {
-        ctx.files.remove(&to);
-        if let Some(file) = ctx.files.remove(&from) {
-            ctx.files.insert(to, file);
-        }
-    }
+    ctx.files.renumber(from, to);
     Ok(())
 }
 
@@ -406,7 +401,7 @@ pub(crate) fn fd_fdstat_set_flags(
         .ok_or(Errno::Inval)?;
     if let Fd::File(f) = ctx.uarea.fds.get_mut(fd)? {
         if fdflags::host_sync(flags) != fdflags::host_sync(f.flags) {
-            ctx.files.remove(&fd);
+            ctx.files.close(fd);
         }
         f.flags = flags;
     }

@@ -6,7 +6,7 @@
 //! guest memory, the descriptor's offset). Where the op executes depends on
 //! who owns the file: the node whose kernel opened it, or whose job
 //! preopened its directory. On that node every kernel sees the same host
-//! files, so the op runs at once, with the process's cached host handle. On
+//! files, so the op runs at once, with the host handle the process keeps. On
 //! another node the process enters the kernel with the op, which travels to
 //! the owner over the NoC (`KernelCall::File`) and is executed there with
 //! [`FileOp::serve`]; its answer comes back to wherever the process runs, and
@@ -17,7 +17,7 @@
 //! everything and before it changes anything, so the call can be run again
 //! with the answer when the process is rewound into it.
 
-use std::collections::hash_map::{Entry, HashMap};
+use std::collections::hash_map::Entry;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -30,13 +30,13 @@ use super::dir::list_dir;
 use super::stat::{self, DirEntry, FILESTAT_LEN};
 use super::times::Times;
 use super::{
-    host_errno, module_file, open_host, reopen, resolve, resolve_entry, Follow, OpenRequest,
-    MAX_MODULE,
+    host_errno, module_file, open_host, reopen, resolve, resolve_entry, Follow, HostFiles,
+    OpenRequest, MAX_MODULE,
 };
 use crate::fd::{DirFd, Fd, FileFd};
 
 /// An open file as an op names it: the descriptor (a key into the calling
-/// process's cache of host handles) and its local part.
+/// process's kept host handles) and its local part.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FileRef {
     pub fd: u32,
@@ -171,8 +171,8 @@ pub enum FileAnswer {
 
 /// Where an op finds the host handles of open files.
 pub(crate) enum Handles<'a> {
-    /// The calling process's cache, by descriptor.
-    Cache(&'a mut HashMap<u32, File>),
+    /// The calling process's, on its files' node: an open keeps its handle.
+    Kept(&'a mut HostFiles),
     /// None kept: each op opens what it needs (the owner serving another
     /// node's process keeps nothing for it).
     None,
@@ -197,7 +197,7 @@ impl std::ops::Deref for Handle<'_> {
 impl Handles<'_> {
     fn get(&mut self, r: &FileRef) -> Result<Handle<'_>, Errno> {
         match self {
-            Handles::Cache(files) => match files.entry(r.fd) {
+            Handles::Kept(files) => match files.by_fd.entry(r.fd) {
                 Entry::Occupied(e) => Ok(Handle::Cached(e.into_mut())),
                 Entry::Vacant(v) => Ok(Handle::Cached(v.insert(reopen(&r.file)?))),
             },
@@ -304,9 +304,13 @@ impl FileOp {
             FileOp::List { dir } => Ok(FileAnswer::Entries(list_dir(&dir.host)?)),
             FileOp::Open { at, follow, req } => {
                 let host = resolve(&at.dir.host, &at.path, *follow)?;
-                // The host handle is dropped: the descriptor's first op
-                // reopens it (never creating or truncating again).
-                Ok(FileAnswer::Opened(open(host, req, at.dir.owner)?))
+                let (fd, file) = open(host, req, at.dir.owner)?;
+                // Served for another node, the handle is dropped: each op
+                // reopens the file (never creating or truncating again).
+                if let Handles::Kept(files) = &mut handles {
+                    files.opened = file;
+                }
+                Ok(FileAnswer::Opened(fd))
             }
             FileOp::PathStat { at, follow } => {
                 let host = resolve(&at.dir.host, &at.path, *follow)?;
@@ -411,8 +415,12 @@ fn retry<T>(mut f: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
 }
 
 /// Opens what `host` names as `req` asks: the new descriptor, owned by
-/// `owner`'s node.
-fn open(host: std::path::PathBuf, req: &OpenRequest, owner: KernelId) -> Result<Fd, Errno> {
+/// `owner`'s node, and the host handle of a file.
+fn open(
+    host: std::path::PathBuf,
+    req: &OpenRequest,
+    owner: KernelId,
+) -> Result<(Fd, Option<File>), Errno> {
     let existing = std::fs::symlink_metadata(&host);
     match &existing {
         Ok(m) if m.is_dir() => {
@@ -427,7 +435,7 @@ fn open(host: std::path::PathBuf, req: &OpenRequest, owner: KernelId) -> Result<
                 preopen: None,
                 owner,
             };
-            return Ok(Fd::Dir(dir));
+            return Ok((Fd::Dir(dir), None));
         }
         // Only a final link that was not to be followed is still here.
         Ok(m) if m.file_type().is_symlink() => return Err(Errno::Loop),
@@ -444,7 +452,7 @@ fn open(host: std::path::PathBuf, req: &OpenRequest, owner: KernelId) -> Result<
         .truncate(req.truncate)
         .create(create)
         .create_new(create && req.exclusive);
-    let (_, id) = open_host(&mut options, &host, req.flags)?;
+    let (file, id) = open_host(&mut options, &host, req.flags)?;
     let entry = FileFd {
         host,
         id,
@@ -454,7 +462,7 @@ fn open(host: std::path::PathBuf, req: &OpenRequest, owner: KernelId) -> Result<
         write: req.write,
         flags: req.flags,
     };
-    Ok(Fd::File(entry))
+    Ok((Fd::File(entry), Some(file)))
 }
 
 impl FileAnswer {

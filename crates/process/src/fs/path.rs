@@ -107,8 +107,7 @@ pub(crate) fn path_open(
     let at = beneath(ctx, fd, path)?;
     let follow = Follow::from_lookupflags(dirflags);
     let entry = ctx.file(FileOp::Open { at, follow, req })?.opened()?;
-    let new = ctx.uarea.fds.insert(entry)?;
-    ctx.files.remove(&new);
+    let new = ctx.files.adopt(ctx.uarea.fds.insert(entry))?;
     Ok(mem.write_u32(fd_out, new)?)
 }
 

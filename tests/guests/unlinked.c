@@ -1,0 +1,121 @@
+/*
+ * unlinked - open files whose names are gone: the temporary-file idiom
+ * (open, unlink, go on using it) and a file renamed over while open.
+ *
+ *   unlinked DIR               DIR: a preopened directory, e.g. /data
+ *   unlinked DIR fork KERNEL   also forks a child on KERNEL (an index of
+ *                              this node), which uses the unlinked file too
+ *
+ * Prints, with DIR=/data:
+ *
+ *   unlinked: tmp is gone, wrote 5 bytes
+ *   unlinked: tmp reads "hello"
+ *   child: tmp reads "hello", wrote 6 bytes        (with fork)
+ *   unlinked: tmp reads "hello world"              (with fork)
+ *   unlinked: old reads "old" after new took its name
+ *   unlinked: ok
+ *
+ * Exit status: 0, 1 on the first failure (printed: what, and errno).
+ */
+#include <atoll.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char path_buf[3][512];
+
+static const char *at(int i, const char *dir, const char *name)
+{
+    snprintf(path_buf[i], sizeof path_buf[i], "%s/%s", dir, name);
+    return path_buf[i];
+}
+
+static void fail(const char *what)
+{
+    printf("unlinked: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+/* The first `len` bytes of `fd`, as a string. */
+static const char *contents(int fd, size_t len)
+{
+    static char buf[64];
+    if (len >= sizeof buf)
+        len = sizeof buf - 1;
+    ssize_t n = pread(fd, buf, len, 0);
+    if (n < 0)
+        fail("pread");
+    buf[n] = '\0';
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    int forking = argc == 4 && strcmp(argv[2], "fork") == 0;
+    if (argc != 2 && !forking) {
+        fprintf(stderr, "usage: unlinked DIR [fork KERNEL]\n");
+        return 2;
+    }
+    const char *dir = argv[1];
+
+    const char *tmp = at(0, dir, "unlinked.tmp");
+    int fd = open(tmp, O_CREAT | O_RDWR | O_TRUNC, 0600);
+    if (fd < 0)
+        fail("open tmp");
+    if (unlink(tmp) != 0)
+        fail("unlink tmp");
+    struct stat st;
+    if (stat(tmp, &st) == 0 || errno != ENOENT)
+        fail("tmp still has a name");
+    ssize_t n = write(fd, "hello", 5);
+    if (n != 5)
+        fail("write tmp");
+    printf("unlinked: tmp is gone, wrote %zd bytes\n", n);
+    printf("unlinked: tmp reads \"%s\"\n", contents(fd, 5));
+
+    if (forking) {
+        atoll_pid_t child = atoll_fork(atoi(argv[3]));
+        if (child < 0) {
+            errno = (int)-child;
+            fail("fork");
+        }
+        if (child == 0) {
+            printf("child: tmp reads \"%s\", ", contents(fd, 5));
+            n = pwrite(fd, " world", 6, 5);
+            printf("wrote %zd bytes\n", n);
+            fflush(stdout);
+            _exit(n == 6 ? 0 : 1);
+        }
+        int status;
+        if (atoll_wait(child, &status, NULL) != 0)
+            fail("wait");
+        if (status != 0) {
+            printf("unlinked: the child ended with %d\n", status);
+            return 1;
+        }
+        printf("unlinked: tmp reads \"%s\"\n", contents(fd, 11));
+    }
+
+    /* `old` stays open while `new` is renamed over its name. */
+    const char *old = at(1, dir, "unlinked.old"), *new = at(2, dir, "unlinked.new");
+    int ofd = open(old, O_CREAT | O_RDWR | O_TRUNC, 0600);
+    int nfd = open(new, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    if (ofd < 0 || nfd < 0)
+        fail("open old and new");
+    if (write(ofd, "old", 3) != 3 || write(nfd, "new!", 4) != 4)
+        fail("write old and new");
+    close(nfd);
+    if (rename(new, old) != 0)
+        fail("rename new over old");
+    printf("unlinked: old reads \"%s\" after new took its name\n", contents(ofd, 4));
+    close(ofd);
+    close(fd);
+    if (unlink(old) != 0)
+        fail("unlink old");
+    printf("unlinked: ok\n");
+    return 0;
+}
