@@ -4,14 +4,22 @@
  *
  *   unlinked DIR               DIR: a preopened directory, e.g. /data
  *   unlinked DIR fork KERNEL   also forks a child on KERNEL (an index of
- *                              this node), which uses the unlinked file too
+ *                              this node, or NODE.INDEX), which uses the
+ *                              unlinked file too
+ *   unlinked DIR move KERNEL   moves itself to KERNEL (likewise) once the
+ *                              file is unlinked, and goes on there
+ *   unlinked DIR exec          execs itself as `unlinked DIR after FD`
+ *                              once the file is unlinked, which reads it
+ *                              through descriptor FD and ends
  *
  * Prints, with DIR=/data:
  *
  *   unlinked: tmp is gone, wrote 5 bytes
  *   unlinked: tmp reads "hello"
  *   child: tmp reads "hello", wrote 6 bytes        (with fork)
- *   unlinked: tmp reads "hello world"              (with fork)
+ *   unlinked: moved, wrote 6 bytes                 (with move)
+ *   after exec: tmp reads "hello"                  (with exec, and ends)
+ *   unlinked: tmp reads "hello world"              (with fork or move)
  *   unlinked: old reads "old" after new took its name
  *   unlinked: ok
  *
@@ -32,6 +40,12 @@ static const char *at(int i, const char *dir, const char *name)
 {
     snprintf(path_buf[i], sizeof path_buf[i], "%s/%s", dir, name);
     return path_buf[i];
+}
+
+static int parse_kernel(const char *arg)
+{
+    const char *dot = strchr(arg, '.');
+    return dot != NULL ? ATOLL_KERNEL(atoi(arg), atoi(dot + 1)) : atoi(arg);
 }
 
 static void fail(const char *what)
@@ -56,8 +70,14 @@ static const char *contents(int fd, size_t len)
 int main(int argc, char **argv)
 {
     int forking = argc == 4 && strcmp(argv[2], "fork") == 0;
-    if (argc != 2 && !forking) {
-        fprintf(stderr, "usage: unlinked DIR [fork KERNEL]\n");
+    int moving = argc == 4 && strcmp(argv[2], "move") == 0;
+    int execing = argc == 3 && strcmp(argv[2], "exec") == 0;
+    if (argc == 4 && strcmp(argv[2], "after") == 0) {
+        printf("after exec: tmp reads \"%s\"\n", contents(atoi(argv[3]), 5));
+        return 0;
+    }
+    if (argc != 2 && !forking && !moving && !execing) {
+        fprintf(stderr, "usage: unlinked DIR [fork|move KERNEL | exec]\n");
         return 2;
     }
     const char *dir = argv[1];
@@ -78,7 +98,7 @@ int main(int argc, char **argv)
     printf("unlinked: tmp reads \"%s\"\n", contents(fd, 5));
 
     if (forking) {
-        atoll_pid_t child = atoll_fork(atoi(argv[3]));
+        atoll_pid_t child = atoll_fork(parse_kernel(argv[3]));
         if (child < 0) {
             errno = (int)-child;
             fail("fork");
@@ -97,6 +117,24 @@ int main(int argc, char **argv)
             printf("unlinked: the child ended with %d\n", status);
             return 1;
         }
+        printf("unlinked: tmp reads \"%s\"\n", contents(fd, 11));
+    }
+    if (execing) {
+        char fd_text[16];
+        snprintf(fd_text, sizeof fd_text, "%d", fd);
+        char *args[] = {"unlinked", argv[1], "after", fd_text, NULL};
+        fflush(stdout);
+        errno = atoll_exec(NULL, args, atoll_kernel_index());
+        fail("exec");
+    }
+    if (moving) {
+        int err = atoll_migrate_to(parse_kernel(argv[3]));
+        if (err != 0) {
+            errno = err;
+            fail("move");
+        }
+        n = pwrite(fd, " world", 6, 5);
+        printf("unlinked: moved, wrote %zd bytes\n", n);
         printf("unlinked: tmp reads \"%s\"\n", contents(fd, 11));
     }
 

@@ -9,10 +9,21 @@
 //! answers travel in the portal, as postcard, since a read or a write
 //! carries up to 16 MiB. If the owner's node is lost, the call fails with
 //! `EIO`, as a file on a failed network mount does.
+//!
+//! The owner holds each file it serves open for its process
+//! ([`HeldFiles`](atoll_process::HeldFiles), in `Kernel::held`), so that a
+//! file unlinked or renamed over while open stays usable from anywhere; so
+//! does the kernel a process leaves its files' node from, for the files it
+//! kept open there (`Container::hold_files`, at the freeze of the move),
+//! and the process's descriptors then name that kernel. A close tells the
+//! holder (`FileClosed`, after the slice), the process's end tells every
+//! kernel its descriptors name (`FilesReleased`), and a lost node takes
+//! what was held for the processes last heard from there.
 
 use atoll_abi::{Errno, KernelId, Pid};
-use atoll_process::Beneath;
-use atoll_process::{CallState, FileAnswer, FileOp, KernelCall, Reply, SpawnModule, SpawnRequest};
+use atoll_process::{
+    Beneath, CallState, FdTable, FileAnswer, FileOp, KernelCall, Reply, SpawnModule, SpawnRequest,
+};
 
 use crate::kernel::Kernel;
 use crate::loader::ModuleSource;
@@ -36,15 +47,30 @@ impl Kernel {
     /// At the owner: executes the op of `pid` (a process of another node)
     /// and sends the answer after it. An op that does not decode is
     /// answered `EIO`, and nothing is done.
-    pub(crate) fn on_file_op(&mut self, pid: Pid, bulk: Option<Vec<u8>>) {
+    pub(crate) fn on_file_op(&mut self, pid: Pid, from: KernelId, bulk: Option<Vec<u8>>) {
         let answer = match bulk.as_deref().map(postcard::from_bytes::<FileOp>) {
-            Some(Ok(op)) => op.serve(),
+            Some(Ok(op)) => op.serve(&mut self.held, pid, from.node),
             _ => {
                 tracing::warn!(kernel = %self.id, %pid, "a file op that does not decode");
                 Err(Errno::Io)
             }
         };
         self.answer_file_op(pid, &answer);
+    }
+
+    /// `pid` ended here: every kernel that may hold files open for it
+    /// (the owners its descriptors name) lets them go.
+    pub(crate) fn release_files(&mut self, pid: Pid, fds: &FdTable) {
+        let mut holders: Vec<KernelId> = fds.files().map(|(_, f)| f.owner).collect();
+        holders.sort_unstable();
+        holders.dedup();
+        for holder in holders {
+            if holder == self.id {
+                self.held.release(pid);
+            } else {
+                self.send(holder, NocMsg::FilesReleased { pid });
+            }
+        }
     }
 
     /// Routes `answer` to `pid`, wherever it runs.

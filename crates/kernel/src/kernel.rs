@@ -14,8 +14,8 @@ use atoll_noc::{Doorbell, Endpoint, SendError};
 use atoll_prepare::ContentHash;
 pub(crate) use atoll_process::clock::monotonic_ns;
 use atoll_process::{
-    CallState, Console, Container, ContainerError, FdTable, Host, KernelCall, ProcessImage, Reply,
-    Runtime, Slice, Stream, UArea, Yielding,
+    CallState, Console, Container, ContainerError, FdTable, HeldFiles, Host, KernelCall,
+    ProcessImage, Reply, Runtime, Slice, Stream, UArea, Yielding,
 };
 use rustc_hash::FxHashMap;
 
@@ -168,6 +168,8 @@ pub(crate) struct Kernel {
     pub(crate) migration: MigrationConfig,
     /// Processes migrating to another kernel, at most one departure each.
     pub(crate) departures: FxHashMap<Pid, Departure>,
+    /// Files of this node held open for processes of other nodes.
+    pub(crate) held: HeldFiles,
     /// Processes whose pre-copy rounds are arriving here.
     pub(crate) incoming: FxHashMap<Pid, Incoming>,
     /// Processes restored here, not yet committed at their home.
@@ -229,6 +231,7 @@ impl Kernel {
             awaiting_modules: HashMap::new(),
             migration: p.migration,
             departures: FxHashMap::default(),
+            held: HeldFiles::default(),
             incoming: FxHashMap::default(),
             arrivals: FxHashMap::default(),
             faults: 0,
@@ -406,6 +409,9 @@ impl Kernel {
         let cpu_before = p.container.uarea().accounting.cpu_ns;
         let slice = p.container.run(self.quantum, Some(self));
         let cpu = p.container.uarea().accounting.cpu_ns - cpu_before;
+        for (holder, open) in p.container.take_closed_files() {
+            self.send(holder, NocMsg::FileClosed { pid, open });
+        }
         self.placement.busy_ns += cpu;
         self.run_queue.ran(cpu, woken);
         self.running = None;
@@ -589,6 +595,7 @@ impl Kernel {
         self.release(quotas.counted);
         self.release(quotas.granted);
         let u = p.container.uarea();
+        self.release_files(pid, &u.fds);
         tracing::debug!(kernel = %self.id, %pid, code, "process ended");
         let kin = Kin {
             parent: u.parent,
@@ -971,7 +978,9 @@ impl Kernel {
                 count,
                 idle,
             } => self.shed(from, to, count, idle),
-            NocMsg::File { pid } => self.on_file_op(pid, bulk),
+            NocMsg::File { pid } => self.on_file_op(pid, from, bulk),
+            NocMsg::FileClosed { pid, open } => self.held.close(pid, open),
+            NocMsg::FilesReleased { pid } => self.held.release(pid),
             NocMsg::Admit { quota, max, pid } => self.on_admit(quota, max, pid),
             NocMsg::Release { quota } => self.on_release(quota),
             m @ (NocMsg::Console(_) | NocMsg::JobEnded { .. } | NocMsg::Domain(_)) => {

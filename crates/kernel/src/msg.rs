@@ -267,6 +267,10 @@ pub enum NocMsg {
     File { pid: Pid },
     /// The answer to `File`, in the portal, for `pid` wherever it runs.
     FileDone { pid: Pid },
+    /// For the kernel that holds open `open` for `pid`: it was closed.
+    FileClosed { pid: Pid, open: u64 },
+    /// For a kernel that may hold files open for `pid`: it ended.
+    FilesReleased { pid: Pid },
 }
 
 impl NocMsg {

@@ -84,6 +84,8 @@ impl Kernel {
         self.departures_to_lost_node(node);
         self.arrivals_from_lost_node(node);
         self.requests_to_lost_node(node);
+        // Files held open for processes last heard from there.
+        self.held.node_lost(node);
         let modules: Vec<_> = self
             .awaiting_modules
             .iter()

@@ -431,8 +431,9 @@ impl Kernel {
         u.ipc.grants = GrantTable::default();
         self.make_room(&[pid]);
         match Container::new(&self.runtime, program, u, self.host.clone()) {
-            Ok(container) => {
+            Ok(mut container) => {
                 if let Some(p) = self.procs.get_mut(&pid) {
+                    container.take_files_of(&mut p.container);
                     p.container = container;
                 }
                 match kernel {

@@ -33,7 +33,7 @@ fn a_forked_child_starts_on_the_kernel_asked_in_either_mode() {
 }
 
 #[test]
-fn a_forked_child_uses_its_parents_unlinked_file_on_any_kernel_of_the_node() {
+fn a_forked_or_execed_process_keeps_an_unlinked_file_on_any_kernel_of_the_node() {
     // In hand-over mode, the parent's host handles go with the child to
     // its kernel: the file has no name left to reopen it by.
     let node = node_in(Mode::Handover, 2);
@@ -57,6 +57,70 @@ fn a_forked_child_uses_its_parents_unlinked_file_on_any_kernel_of_the_node() {
             "kernel {kernel}"
         );
         assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0);
+    }
+    // An exec keeps the descriptors, and the handles behind them.
+    let data = tempfile::tempdir().unwrap();
+    let mut spec = job("unlinked", &["/data", "exec"]);
+    spec.preopens = vec![atoll_process::Preopen {
+        host: data.path().to_path_buf(),
+        guest: "/data".into(),
+    }];
+    let (code, out) = run(&node, &spec);
+    assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(
+        out.stdout(),
+        "unlinked: tmp is gone, wrote 5 bytes\n\
+         unlinked: tmp reads \"hello\"\n\
+         after exec: tmp reads \"hello\"\n"
+    );
+}
+
+/// Host files of `dir` this test process (and so its nodes) has open.
+fn open_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .count()
+}
+
+#[test]
+fn an_unlinked_file_is_used_from_another_node_and_let_go_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _b) = cluster_pair(dir.path(), 2);
+    // The process moves itself to node 1, or forks a child there, once the
+    // file has no name: node 0, which the process leaves, holds the file
+    // open for it and serves it from there.
+    for (how, extra) in [
+        ("move", "unlinked: moved, wrote 6 bytes\n"),
+        ("fork", "child: tmp reads \"hello\", wrote 6 bytes\n"),
+    ] {
+        let data = tempfile::tempdir().unwrap();
+        let mut spec = job("unlinked", &["/data", how, "1.1"]);
+        spec.preopens = vec![atoll_process::Preopen {
+            host: data.path().to_path_buf(),
+            guest: "/data".into(),
+        }];
+        let (code, out) = run(&a, &spec);
+        assert_eq!(code, 0, "{how}: {}{}", out.stdout(), out.stderr());
+        assert_eq!(
+            out.stdout(),
+            format!(
+                "unlinked: tmp is gone, wrote 5 bytes\n\
+                 unlinked: tmp reads \"hello\"\n\
+                 {extra}\
+                 unlinked: tmp reads \"hello world\"\n\
+                 unlinked: old reads \"old\" after new took its name\n\
+                 unlinked: ok\n"
+            ),
+            "{how}"
+        );
+        // Closed, and ended: nothing is held for it any more.
+        let t = std::time::Instant::now();
+        while open_in(data.path()) > 0 {
+            assert!(t.elapsed() < HANG, "{how}: node 0 still holds its files");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
 

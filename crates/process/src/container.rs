@@ -21,6 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use atoll_abi::KernelId;
 use quanta::Instant;
 use smallvec::SmallVec;
 
@@ -29,6 +30,8 @@ use wasmtime::{Store, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
 use crate::call::{CallState, KernelCall, KernelLink, Reply, Yielding};
 use crate::clock::monotonic_ns;
 use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
+use crate::fd::Fd;
+use crate::fs::held::HeldFiles;
 use crate::image::{GlobalValue, ImageParts, ImageView, MemoryView, ProcessImage, PAGE_SIZE};
 use crate::runtime::{Program, Runtime};
 use crate::syscall::ProcExit;
@@ -473,6 +476,53 @@ impl Container {
             globals: Cow::Owned(globals),
             memory,
         })
+    }
+
+    /// The opens of other nodes this process closed since last asked: the
+    /// kernels that hold them for it are to be told ([`HeldFiles::close`]).
+    pub fn take_closed_files(&mut self) -> Vec<(KernelId, u64)> {
+        self.files_mut().take_closed_away()
+    }
+
+    /// Takes over the host files that `old`, the container this one
+    /// replaces (`atoll_exec`), kept open: the descriptors stay open.
+    pub fn take_files_of(&mut self, old: &mut Container) {
+        *self.files_mut() = std::mem::take(old.files_mut());
+    }
+
+    fn files_mut(&mut self) -> &mut crate::fs::HostFiles {
+        match &mut self.state {
+            State::Live(store) => &mut store.data_mut().files,
+            State::Dormant(dormant) => &mut dormant.files,
+        }
+    }
+
+    /// Before the process leaves its node for node `node`: the files of
+    /// this node it keeps open go to `held` (duplicates of its handles),
+    /// from which `kernel` serves them to it from afar, and its descriptors
+    /// name `kernel` as their owner. A file whose handle it lost (to be
+    /// reopened by path) is left as it is.
+    pub fn hold_files(&mut self, held: &mut HeldFiles, kernel: KernelId, node: u16) {
+        let (files, uarea) = match &mut self.state {
+            State::Live(store) => {
+                let ctx = store.data_mut();
+                (&ctx.files, &mut ctx.uarea)
+            }
+            State::Dormant(d) => (&d.files, &mut d.image.uarea),
+        };
+        let pid = uarea.pid;
+        for (fd, handle) in files.kept() {
+            let Ok(Fd::File(f)) = uarea.fds.get_mut(fd) else {
+                continue;
+            };
+            if f.owner.node != kernel.node {
+                continue;
+            }
+            if let Ok(dup) = handle.try_clone() {
+                held.hold(pid, f, dup, node);
+                f.owner = kernel;
+            }
+        }
     }
 
     /// A copy of this stopped process as a new process with `uarea`, on

@@ -69,8 +69,13 @@ pub struct FileFd {
     /// renamed over or deleted and made again) fails with `ESTALE`.
     pub id: FileId,
     /// As for [`DirFd::owner`]: the directory's owner, beneath which it was
-    /// opened.
+    /// opened; or, once the process has left that node, the kernel of that
+    /// node which holds the file open for it (`HeldFiles`).
     pub owner: KernelId,
+    /// Which open this is, among those of its owner's node (one per
+    /// `path_open`; a forked child's descriptor shares its parent's): the
+    /// key of the host handle its owner holds for a process of another node.
+    pub open: u64,
     pub offset: u64,
     pub read: bool,
     pub write: bool,
@@ -180,14 +185,22 @@ impl FdTable {
         self.entries.remove(&fd).map(|e| e.fd).ok_or(Errno::Badf)
     }
 
-    /// Moves `from` onto `to`, closing what `to` held (`fd_renumber`).
-    pub fn renumber(&mut self, from: u32, to: u32) -> Result<(), Errno> {
+    /// Moves `from` onto `to` (`fd_renumber`), closing what `to` held,
+    /// which it returns (`None` when `from` is `to`).
+    pub fn renumber(&mut self, from: u32, to: u32) -> Result<Option<Fd>, Errno> {
         if !self.entries.contains_key(&to) {
             return Err(Errno::Badf);
         }
         let entry = self.entries.remove(&from).ok_or(Errno::Badf)?;
-        self.entries.insert(to, entry);
-        Ok(())
+        Ok(self.entries.insert(to, entry).map(|e| e.fd))
+    }
+
+    /// The open regular files, with their descriptors.
+    pub fn files(&self) -> impl Iterator<Item = (u32, &FileFd)> {
+        self.entries.iter().filter_map(|(&n, e)| match &e.fd {
+            Fd::File(f) => Some((n, f)),
+            _ => None,
+        })
     }
 
     /// The preopened directories, with their descriptors.
@@ -213,6 +226,7 @@ mod tests {
                 host: "/x".into(),
                 id: FileId { dev: 1, ino: 2 },
                 owner,
+                open: 1,
                 offset: 0,
                 read: true,
                 write: false,

@@ -47,6 +47,7 @@
 
 mod descriptor;
 mod dir;
+pub(crate) mod held;
 pub(crate) mod op;
 mod path;
 mod resolve;
@@ -59,11 +60,11 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
-use atoll_abi::Errno;
+use atoll_abi::{Errno, KernelId};
 
 use crate::call::{KernelCall, Reply};
 use crate::ctx::ProcCtx;
-use crate::fd::{FileFd, FileId};
+use crate::fd::{Fd, FileFd, FileId};
 use op::{FileAnswer, FileOp, Handles};
 
 pub(crate) use descriptor::*;
@@ -119,6 +120,9 @@ pub(crate) struct HostFiles {
     /// The handle `path_open` has just opened, until its descriptor has a
     /// number ([`HostFiles::adopt`]).
     opened: Option<File>,
+    /// Opens of another node, held there for this process ([`held::HeldFiles`]),
+    /// that it closed: its kernel tells their holders after the slice.
+    closed_away: Vec<(KernelId, u64)>,
 }
 
 impl HostFiles {
@@ -137,6 +141,26 @@ impl HostFiles {
 
     pub(crate) fn close(&mut self, fd: u32) {
         self.by_fd.remove(&fd);
+    }
+
+    /// Notes that a descriptor was closed, on node `here`: a file of another
+    /// node is held there for the process, and its holder must hear of it.
+    pub(crate) fn closed(&mut self, fd: &Fd, here: u16) {
+        if let Fd::File(f) = fd {
+            if f.owner.node != here {
+                self.closed_away.push((f.owner, f.open));
+            }
+        }
+    }
+
+    /// The opens of other nodes closed since last asked (see `closed`).
+    pub(crate) fn take_closed_away(&mut self) -> Vec<(KernelId, u64)> {
+        std::mem::take(&mut self.closed_away)
+    }
+
+    /// The handles kept, by descriptor.
+    pub(crate) fn kept(&self) -> impl Iterator<Item = (u32, &File)> {
+        self.by_fd.iter().map(|(&fd, f)| (fd, f))
     }
 
     /// `from`'s handle moves to `to`, closing `to`'s.
@@ -160,7 +184,7 @@ impl HostFiles {
             .collect();
         HostFiles {
             by_fd,
-            opened: None,
+            ..HostFiles::default()
         }
     }
 }

@@ -42,7 +42,10 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 11: thread contexts are numbered, and a migration's last frame may give
 ///     a context as the number of one an earlier frame carried.
 /// 12: its last migration's report carries the downtime in nanoseconds.
-const VERSION: u16 = 12;
+/// 13: an open file names its open (`FileFd::open`), the key of the host
+///     handle its node holds for it; a spawn or exec may wait for a module
+///     of another node (`SpawnModule::OtherNode`).
+const VERSION: u16 = 13;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

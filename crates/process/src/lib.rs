@@ -35,6 +35,7 @@ pub use call::{
 pub use container::{Container, ContainerError, EncodedImage, Slice};
 pub use ctx::{Console, Host, Stream, CONSOLE_WINDOW};
 pub use fd::{DirFd, Fd, FdTable, FileFd, FileId, Preopen, Rights};
+pub use fs::held::HeldFiles;
 pub use fs::op::{Beneath, FileAnswer, FileOp};
 pub use image::{
     GlobalValue, ImageError, ImageView, MemoryImage, MemoryView, ProcessImage, Run, RunView, BLOCK,

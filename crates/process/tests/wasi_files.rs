@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use atoll_abi::{KernelId, Pid};
 use atoll_process::{
-    Console, ConsoleId, Container, FdTable, Host, KernelCall, Preopen, ProcessImage, Program,
-    Reply, Runtime, RuntimeConfig, Slice, Stream, UArea,
+    Console, ConsoleId, Container, FdTable, HeldFiles, Host, KernelCall, Preopen, ProcessImage,
+    Program, Reply, Runtime, RuntimeConfig, Slice, Stream, UArea,
 };
 
 const CONSOLE: ConsoleId = ConsoleId(7);
@@ -58,6 +58,8 @@ struct Outcome {
     moves: u32,
     /// File ops it sent to the owner of its files.
     remote_ops: u32,
+    /// Files the owner still held open for it when it ended.
+    held_at_exit: usize,
 }
 
 fn runtime() -> Arc<Runtime> {
@@ -118,8 +120,9 @@ fn run(
         host: data.to_path_buf(),
         guest: "/data".into(),
     }];
+    let pid = Pid::new(KernelId::new(0, 0), 1, 0);
     let uarea = UArea::new(
-        Pid::new(KernelId::new(0, 0), 1, 0),
+        pid,
         None,
         program.hash(),
         args.iter().map(|a| a.to_string()).collect(),
@@ -134,6 +137,8 @@ fn run(
         Container::new(runtime, program, uarea, host(node, kernel, &console)).unwrap();
     let mut moves = 0;
     let mut remote_ops = 0;
+    // What the owner's kernel holds open for the process (`Away`).
+    let mut held = HeldFiles::default();
     let sleep = |container: &mut Container| {
         container.hibernate().unwrap();
         assert!(container.is_dormant() && container.dormant_bytes().is_some());
@@ -143,7 +148,11 @@ fn run(
     }
     let status = loop {
         assert!(moves < 100_000, "the guest does not end");
-        match container.run(Duration::ZERO, None) {
+        let slice = container.run(Duration::ZERO, None);
+        for (_, open) in container.take_closed_files() {
+            held.close(pid, open);
+        }
+        match slice {
             Slice::Exited(status) => break status,
             Slice::Trapped(why) => panic!("guest trapped: {why}"),
             Slice::Call(KernelCall::Yield(_)) => {
@@ -164,7 +173,7 @@ fn run(
             Slice::Call(KernelCall::File { owner, op }) => {
                 assert_eq!((between, owner), (Between::Away, KernelId::new(0, 0)));
                 remote_ops += 1;
-                container.reply(Reply::File(op.serve()));
+                container.reply(Reply::File(op.serve(&mut held, pid, node)));
             }
             // Everything written is captured at once; stdin is empty.
             Slice::Call(KernelCall::Drain) => {
@@ -184,6 +193,7 @@ fn run(
         stderr,
         moves,
         remote_ops,
+        held_at_exit: held.len(),
     }
 }
 
@@ -206,8 +216,9 @@ fn a_file_unlinked_or_renamed_over_while_open_stays_usable() {
         .load_file(&support::guest("unlinked"), true)
         .unwrap();
     // Kept in its instance, and dormant at every stop: the host handles
-    // from the opens stay with the process either way.
-    for between in [Between::Stay, Between::Sleep] {
+    // from the opens stay with the process either way. Away from its
+    // files, the owner holds them for it from the opens on.
+    for between in [Between::Stay, Between::Sleep, Between::Away] {
         let (_tmp, data) = sandbox();
         let out = run(
             &runtime,
@@ -223,9 +234,11 @@ fn a_file_unlinked_or_renamed_over_while_open_stays_usable() {
             text(&out.stderr)
         );
         assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "{between:?}");
+        assert_eq!(out.held_at_exit, 0, "{between:?}");
     }
-    // Moved through an image, the handle is gone and the file has no name
-    // to be reopened by: the guest is told, and nothing else breaks.
+    // Moved through an image between kernels of its own node (copy mode),
+    // the handle is gone and the file has no name to be reopened by: the
+    // guest is told, and nothing else breaks.
     let (_tmp, data) = sandbox();
     let out = run(
         &runtime,
@@ -301,6 +314,8 @@ files: ok
         "{}",
         out.remote_ops
     );
+    // Every file it opened it closed, and the owner let go of each.
+    assert_eq!(out.held_at_exit, 0);
     // It cleaned up after itself, and nothing escaped next to the sandbox.
     assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);

@@ -387,6 +387,11 @@ impl Kernel {
             Phase::PreCopy { tracker } => Some(tracker),
             Phase::Frozen { .. } => None,
         };
+        // Leaving this node, it keeps the files it has open here: this
+        // kernel holds them, and serves them to it from afar.
+        if d.to.node != self.id.node {
+            container.hold_files(&mut self.held, self.id, d.to.node);
+        }
         let image = match (d.mode, &mut tracker) {
             (Mode::Handover, _) => None,
             (Mode::Copy, Some(tracker)) => {

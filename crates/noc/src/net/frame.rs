@@ -27,7 +27,10 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// 8: domain ids are 64-bit (the node's id above 40 bits of sequence).
 /// 9: the balancer's `Shed` says whether its taker is idle (work stealing).
 /// 10: migration reports carry the downtime in nanoseconds.
-pub const VERSION: u16 = 10;
+/// 11: a module is read from another node's directory (`ReadModule`); open
+///     files name their open, held by their node (`FileClosed`,
+///     `FilesReleased`).
+pub const VERSION: u16 = 11;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;

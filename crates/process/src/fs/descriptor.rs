@@ -312,8 +312,9 @@ pub(crate) fn fd_close(
     ctx: &mut ProcCtx,
     fd: u32,
 ) -> Result<(), Errno> {
-    ctx.uarea.fds.remove(fd)?;
+    let closed = ctx.uarea.fds.remove(fd)?;
     ctx.files.close(fd);
+    ctx.files.closed(&closed, ctx.host.kernel.node);
     Ok(())
 }
 
@@ -324,7 +325,9 @@ pub(crate) fn fd_renumber(
     from: u32,
     to: u32,
 ) -> Result<(), Errno> {
-    ctx.uarea.fds.renumber(from, to)?;
+    if let Some(closed) = ctx.uarea.fds.renumber(from, to)? {
+        ctx.files.closed(&closed, ctx.host.kernel.node);
+    }
     ctx.files.renumber(from, to);
     Ok(())
 }

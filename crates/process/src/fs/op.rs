@@ -23,10 +23,11 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 
-use atoll_abi::{Errno, KernelId};
+use atoll_abi::{Errno, KernelId, Pid};
 use serde::{Deserialize, Serialize};
 
 use super::dir::list_dir;
+use super::held::HeldFiles;
 use super::stat::{self, DirEntry, FILESTAT_LEN};
 use super::times::Times;
 use super::{
@@ -173,35 +174,24 @@ pub enum FileAnswer {
 pub(crate) enum Handles<'a> {
     /// The calling process's, on its files' node: an open keeps its handle.
     Kept(&'a mut HostFiles),
-    /// None kept: each op opens what it needs (the owner serving another
-    /// node's process keeps nothing for it).
-    None,
-}
-
-/// A host handle for `r`, borrowed from the cache or opened for one op.
-enum Handle<'a> {
-    Cached(&'a File),
-    Owned(File),
-}
-
-impl std::ops::Deref for Handle<'_> {
-    type Target = File;
-    fn deref(&self) -> &File {
-        match self {
-            Handle::Cached(f) => f,
-            Handle::Owned(f) => f,
-        }
-    }
+    /// Those its files' kernel holds for a process of another node, which
+    /// asks from `node`.
+    Held {
+        files: &'a mut HeldFiles,
+        pid: Pid,
+        node: u16,
+    },
 }
 
 impl Handles<'_> {
-    fn get(&mut self, r: &FileRef) -> Result<Handle<'_>, Errno> {
+    /// The host handle for `r`.
+    fn get(&mut self, r: &FileRef) -> Result<&File, Errno> {
         match self {
             Handles::Kept(files) => match files.by_fd.entry(r.fd) {
-                Entry::Occupied(e) => Ok(Handle::Cached(e.into_mut())),
-                Entry::Vacant(v) => Ok(Handle::Cached(v.insert(reopen(&r.file)?))),
+                Entry::Occupied(e) => Ok(e.into_mut()),
+                Entry::Vacant(v) => Ok(v.insert(reopen(&r.file)?)),
             },
-            Handles::None => Ok(Handle::Owned(reopen(&r.file)?)),
+            Handles::Held { files, pid, node } => files.get(*pid, &r.file, *node),
         }
     }
 }
@@ -244,10 +234,15 @@ impl FileOp {
         }
     }
 
-    /// Executes the op for a process of another node, on the node that owns
-    /// its files.
-    pub fn serve(&self) -> Result<FileAnswer, Errno> {
-        self.execute(Handles::None)
+    /// Executes the op for `pid`, a process of another node which asks from
+    /// `node`, on the node that owns its files, with the files `held` for
+    /// such processes (an open adds to them).
+    pub fn serve(&self, held: &mut HeldFiles, pid: Pid, node: u16) -> Result<FileAnswer, Errno> {
+        self.execute(Handles::Held {
+            files: held,
+            pid,
+            node,
+        })
     }
 
     /// Executes the op on this node's filesystem.
@@ -304,11 +299,13 @@ impl FileOp {
             FileOp::List { dir } => Ok(FileAnswer::Entries(list_dir(&dir.host)?)),
             FileOp::Open { at, follow, req } => {
                 let host = resolve(&at.dir.host, &at.path, *follow)?;
-                let (fd, file) = open(host, req, at.dir.owner)?;
-                // Served for another node, the handle is dropped: each op
-                // reopens the file (never creating or truncating again).
-                if let Handles::Kept(files) = &mut handles {
-                    files.opened = file;
+                let (fd, handle) = open(host, req, at.dir.owner)?;
+                match (&mut handles, &fd, handle) {
+                    (Handles::Kept(files), _, handle) => files.opened = handle,
+                    (Handles::Held { files, pid, node }, Fd::File(f), Some(handle)) => {
+                        files.hold(*pid, f, handle, *node);
+                    }
+                    _ => {}
                 }
                 Ok(FileAnswer::Opened(fd))
             }
@@ -457,6 +454,7 @@ fn open(
         host,
         id,
         owner,
+        open: super::held::next_open(),
         offset: 0,
         read: req.read,
         write: req.write,
@@ -537,7 +535,11 @@ mod tests {
                 path: path.into(),
             },
         }
-        .serve()
+        .serve(
+            &mut HeldFiles::default(),
+            Pid::new(KernelId::new(1, 0), 1, 0),
+            1,
+        )
     }
 
     #[test]
