@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use atoll_bench::netns::Veth;
-use common::{assert_stderr, atoll, guest, text, NodeProcess};
+use common::{assert_stderr, atoll, check_launch, guest, module_dir, text, NodeProcess};
 
 fn ok(out: Output) -> String {
     assert!(
@@ -917,9 +917,7 @@ fn a_file_is_used_from_a_node_that_does_not_have_it() {
 
 #[test]
 fn a_module_is_spawned_and_execed_from_a_directory_of_another_node() {
-    let bin = tempfile::tempdir().unwrap();
-    std::fs::copy(guest("hello"), bin.path().join("hello.wasm")).unwrap();
-    std::fs::write(bin.path().join("junk.wasm"), b"not a module").unwrap();
+    let bin = module_dir();
     let Some(c) = cluster_without(bin.path()) else {
         eprintln!("skipped: not root (mount namespaces)");
         return;
@@ -933,34 +931,14 @@ fn a_module_is_spawned_and_execed_from_a_directory_of_another_node() {
         c.nodes[0].atoll(&all).output().unwrap()
     };
     let launch = guest("launch");
-    let out = on_node_1(&[&launch, "/bin/hello.wasm", "x"]);
-    let stdout = ok(out);
-    assert!(
-        stdout.contains("argv[0] = /bin/hello.wasm\nargv[1] = x\n"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.ends_with("launch: /bin/hello.wasm exited with status 0\n"),
-        "{stdout}"
-    );
-    let out = on_node_1(&[&launch, "/bin/nope.wasm"]);
-    assert_eq!(
-        text(&out.stdout),
-        "launch: /bin/nope.wasm: spawn failed: No such file or directory\n"
-    );
+    let junk = check_launch(|module| on_node_1(&[&launch, module, "x"]));
+    assert_stderr(&junk, "junk.wasm on node 0");
     let out = on_node_1(&[&launch, "/bin/../../etc/passwd"]);
     assert!(
         text(&out.stdout).contains("spawn failed: Capabilities insufficient"),
         "{}",
         text(&out.stdout)
     );
-    let out = on_node_1(&[&launch, "/bin/junk.wasm"]);
-    assert!(
-        text(&out.stdout).contains("spawn failed: Exec format error"),
-        "{}",
-        text(&out.stdout)
-    );
-    assert_stderr(&out, "junk.wasm on node 0");
     // exec: the same process becomes the module read from node 0.
     let stdout = ok(on_node_1(&[&guest("exec"), "module", "/bin/hello.wasm"]));
     assert!(stdout.contains("argv[1] = from-exec\n"), "{stdout}");

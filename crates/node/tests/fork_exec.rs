@@ -6,6 +6,7 @@
 mod common;
 
 use atoll_migration::Mode;
+use atoll_node::JobSpec;
 use common::*;
 
 /// The lines fork.wasm prints when every check held, the child on `at`.
@@ -32,6 +33,31 @@ fn a_forked_child_starts_on_the_kernel_asked_in_either_mode() {
     }
 }
 
+/// `unlinked ARGS` with `data` preopened as `/data`.
+fn unlinked(data: &std::path::Path, args: &[&str]) -> JobSpec {
+    let mut spec = job("unlinked", args);
+    spec.preopens = vec![atoll_process::Preopen {
+        host: data.to_path_buf(),
+        guest: "/data".into(),
+    }];
+    spec
+}
+
+/// What `unlinked /data fork|move K` prints when every step held, with
+/// `moved` the line of the child or of the move.
+fn unlinked_output(moved: &str) -> String {
+    format!(
+        "unlinked: tmp is gone, wrote 5 bytes\n\
+         unlinked: tmp reads \"hello\"\n\
+         {moved}\
+         unlinked: tmp reads \"hello world\"\n\
+         unlinked: old reads \"old\" after new took its name\n\
+         unlinked: ok\n"
+    )
+}
+
+const FORKED_CHILD: &str = "child: tmp reads \"hello\", wrote 6 bytes\n";
+
 #[test]
 fn a_forked_or_execed_process_keeps_an_unlinked_file_on_any_kernel_of_the_node() {
     // In hand-over mode, the parent's host handles go with the child to
@@ -39,33 +65,18 @@ fn a_forked_or_execed_process_keeps_an_unlinked_file_on_any_kernel_of_the_node()
     let node = node_in(Mode::Handover, 2);
     for kernel in ["0", "1"] {
         let data = tempfile::tempdir().unwrap();
-        let mut spec = job("unlinked", &["/data", "fork", kernel]);
-        spec.preopens = vec![atoll_process::Preopen {
-            host: data.path().to_path_buf(),
-            guest: "/data".into(),
-        }];
-        let (code, out) = run(&node, &spec);
+        let (code, out) = run(&node, &unlinked(data.path(), &["/data", "fork", kernel]));
         assert_eq!(code, 0, "kernel {kernel}: {}{}", out.stdout(), out.stderr());
         assert_eq!(
             out.stdout(),
-            "unlinked: tmp is gone, wrote 5 bytes\n\
-             unlinked: tmp reads \"hello\"\n\
-             child: tmp reads \"hello\", wrote 6 bytes\n\
-             unlinked: tmp reads \"hello world\"\n\
-             unlinked: old reads \"old\" after new took its name\n\
-             unlinked: ok\n",
+            unlinked_output(FORKED_CHILD),
             "kernel {kernel}"
         );
         assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0);
     }
     // An exec keeps the descriptors, and the handles behind them.
     let data = tempfile::tempdir().unwrap();
-    let mut spec = job("unlinked", &["/data", "exec"]);
-    spec.preopens = vec![atoll_process::Preopen {
-        host: data.path().to_path_buf(),
-        guest: "/data".into(),
-    }];
-    let (code, out) = run(&node, &spec);
+    let (code, out) = run(&node, &unlinked(data.path(), &["/data", "exec"]));
     assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
     assert_eq!(
         out.stdout(),
@@ -91,30 +102,14 @@ fn an_unlinked_file_is_used_from_another_node_and_let_go_after() {
     // The process moves itself to node 1, or forks a child there, once the
     // file has no name: node 0, which the process leaves, holds the file
     // open for it and serves it from there.
-    for (how, extra) in [
+    for (how, moved) in [
         ("move", "unlinked: moved, wrote 6 bytes\n"),
-        ("fork", "child: tmp reads \"hello\", wrote 6 bytes\n"),
+        ("fork", FORKED_CHILD),
     ] {
         let data = tempfile::tempdir().unwrap();
-        let mut spec = job("unlinked", &["/data", how, "1.1"]);
-        spec.preopens = vec![atoll_process::Preopen {
-            host: data.path().to_path_buf(),
-            guest: "/data".into(),
-        }];
-        let (code, out) = run(&a, &spec);
+        let (code, out) = run(&a, &unlinked(data.path(), &["/data", how, "1.1"]));
         assert_eq!(code, 0, "{how}: {}{}", out.stdout(), out.stderr());
-        assert_eq!(
-            out.stdout(),
-            format!(
-                "unlinked: tmp is gone, wrote 5 bytes\n\
-                 unlinked: tmp reads \"hello\"\n\
-                 {extra}\
-                 unlinked: tmp reads \"hello world\"\n\
-                 unlinked: old reads \"old\" after new took its name\n\
-                 unlinked: ok\n"
-            ),
-            "{how}"
-        );
+        assert_eq!(out.stdout(), unlinked_output(moved), "{how}");
         // Closed, and ended: nothing is held for it any more.
         let t = std::time::Instant::now();
         while open_in(data.path()) > 0 {

@@ -79,6 +79,44 @@ pub fn assert_stderr(out: &Output, needle: &str) {
     assert!(said.contains(needle), "no `{needle}` in: {said}");
 }
 
+/// A directory with `hello.wasm` and `junk.wasm` (not a module), as
+/// `launch` spawns them.
+pub fn module_dir() -> tempfile::TempDir {
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::copy(guest("hello"), bin.path().join("hello.wasm")).unwrap();
+    std::fs::write(bin.path().join("junk.wasm"), b"not a module").unwrap();
+    bin
+}
+
+/// Checks what `launch MODULE x` does, run by `launch`, with
+/// [`module_dir`] preopened as `/bin`: hello runs, a missing module and a
+/// file that is not one are refused; returns the latter's output.
+pub fn check_launch(launch: impl Fn(&str) -> Output) -> Output {
+    let out = launch("/bin/hello.wasm");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("argv[0] = /bin/hello.wasm\nargv[1] = x\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with("launch: /bin/hello.wasm exited with status 0\n"),
+        "{stdout}"
+    );
+    let out = launch("/bin/nope.wasm");
+    assert_eq!(
+        text(&out.stdout),
+        "launch: /bin/nope.wasm: spawn failed: No such file or directory\n"
+    );
+    let out = launch("/bin/junk.wasm");
+    assert!(
+        text(&out.stdout).contains("spawn failed: Exec format error"),
+        "{}",
+        text(&out.stdout)
+    );
+    out
+}
+
 /// The PID of the process named `name` in `atoll ps` output.
 pub fn pid_of(ps: &str, name: &str) -> Option<String> {
     ps.lines()
