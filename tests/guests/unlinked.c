@@ -6,8 +6,10 @@
  *   unlinked DIR fork KERNEL   also forks a child on KERNEL (an index of
  *                              this node, or NODE.INDEX), which uses the
  *                              unlinked file too
- *   unlinked DIR move KERNEL   moves itself to KERNEL (likewise) once the
- *                              file is unlinked, and goes on there
+ *   unlinked DIR move KERNEL [BACK]
+ *                              moves itself to KERNEL (likewise) once the
+ *                              file is unlinked, and goes on there (and
+ *                              then moves to BACK, and goes on there)
  *   unlinked DIR exec          execs itself as `unlinked DIR after FD`
  *                              once the file is unlinked, which reads it
  *                              through descriptor FD and ends
@@ -20,6 +22,7 @@
  *   unlinked: moved, wrote 6 bytes                 (with move)
  *   after exec: tmp reads "hello"                  (with exec, and ends)
  *   unlinked: tmp reads "hello world"              (with fork or move)
+ *   unlinked: back, tmp reads "hello world"        (with move ... BACK)
  *   unlinked: old reads "old" after new took its name
  *   unlinked: ok
  *
@@ -70,7 +73,7 @@ static const char *contents(int fd, size_t len)
 int main(int argc, char **argv)
 {
     int forking = argc == 4 && strcmp(argv[2], "fork") == 0;
-    int moving = argc == 4 && strcmp(argv[2], "move") == 0;
+    int moving = (argc == 4 || argc == 5) && strcmp(argv[2], "move") == 0;
     int execing = argc == 3 && strcmp(argv[2], "exec") == 0;
     if (argc == 4 && strcmp(argv[2], "after") == 0) {
         printf("after exec: tmp reads \"%s\"\n", contents(atoi(argv[3]), 5));
@@ -136,6 +139,14 @@ int main(int argc, char **argv)
         n = pwrite(fd, " world", 6, 5);
         printf("unlinked: moved, wrote %zd bytes\n", n);
         printf("unlinked: tmp reads \"%s\"\n", contents(fd, 11));
+        if (argc == 5) {
+            err = atoll_migrate_to(parse_kernel(argv[4]));
+            if (err != 0) {
+                errno = err;
+                fail("move back");
+            }
+            printf("unlinked: back, tmp reads \"%s\"\n", contents(fd, 11));
+        }
     }
 
     /* `old` stays open while `new` is renamed over its name. */

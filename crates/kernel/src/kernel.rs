@@ -410,7 +410,11 @@ impl Kernel {
         let slice = p.container.run(self.quantum, Some(self));
         let cpu = p.container.uarea().accounting.cpu_ns - cpu_before;
         for (holder, open) in p.container.take_closed_files() {
-            self.send(holder, NocMsg::FileClosed { pid, open });
+            if holder == self.id {
+                self.held.close(pid, open);
+            } else {
+                self.send(holder, NocMsg::FileClosed { pid, open });
+            }
         }
         self.placement.busy_ns += cpu;
         self.run_queue.ran(cpu, woken);

@@ -101,6 +101,11 @@ impl Kernel {
                     self.reply_now(pid, Reply::Migrated(Err(Errno::Again)));
                 }
             }
+            // It holds the file for this process, which came back.
+            KernelCall::File { owner, op } if owner == self.id => {
+                let answer = op.serve(&mut self.held, pid, self.id.node);
+                self.reply_now(pid, Reply::File(answer));
+            }
             KernelCall::File { owner, op } => self.send_file_op(pid, owner, &op),
             KernelCall::Input { .. } | KernelCall::Drain => self.ask_console(pid),
             KernelCall::Bind { domain } => {

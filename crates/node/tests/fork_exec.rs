@@ -43,14 +43,16 @@ fn unlinked(data: &std::path::Path, args: &[&str]) -> JobSpec {
     spec
 }
 
-/// What `unlinked /data fork|move K` prints when every step held, with
-/// `moved` the line of the child or of the move.
-fn unlinked_output(moved: &str) -> String {
+/// What `unlinked /data fork|move K [BACK]` prints when every step held,
+/// with `moved` the line of the child or of the move, and `back` that of
+/// the move back if any.
+fn unlinked_output(moved: &str, back: &str) -> String {
     format!(
         "unlinked: tmp is gone, wrote 5 bytes\n\
          unlinked: tmp reads \"hello\"\n\
          {moved}\
          unlinked: tmp reads \"hello world\"\n\
+         {back}\
          unlinked: old reads \"old\" after new took its name\n\
          unlinked: ok\n"
     )
@@ -69,7 +71,7 @@ fn a_forked_or_execed_process_keeps_an_unlinked_file_on_any_kernel_of_the_node()
         assert_eq!(code, 0, "kernel {kernel}: {}{}", out.stdout(), out.stderr());
         assert_eq!(
             out.stdout(),
-            unlinked_output(FORKED_CHILD),
+            unlinked_output(FORKED_CHILD, ""),
             "kernel {kernel}"
         );
         assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0);
@@ -101,15 +103,27 @@ fn an_unlinked_file_is_used_from_another_node_and_let_go_after() {
     let (a, _b) = cluster_pair(dir.path(), 2);
     // The process moves itself to node 1, or forks a child there, once the
     // file has no name: node 0, which the process leaves, holds the file
-    // open for it and serves it from there.
-    for (how, moved) in [
-        ("move", "unlinked: moved, wrote 6 bytes\n"),
-        ("fork", FORKED_CHILD),
+    // open for it and serves it from there, also once it comes back to
+    // node 0 (to the kernel that holds it, or to another).
+    // Started on node 1, it opens the file through node 0, which holds it
+    // from the open on, also once the process comes to node 0.
+    let moved = "unlinked: moved, wrote 6 bytes\n";
+    let back = "unlinked: back, tmp reads \"hello world\"\n";
+    for (start, args, moved, back) in [
+        ((0, 0), &["move", "1.1"][..], moved, ""),
+        ((0, 1), &["fork", "1.1"], FORKED_CHILD, ""),
+        ((0, 0), &["move", "1.1", "0.0"], moved, back),
+        ((0, 0), &["move", "1.1", "0.1"], moved, back),
+        ((1, 0), &["move", "1.1", "0.1"], moved, back),
     ] {
+        let how = format!("from {}.{}: {}", start.0, start.1, args.join(" "));
         let data = tempfile::tempdir().unwrap();
-        let (code, out) = run(&a, &unlinked(data.path(), &["/data", how, "1.1"]));
+        let args = [&["/data"][..], args].concat();
+        let mut spec = unlinked(data.path(), &args);
+        spec.kernel = Some(atoll_abi::KernelId::new(start.0, start.1));
+        let (code, out) = run(&a, &spec);
         assert_eq!(code, 0, "{how}: {}{}", out.stdout(), out.stderr());
-        assert_eq!(out.stdout(), unlinked_output(moved), "{how}");
+        assert_eq!(out.stdout(), unlinked_output(moved, back), "{how}");
         // Closed, and ended: nothing is held for it any more.
         let t = std::time::Instant::now();
         while open_in(data.path()) > 0 {

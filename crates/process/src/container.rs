@@ -521,6 +521,7 @@ impl Container {
             if let Ok(dup) = handle.try_clone() {
                 held.hold(pid, f, dup, node);
                 f.owner = kernel;
+                f.held = true;
             }
         }
     }

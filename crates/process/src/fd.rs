@@ -76,6 +76,10 @@ pub struct FileFd {
     /// `path_open`; a forked child's descriptor shares its parent's): the
     /// key of the host handle its owner holds for a process of another node.
     pub open: u64,
+    /// Its owner holds its host file for the process, which left the node
+    /// with it open: back on that node, the process still has the owner
+    /// serve it, unless it has a handle of its own.
+    pub held: bool,
     pub offset: u64,
     pub read: bool,
     pub write: bool,
@@ -227,6 +231,7 @@ mod tests {
                 id: FileId { dev: 1, ino: 2 },
                 owner,
                 open: 1,
+                held: false,
                 offset: 0,
                 read: true,
                 write: false,

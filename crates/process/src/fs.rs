@@ -6,16 +6,19 @@
 //! flag — is a [`FileFd`] in the UArea and moves with the process. The
 //! remote part is the host file, on the node that owns it: each call turns
 //! what it asks of the host into one [`FileOp`](op::FileOp), which runs at
-//! once on the owner's node and is sent to it from any other (`op.rs`).
+//! once on the owner's node and is sent to it from any other (`op.rs`),
+//! where it is held open for the process (`held.rs`).
 //! On the owner's node the host `File` is kept in [`ProcCtx::files`]
 //! ([`HostFiles`]) from the open on, by descriptor: it stays with the
 //! process while it runs there (a hand-over between kernels moves it, a
-//! dormant process keeps it, a forked child gets a duplicate). Where it was
-//! lost (a move in copy mode, a restored checkpoint), the first call that
-//! needs it reopens it from the host path with the same access mode, never
-//! creating or truncating, so a process that moved between two calls sees
-//! the same file at the same offset. That is also why all I/O is
-//! positional (at the UArea's offset): the host descriptor's own offset
+//! dormant process keeps it, a forked child gets a duplicate, an exec keeps
+//! it). A process that left the node and came back has the kernel holding
+//! the file for it serve it (`FileFd::held`). Where the handle was lost (a
+//! move in copy mode within the node, a restored checkpoint), the first
+//! call that needs it reopens it from the host path with the same access
+//! mode, never creating or truncating, so a process that moved between two
+//! calls sees the same file at the same offset. That is also why all I/O
+//! is positional (at the UArea's offset): the host descriptor's own offset
 //! means nothing.
 //!
 //! **Sandbox.** A directory descriptor is a capability for what lies beneath
@@ -40,8 +43,9 @@
 //! read or write, which wasi-libc retries), so that a guest cannot make a
 //! kernel copy gigabytes in one system call. Where a file must be reopened
 //! by path, one that was unlinked or replaced while open cannot be used
-//! (`ENOENT`, or `ESTALE` when another file took its name). The sync fdflags (`DSYNC`, `RSYNC`, `SYNC`) open the host
-//! file with the same flags; `NONBLOCK` is kept and reported (a file never
+//! (`ENOENT`, or `ESTALE` when another file took its name). The sync
+//! fdflags (`DSYNC`, `RSYNC`, `SYNC`) open the host file with the same
+//! flags; `NONBLOCK` is kept and reported (a file never
 //! blocks). Rights are reported as wasmtime reports them and can be narrowed
 //! (`rights.rs`).
 
@@ -98,7 +102,12 @@ impl ProcCtx {
             return Ok(answer?);
         }
         let owner = op.owner()?;
-        if owner.node == self.host.kernel.node {
+        // A file its owner holds for this process, which has no handle of
+        // its own: the owner serves it, also on this node.
+        let held = op
+            .open_file()
+            .is_some_and(|r| r.file.held && !self.files.by_fd.contains_key(&r.fd));
+        if owner.node == self.host.kernel.node && !held {
             Ok(op.execute(Handles::Kept(&mut self.files))?)
         } else {
             Err(Fail::Wait(KernelCall::File {
@@ -144,10 +153,11 @@ impl HostFiles {
     }
 
     /// Notes that a descriptor was closed, on node `here`: a file of another
-    /// node is held there for the process, and its holder must hear of it.
+    /// node, or one held for the process, is held by its owner, which must
+    /// hear of it.
     pub(crate) fn closed(&mut self, fd: &Fd, here: u16) {
         if let Fd::File(f) = fd {
-            if f.owner.node != here {
+            if f.owner.node != here || f.held {
                 self.closed_away.push((f.owner, f.open));
             }
         }

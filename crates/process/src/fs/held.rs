@@ -164,6 +164,7 @@ mod tests {
             },
             owner: KernelId::new(0, 0),
             open: next_open(),
+            held: false,
             offset: 0,
             read: true,
             write: false,

@@ -196,25 +196,54 @@ impl Handles<'_> {
     }
 }
 
+/// What a [`FileOp`] works on.
+enum Subject<'a> {
+    File(&'a FileRef),
+    Dir(&'a DirFd),
+    Path(&'a Beneath),
+    /// A rename's or a link's two paths.
+    Paths(&'a Beneath, &'a Beneath),
+}
+
 impl FileOp {
     /// The kernel whose node holds the files this op touches.
     ///
     /// # Errors
     /// `EXDEV` for a rename or link between directories of two nodes.
     pub fn owner(&self) -> Result<KernelId, Errno> {
-        let (one, other) = match self {
+        match self.subject() {
+            Subject::File(r) => Ok(r.file.owner),
+            Subject::Dir(d) => Ok(d.owner),
+            Subject::Path(at) => Ok(at.dir.owner),
+            Subject::Paths(from, to) if from.dir.owner.node != to.dir.owner.node => {
+                Err(Errno::Xdev)
+            }
+            Subject::Paths(from, _) => Ok(from.dir.owner),
+        }
+    }
+
+    /// The open file the op works on, if it works on one.
+    pub(crate) fn open_file(&self) -> Option<&FileRef> {
+        match self.subject() {
+            Subject::File(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn subject(&self) -> Subject<'_> {
+        match self {
             FileOp::Read { file, .. }
             | FileOp::Write { file, .. }
             | FileOp::Size { file }
             | FileOp::SetSize { file, .. }
-            | FileOp::Allocate { file, .. } => (file.file.owner, None),
+            | FileOp::Allocate { file, .. } => Subject::File(file),
             FileOp::Sync { target, .. }
             | FileOp::Stat { target }
             | FileOp::SetTimes { target, .. } => match target {
-                Target::File(r) => (r.file.owner, None),
-                Target::Dir(d) => (d.owner, None),
+                Target::File(r) => Subject::File(r),
+                Target::Dir(d) => Subject::Dir(d),
             },
-            FileOp::List { dir } => (dir.owner, None),
+            FileOp::List { dir } => Subject::Dir(dir),
             FileOp::Open { at, .. }
             | FileOp::PathStat { at, .. }
             | FileOp::PathSetTimes { at, .. }
@@ -223,14 +252,8 @@ impl FileOp {
             | FileOp::Unlink { at }
             | FileOp::ReadLink { at }
             | FileOp::Symlink { at, .. }
-            | FileOp::ReadModule { at } => (at.dir.owner, None),
-            FileOp::Rename { from, to } | FileOp::Link { from, to, .. } => {
-                (from.dir.owner, Some(to.dir.owner))
-            }
-        };
-        match other {
-            Some(o) if o.node != one.node => Err(Errno::Xdev),
-            _ => Ok(one),
+            | FileOp::ReadModule { at } => Subject::Path(at),
+            FileOp::Rename { from, to } | FileOp::Link { from, to, .. } => Subject::Paths(from, to),
         }
     }
 
@@ -299,11 +322,12 @@ impl FileOp {
             FileOp::List { dir } => Ok(FileAnswer::Entries(list_dir(&dir.host)?)),
             FileOp::Open { at, follow, req } => {
                 let host = resolve(&at.dir.host, &at.path, *follow)?;
-                let (fd, handle) = open(host, req, at.dir.owner)?;
-                match (&mut handles, &fd, handle) {
+                let (mut fd, handle) = open(host, req, at.dir.owner)?;
+                match (&mut handles, &mut fd, handle) {
                     (Handles::Kept(files), _, handle) => files.opened = handle,
                     (Handles::Held { files, pid, node }, Fd::File(f), Some(handle)) => {
                         files.hold(*pid, f, handle, *node);
+                        f.held = true;
                     }
                     _ => {}
                 }
@@ -455,6 +479,7 @@ fn open(
         id,
         owner,
         open: super::held::next_open(),
+        held: false,
         offset: 0,
         read: req.read,
         write: req.write,
