@@ -658,7 +658,7 @@ impl Kernel {
     /// links to that node.
     pub(crate) fn transmit(&mut self, to: KernelId, mut packet: Packet) {
         let local = to.node == self.id.node;
-        if !local && packet.handover.is_some() {
+        if !local && (packet.handover.is_some() || packet.files.is_some()) {
             // `migrate` refuses this; a container must never be dropped.
             panic!(
                 "kernel {}: a hand-over to kernel {to} of another node",
@@ -880,7 +880,12 @@ impl Kernel {
         if let Some(pid) = packet.msg.target() {
             return self.forward(pid, packet);
         }
-        let Packet { bulk, handover, .. } = packet;
+        let Packet {
+            bulk,
+            handover,
+            files,
+            ..
+        } = packet;
         match packet.msg {
             NocMsg::Spawn { parent, spec } => {
                 let result = self.create(spec, Some(parent)).map_err(|(errno, why)| {
@@ -918,7 +923,7 @@ impl Kernel {
                 }
             }
             NocMsg::NodeDown { node, incarnation } => self.on_node_down(node, incarnation),
-            NocMsg::Migration(m) => self.on_migration(from, m, bulk, handover),
+            NocMsg::Migration(m) => self.on_migration(from, m, bulk, handover, files),
             NocMsg::Migrated { req, result } => {
                 let reply_to = ReplyTo::Control {
                     kernel: self.id,

@@ -15,7 +15,7 @@ use atoll_ipc::{DomainId, DomainOp, DomainTable, IpcStats};
 use atoll_migration::{MigrationReport, Mode};
 use atoll_placement::{Subtree, TreeEntry};
 use atoll_prepare::ContentHash;
-use atoll_process::{ConsoleId, Container, Preopen, ProcessImage, Quota, Stream};
+use atoll_process::{ConsoleId, Container, HostFiles, Preopen, ProcessImage, Quota, Stream};
 
 use crate::homes::Kin;
 use serde::{Deserialize, Serialize};
@@ -53,11 +53,13 @@ pub enum ReplyTo {
 }
 
 /// A NoC message with its routing budget, and what travels with it: bytes
-/// through the portal (process images, copied memory), or a whole container
-/// handed over between kernels of one node.
+/// through the portal (process images, copied memory), or, between kernels
+/// of one node, a whole container handed over or the host files a copied
+/// process keeps open.
 ///
 /// Between nodes the bulk bytes travel beside the packet (on the bulk
-/// connection), and a hand-over never does: the kernel refuses it first.
+/// connection), and a hand-over or host files never do: the kernel refuses
+/// them first.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Packet {
     /// Times the message has been forwarded while looking for its process.
@@ -67,6 +69,9 @@ pub struct Packet {
     pub bulk: Option<Vec<u8>>,
     #[serde(skip)]
     pub handover: Option<Handover>,
+    /// With a copy-mode move's last frame, within a node.
+    #[serde(skip)]
+    pub files: Option<HostFiles>,
 }
 
 impl Packet {
@@ -76,6 +81,7 @@ impl Packet {
             msg,
             bulk: None,
             handover: None,
+            files: None,
         }
     }
 }

@@ -62,21 +62,29 @@ const FORKED_CHILD: &str = "child: tmp reads \"hello\", wrote 6 bytes\n";
 
 #[test]
 fn a_forked_or_execed_process_keeps_an_unlinked_file_on_any_kernel_of_the_node() {
-    // In hand-over mode, the parent's host handles go with the child to
-    // its kernel: the file has no name left to reopen it by.
-    let node = node_in(Mode::Handover, 2);
-    for kernel in ["0", "1"] {
-        let data = tempfile::tempdir().unwrap();
-        let (code, out) = run(&node, &unlinked(data.path(), &["/data", "fork", kernel]));
-        assert_eq!(code, 0, "kernel {kernel}: {}{}", out.stdout(), out.stderr());
-        assert_eq!(
-            out.stdout(),
-            unlinked_output(FORKED_CHILD, ""),
-            "kernel {kernel}"
-        );
-        assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0);
+    // The parent's host handles go with the child to its kernel, the
+    // container itself (hand-over) or duplicates beside its copy: the file
+    // has no name left to reopen it by. So do a process's own on a move.
+    for mode in [Mode::Handover, Mode::Copy] {
+        let node = node_in(mode, 2);
+        for (args, moved) in [
+            (["fork", "0"], FORKED_CHILD),
+            (["fork", "1"], FORKED_CHILD),
+            (["move", "1"], "unlinked: moved, wrote 6 bytes\n"),
+        ] {
+            let how = format!("{mode:?}: {}", args.join(" "));
+            let data = tempfile::tempdir().unwrap();
+            let args = [&["/data"][..], &args].concat();
+            let mut spec = unlinked(data.path(), &args);
+            spec.kernel = Some(atoll_abi::KernelId::new(0, 0));
+            let (code, out) = run(&node, &spec);
+            assert_eq!(code, 0, "{how}: {}{}", out.stdout(), out.stderr());
+            assert_eq!(out.stdout(), unlinked_output(moved, ""), "{how}");
+            assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0);
+        }
     }
     // An exec keeps the descriptors, and the handles behind them.
+    let node = node_in(Mode::Handover, 2);
     let data = tempfile::tempdir().unwrap();
     let (code, out) = run(&node, &unlinked(data.path(), &["/data", "exec"]));
     assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());

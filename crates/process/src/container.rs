@@ -32,6 +32,7 @@ use crate::clock::monotonic_ns;
 use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
 use crate::fd::Fd;
 use crate::fs::held::HeldFiles;
+use crate::fs::HostFiles;
 use crate::image::{GlobalValue, ImageParts, ImageView, MemoryView, ProcessImage, PAGE_SIZE};
 use crate::runtime::{Program, Runtime};
 use crate::syscall::ProcExit;
@@ -490,7 +491,20 @@ impl Container {
         *self.files_mut() = std::mem::take(old.files_mut());
     }
 
-    fn files_mut(&mut self) -> &mut crate::fs::HostFiles {
+    /// Duplicates of the host files this process keeps open, for its copy
+    /// on another kernel of this node ([`adopt_files`](Self::adopt_files)):
+    /// one OS process, so they are valid there.
+    pub fn duplicate_files(&mut self) -> HostFiles {
+        self.files_mut().duplicate()
+    }
+
+    /// Keeps `files` open for this process, which was copied here from a
+    /// kernel of the same node ([`duplicate_files`](Self::duplicate_files)).
+    pub fn adopt_files(&mut self, files: HostFiles) {
+        *self.files_mut() = files;
+    }
+
+    fn files_mut(&mut self) -> &mut HostFiles {
         match &mut self.state {
             State::Live(store) => &mut store.data_mut().files,
             State::Dormant(dormant) => &mut dormant.files,

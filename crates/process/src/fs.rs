@@ -11,11 +11,11 @@
 //! On the owner's node the host `File` is kept in [`ProcCtx::files`]
 //! ([`HostFiles`]) from the open on, by descriptor: it stays with the
 //! process while it runs there (a hand-over between kernels moves it, a
-//! dormant process keeps it, a forked child gets a duplicate, an exec keeps
-//! it). A process that left the node and came back has the kernel holding
-//! the file for it serve it (`FileFd::held`). Where the handle was lost (a
-//! move in copy mode within the node, a restored checkpoint), the first
-//! call that needs it reopens it from the host path with the same access
+//! copy-mode move takes a duplicate along, a dormant process keeps it, a
+//! forked child gets a duplicate, an exec keeps it). A process that left
+//! the node and came back has the kernel holding the file for it serve it
+//! (`FileFd::held`). Where the handle was lost (a restored checkpoint), the
+//! first call that needs it reopens it from the host path with the same access
 //! mode, never creating or truncating, so a process that moved between two
 //! calls sees the same file at the same offset. That is also why all I/O
 //! is positional (at the UArea's offset): the host descriptor's own offset
@@ -121,10 +121,9 @@ impl ProcCtx {
 /// The host handles behind a process's file descriptors, while it runs on
 /// the node that owns their files. Each is kept from the open on, so a
 /// file unlinked or renamed while open stays usable; one is reopened by
-/// its path only where its handle was lost (a move in copy mode, a
-/// restored checkpoint, another node).
+/// its path only where its handle was lost (a restored checkpoint).
 #[derive(Debug, Default)]
-pub(crate) struct HostFiles {
+pub struct HostFiles {
     by_fd: HashMap<u32, File>,
     /// The handle `path_open` has just opened, until its descriptor has a
     /// number ([`HostFiles::adopt`]).

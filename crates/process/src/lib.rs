@@ -37,6 +37,7 @@ pub use ctx::{Console, Host, Stream, CONSOLE_WINDOW};
 pub use fd::{DirFd, Fd, FdTable, FileFd, FileId, Preopen, Rights};
 pub use fs::held::HeldFiles;
 pub use fs::op::{Beneath, FileAnswer, FileOp};
+pub use fs::HostFiles;
 pub use image::{
     GlobalValue, ImageError, ImageView, MemoryImage, MemoryView, ProcessImage, Run, RunView, BLOCK,
     PAGE_SIZE,

@@ -236,8 +236,8 @@ fn a_file_unlinked_or_renamed_over_while_open_stays_usable() {
         assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "{between:?}");
         assert_eq!(out.held_at_exit, 0, "{between:?}");
     }
-    // Moved through an image between kernels of its own node (copy mode),
-    // the handle is gone and the file has no name to be reopened by: the
+    // Restored from an image at every stop (as from a checkpoint), the
+    // handle is gone and the file has no name to be reopened by: the
     // guest is told, and nothing else breaks.
     let (_tmp, data) = sandbox();
     let out = run(

@@ -4,7 +4,7 @@
 
 use atoll_abi::{status, KernelId, Pid};
 use atoll_migration::MigrationReport;
-use atoll_process::{Container, ProcessImage};
+use atoll_process::{Container, HostFiles, ProcessImage};
 
 use crate::homes::Kin;
 use crate::kernel::{monotonic_ns, Kernel};
@@ -50,6 +50,7 @@ impl Kernel {
         msg: MigrationMsg,
         bulk: Option<Vec<u8>>,
         handover: Option<Handover>,
+        files: Option<HostFiles>,
     ) {
         match msg {
             MigrationMsg::Round {
@@ -79,10 +80,14 @@ impl Kernel {
                     times,
                     handed_over: false,
                 };
-                // Copied, so there is no container to give back.
-                let arrived = self
-                    .on_final(from, pid, req, bulk)
-                    .and_then(|c| self.arrive(c, arrival).map_err(|(why, _)| why));
+                // Copied, so there is no container to give back; from a
+                // kernel of this node, with the host files it keeps.
+                let arrived = self.on_final(from, pid, req, bulk).and_then(|mut c| {
+                    if let Some(files) = files {
+                        c.adopt_files(files);
+                    }
+                    self.arrive(c, arrival).map_err(|(why, _)| why)
+                });
                 if let Err(why) = arrived {
                     self.refuse(from, pid, req, why, None);
                 }

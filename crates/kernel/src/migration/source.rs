@@ -412,7 +412,7 @@ impl Kernel {
             container.uarea_mut().threads.put_back(left_out);
             format!("cannot capture {pid}: {e}")
         })?;
-        let p = self.procs.remove(&pid).expect("checked above");
+        let mut p = self.procs.remove(&pid).expect("checked above");
         self.run_queue.remove(pid);
         let d = self.departures.get_mut(&pid).expect("a departure");
         d.frozen_ns = frozen_ns;
@@ -450,6 +450,8 @@ impl Kernel {
             us: t.elapsed().as_micros() as u64,
         });
         let module = p.container.uarea().module;
+        // Copied within the node, it keeps its host files open there too.
+        let files = (to.node == self.id.node).then(|| p.container.duplicate_files());
         d.phase = Phase::Frozen {
             tracker,
             process: Some(p),
@@ -458,6 +460,7 @@ impl Kernel {
             to,
             Packet {
                 bulk: Some(image.bytes),
+                files,
                 ..Packet::new(NocMsg::Migration(MigrationMsg::Final {
                     pid,
                     req,
