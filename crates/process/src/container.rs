@@ -103,7 +103,7 @@ enum State {
 struct Dormant {
     image: ProcessImage,
     host: Host,
-    files: crate::fs::HostFiles,
+    files: HostFiles,
 }
 
 /// A dormant container's live-only parts were used: the kernel must wake a
@@ -230,7 +230,7 @@ impl Container {
             self.state = State::Dormant(dormant);
             return Err(e);
         }
-        self.store_mut().data_mut().files = std::mem::take(&mut dormant.files);
+        self.adopt_files(std::mem::take(&mut dormant.files));
         Ok(())
     }
 
@@ -488,7 +488,7 @@ impl Container {
     /// Takes over the host files that `old`, the container this one
     /// replaces (`atoll_exec`), kept open: the descriptors stay open.
     pub fn take_files_of(&mut self, old: &mut Container) {
-        *self.files_mut() = std::mem::take(old.files_mut());
+        self.adopt_files(std::mem::take(old.files_mut()));
     }
 
     /// Duplicates of the host files this process keeps open, for its copy
@@ -557,7 +557,7 @@ impl Container {
                     ..dormant.image.clone()
                 };
                 let mut child = Container::restore(&self.runtime, image, host)?;
-                child.store_mut().data_mut().files = dormant.files.duplicate();
+                child.adopt_files(dormant.files.duplicate());
                 return Ok(child);
             }
         };
@@ -573,7 +573,7 @@ impl Container {
         let into = child.store().data().exports().memory;
         crate::image::copy_nonzero(from.data(&*store), into.data_mut(child.store_mut()), &dirty);
         child.set_globals(&globals)?;
-        child.store_mut().data_mut().files = store.data().files.duplicate();
+        child.adopt_files(store.data().files.duplicate());
         Ok(child)
     }
 
