@@ -802,11 +802,12 @@ pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<7} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
+        "{:<7} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
         "KERNEL",
         "LOCAL",
         "REMOTE-OUT",
         "REMOTE-IN",
+        "IN-PLACE",
         "NOTIFY",
         "COPIES",
         "COPIED(KiB)",
@@ -817,11 +818,12 @@ pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
     for r in &reports {
         let c = &r.ipc;
         println!(
-            "{:<7} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
+            "{:<7} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
             r.kernel.to_string(),
             c.local,
             c.remote_out,
             c.remote_in,
+            c.in_place,
             c.notifications,
             c.copies,
             c.copied_bytes / 1024,

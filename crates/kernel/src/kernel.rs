@@ -1,7 +1,7 @@
 //! The kernel loop and its two dispatchers: node requests and NoC messages.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -142,8 +142,9 @@ pub(crate) struct Kernel {
     pub runtime: Arc<Runtime>,
     pub(crate) host: Host,
     quantum: Duration,
-    /// How long an idle kernel polls before it sleeps.
-    spin: Duration,
+    /// How long an idle kernel polls before it sleeps (and a call waits in
+    /// place, `ipc/in_place.rs`).
+    pub(crate) spin: Duration,
     /// Hashed with FxHash: the IPC paths look processes up several times
     /// per message, and SipHash showed up at 9% of a ping-pong.
     pub procs: FxHashMap<Pid, Process>,
@@ -190,7 +191,17 @@ pub(crate) struct Kernel {
     /// The process whose slice is running (it is out of `procs` meanwhile),
     /// and messages for it that arrive during the slice.
     running: Option<Pid>,
-    deferred: Vec<Packet>,
+    pub(crate) deferred: Vec<Packet>,
+    /// Messages taken off the NoC during a slice that the loop serves
+    /// first, in the order they came ([`take_in_noc`](Self::take_in_noc)).
+    pub(crate) early: VecDeque<(KernelId, Packet)>,
+    /// The running process's IPC state, lent back to the kernel while it
+    /// serves messages for it in the middle of its call
+    /// (`ipc/in_place.rs`); [`ipc_state`](Self::ipc_state) finds it there.
+    pub(crate) caller_ipc: Option<(Pid, IpcState)>,
+    /// How long the running process's calls waited in place this slice:
+    /// idle time, taken off its CPU time.
+    pub(crate) waited_in_place: Duration,
     pub(crate) ipc: IpcCounters,
 }
 
@@ -244,6 +255,9 @@ impl Kernel {
             quotas: Default::default(),
             running: None,
             deferred: Vec::new(),
+            early: VecDeque::new(),
+            caller_ipc: None,
+            waited_in_place: Duration::ZERO,
             ipc: IpcCounters::default(),
         }
     }
@@ -280,6 +294,10 @@ impl Kernel {
                     Ok(c) => self.on_control(c),
                     Err(std::sync::mpsc::TryRecvError::Empty) => break,
                 }
+            }
+            while let Some((from, packet)) = self.early.pop_front() {
+                self.messages += 1;
+                self.on_noc(from, packet);
             }
             while let Some(m) = self.noc.try_recv() {
                 self.messages += 1;
@@ -345,18 +363,49 @@ impl Kernel {
         let t = Instant::now();
         let doorbell = self.noc.doorbell();
         while t.elapsed() < self.spin && doorbell.room_to_poll() {
-            if doorbell.is_pending()
-                || self
-                    .timers
-                    .peek()
-                    .is_some_and(|Reverse((t, _))| *t <= monotonic_ns())
-            {
+            if doorbell.is_pending() || self.timer_due() {
                 return true;
             }
             self.noc.poll_remote();
             std::hint::spin_loop();
         }
         false
+    }
+
+    /// Takes in what the NoC brought during a slice, for a call waiting in
+    /// place (`ipc/in_place.rs`): messages between processes are served
+    /// now (those for the running process are deferred, as ever); the
+    /// first other one, and all after it, wait for the loop, which serves
+    /// them first (`early`). Returns whether the doorbell had rung.
+    pub(crate) fn take_in_noc(&mut self) -> bool {
+        // A load first: swapping would pull the line from the ringer's core.
+        if !self.noc.doorbell().is_pending() {
+            self.noc.poll_remote();
+            return false;
+        }
+        self.noc.doorbell().take();
+        while let Some(m) = self.noc.try_recv() {
+            let mut packet = m.msg;
+            packet.bulk = m.bulk;
+            if self.early.is_empty() && matches!(packet.msg, NocMsg::Ipc(_)) {
+                self.messages += 1;
+                self.on_noc(m.from, packet);
+            } else {
+                self.early.push_back((m.from, packet));
+            }
+        }
+        true
+    }
+
+    /// Whether the kernel has a core to itself ([`Doorbell::room_to_poll`]).
+    pub(crate) fn room_to_poll(&self) -> bool {
+        self.noc.doorbell().room_to_poll()
+    }
+
+    pub(crate) fn timer_due(&self) -> bool {
+        self.timers
+            .peek()
+            .is_some_and(|Reverse((t, _))| *t <= monotonic_ns())
     }
 
     fn fire_timers(&mut self) {
@@ -408,7 +457,10 @@ impl Kernel {
         self.running = Some(pid);
         let cpu_before = p.container.uarea().accounting.cpu_ns;
         let slice = p.container.run(self.quantum, Some(self));
-        let cpu = p.container.uarea().accounting.cpu_ns - cpu_before;
+        let waited = std::mem::take(&mut self.waited_in_place).as_nanos() as u64;
+        let accounting = &mut p.container.uarea_mut().accounting;
+        let cpu = (accounting.cpu_ns - cpu_before).saturating_sub(waited);
+        accounting.cpu_ns = cpu_before + cpu;
         for (holder, open) in p.container.take_closed_files() {
             if holder == self.id {
                 self.held.close(pid, open);

@@ -462,6 +462,10 @@ pub struct IpcCounters {
     /// Messages sent to, and received from, processes on other kernels.
     pub remote_out: u64,
     pub remote_in: u64,
+    /// Calls that waited for another kernel in place and were answered
+    /// there, without unwinding (`ipc/in_place.rs`).
+    #[serde(default)]
+    pub in_place: u64,
     /// Of `remote_in` and the notifications from other kernels, how many
     /// came from each kernel (the last hop): the flows between kernels
     /// that the dashboard draws.

@@ -37,6 +37,26 @@ fn sendrec_and_send_receive_keep_their_sequence() {
 }
 
 #[test]
+fn calls_to_another_kernel_are_answered_in_place_when_nothing_else_runs() {
+    // Two kernels on two cores, one process each: every sendrec, send and
+    // receive of the conversation waits for the other kernel inside the
+    // call (ipc/in_place.rs), and the sequence numbers still check out.
+    let node = node(2);
+    let mut spec = job("ipc", &["pingpong", "other", "2000"]);
+    spec.kernel = Some(KernelId::new(0, 0));
+    let (status, out) = run(&node, &spec);
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), "ok pingpong\n");
+    let reports = node.ps().unwrap();
+    let in_place: u64 = reports.iter().map(|r| r.ipc.in_place).sum();
+    assert!(
+        in_place > 0,
+        "no call was answered in place: {:?}",
+        reports.iter().map(|r| &r.ipc).collect::<Vec<_>>()
+    );
+}
+
+#[test]
 fn asynchronous_letters_arrive_in_order_through_a_full_window() {
     both_ways(&node(3), "senda", &["2000"]);
 }

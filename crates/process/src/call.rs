@@ -176,6 +176,9 @@ pub struct IpcCaller<'a> {
     pub pid: Pid,
     pub ipc: &'a mut IpcState,
     pub memory: &'a mut [u8],
+    /// No other thread of the process could run while this one waits: the
+    /// kernel may let the call wait in place rather than unwind.
+    pub alone: bool,
 }
 
 /// What became of an IPC call.

@@ -52,6 +52,11 @@ impl Kernel {
             if probe.length > MAX_CHAIN {
                 return;
             }
+            // A caller waiting in place is not blocked (yet): the chain
+            // ends there, and it walks its own when it blocks.
+            if self.caller_ipc.as_ref().is_some_and(|(c, _)| *c == at) {
+                return;
+            }
             if !self.procs.contains_key(&at) {
                 return self.route(at, NocMsg::Ipc(IpcMsg::Probe { at, probe }));
             }

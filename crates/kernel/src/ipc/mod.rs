@@ -45,6 +45,7 @@ mod asynchronous;
 mod copy;
 mod cycles;
 mod ends;
+mod in_place;
 mod rendezvous;
 
 pub use copy::CopyOrder;
@@ -137,14 +138,24 @@ impl IpcMsg {
 impl KernelLink for Kernel {
     fn ipc(&mut self, mut me: IpcCaller<'_>, call: IpcCall) -> IpcOutcome {
         match call {
-            IpcCall::Send { to, msg, kind } => self.send_message(&mut me, call, to, msg, kind),
-            IpcCall::SendRec { to, msg, .. } => {
-                self.send_message(&mut me, call, to, msg, CallKind::SendRec)
+            IpcCall::Send { to, msg, kind } => {
+                let sent = self.send_message(&mut me, call, to, msg, kind);
+                self.answer_waiting(&mut me, sent)
             }
-            IpcCall::Receive { from, msg, status } | IpcCall::ReceiveNb { from, msg, status } => {
+            IpcCall::SendRec { to, msg, .. } => {
+                let sent = self.send_message(&mut me, call, to, msg, CallKind::SendRec);
+                self.answer_waiting(&mut me, sent)
+            }
+            IpcCall::Receive { from, msg, status } => {
+                self.receive_waiting(&mut me, call, from, msg, status)
+            }
+            IpcCall::ReceiveNb { from, msg, status } => {
                 self.receive(&mut me, call, from, msg, status)
             }
-            IpcCall::Notify { to } => self.notify(&mut me, call, to),
+            IpcCall::Notify { to } => {
+                let notified = self.notify(&mut me, call, to);
+                self.answer_waiting(&mut me, notified)
+            }
             IpcCall::Copy(req) => self.copy(&mut me, call, req),
             IpcCall::SendA { to, msg } => self.send_async(&mut me, to, msg),
         }
@@ -264,12 +275,20 @@ impl Kernel {
         self.ipc_call(pid).is_some() && self.procs[&pid].container.uarea().ipc.seq == seq
     }
 
+    /// The IPC state of `pid`, which runs here (or is the caller waiting
+    /// in place, whose state is lent to the kernel meanwhile).
     pub(super) fn ipc_state(&mut self, pid: Pid) -> Option<&mut IpcState> {
-        Some(&mut self.procs.get_mut(&pid)?.container.uarea_mut().ipc)
+        match &mut self.caller_ipc {
+            Some((caller, state)) if *caller == pid => Some(state),
+            _ => Some(&mut self.procs.get_mut(&pid)?.container.uarea_mut().ipc),
+        }
     }
 
     pub(super) fn domain_of(&self, pid: Pid) -> Option<DomainId> {
-        self.procs.get(&pid)?.container.uarea().ipc.domain
+        match &self.caller_ipc {
+            Some((caller, state)) if *caller == pid => state.domain,
+            _ => self.procs.get(&pid)?.container.uarea().ipc.domain,
+        }
     }
 
     /// Answers `pid`'s call and makes it runnable.

@@ -134,6 +134,7 @@ fn kernel_call(
         };
         let me = IpcCaller {
             pid: ctx.uarea.pid,
+            alone: !ctx.uarea.threads.active(),
             ipc: &mut ctx.uarea.ipc,
             memory: mem.bytes_mut(),
         };

@@ -1,0 +1,245 @@
+//! Waiting in place: an IPC call that waits for another kernel waits inside
+//! the call for a while, when nothing else needs this kernel.
+//!
+//! A process that blocks unwinds its stack (Asyncify) and is rewound when
+//! its answer comes: about 0.2 us each way, a good part of what a message
+//! between two kernels costs. An idle kernel polls its doorbell before it
+//! sleeps anyway (`spin_before_sleep`); if the only process it could run is
+//! the one about to block, it can as well poll inside that process's call
+//! and give it its answer without the unwind and the rewind (as an MPI
+//! library polls shared memory, but through the NoC).
+//!
+//! Three calls wait so: a `receive` (for a message), a `send` or `notify`
+//! to a process of another kernel (for its answer), and a `sendrec` to one
+//! (for the answer, then the reply). Only while the kernel has nothing else
+//! to do: no other process runnable, no timer due, a core to itself
+//! ([`Doorbell::room_to_poll`](atoll_noc::Doorbell::room_to_poll)), and no
+//! other thread in the caller.
+//!
+//! Meanwhile the kernel takes in what the NoC brings as its loop would
+//! ([`Kernel::take_in_noc`]), and [`Kernel::forward`] keeps the caller's
+//! own messages aside (`deferred`), in order. Those are served from the
+//! front, with the caller's IPC state lent back to the kernel for the
+//! moment (`caller_ipc`), as far as they are what the call waits for or
+//! only add to the caller's queues (letters, notifications, its letters
+//! taken). Anything else for the caller, or any message the loop must see
+//! first (the kernels' own traffic), ends the wait: the call then blocks
+//! as ever, and the loop serves the rest in the order it came. The wait
+//! lasts at most the kernel's spin time, and is idle time, not the
+//! caller's CPU time.
+
+use atoll_abi::{Errno, Pid};
+use atoll_ipc::{CallKind, DomainId, IpcCall, IpcState, Phase, MESSAGE_SIZE};
+use atoll_process::{IpcCaller, IpcOutcome};
+
+use super::IpcMsg;
+use crate::kernel::Kernel;
+use crate::msg::NocMsg;
+
+/// What the caller does with a message for it, met while it waits.
+enum Take {
+    /// Served as the loop would serve it: it only adds to its queues.
+    Serve,
+    /// An answer to an earlier call, which the loop would drop too.
+    Drop,
+    /// It ends the call with this result.
+    Answer(Result<(), Errno>),
+    /// Its `sendrec`'s request was taken: the reply is next.
+    Sent,
+    /// The reply its `sendrec` waits for.
+    Reply,
+    /// The loop must serve it: the wait ends.
+    Stop,
+}
+
+impl Kernel {
+    /// A blocking `receive` (`call`) that first waits in place while it may.
+    pub(super) fn receive_waiting(
+        &mut self,
+        me: &mut IpcCaller<'_>,
+        call: IpcCall,
+        from: Option<Pid>,
+        msg: u32,
+        status: u32,
+    ) -> IpcOutcome {
+        let now = || IpcCall::ReceiveNb { from, msg, status };
+        match self.receive(me, now(), from, msg, status) {
+            IpcOutcome::Done(Err(Errno::NotReady)) => {}
+            done => return done,
+        }
+        let mut waiting = IpcCall::Receive { from, msg, status };
+        let outcome = self.wait_in_place(me, &mut waiting, |k, me| {
+            match k.receive(me, now(), from, msg, status) {
+                IpcOutcome::Done(Err(Errno::NotReady)) => None,
+                IpcOutcome::Done(result) => Some(result),
+                IpcOutcome::Block(_) => unreachable!("a receivenb never blocks"),
+            }
+        });
+        match outcome {
+            Some(result) => IpcOutcome::Done(result),
+            // Blocks now, recorded as waiting (and watching its sender).
+            None => self.receive(me, call, from, msg, status),
+        }
+    }
+
+    /// A `send`, `notify` or `sendrec` that must wait for a process of
+    /// another kernel waits in place for its answer while it may.
+    pub(super) fn answer_waiting(
+        &mut self,
+        me: &mut IpcCaller<'_>,
+        outcome: IpcOutcome,
+    ) -> IpcOutcome {
+        let IpcOutcome::Block(mut call) = outcome else {
+            return outcome;
+        };
+        let peer = match call {
+            IpcCall::Send { to, .. } | IpcCall::SendRec { to, .. } | IpcCall::Notify { to } => to,
+            _ => return IpcOutcome::Block(call),
+        };
+        // One of this kernel cannot answer while the caller holds it.
+        if self.procs.contains_key(&peer) {
+            return IpcOutcome::Block(call);
+        }
+        match self.wait_in_place(me, &mut call, |_, _| None) {
+            Some(result) => IpcOutcome::Done(result),
+            None => IpcOutcome::Block(call),
+        }
+    }
+
+    /// Polls the NoC for `call` while the kernel may wait in place, serving
+    /// the caller's messages as they come; after each, `check` says whether
+    /// the call is over. Returns its result, or `None` if it must block.
+    fn wait_in_place(
+        &mut self,
+        me: &mut IpcCaller<'_>,
+        call: &mut IpcCall,
+        check: impl Fn(&mut Kernel, &mut IpcCaller<'_>) -> Option<Result<(), Errno>>,
+    ) -> Option<Result<(), Errno>> {
+        if !me.alone || self.spin.is_zero() {
+            return None;
+        }
+        let start = quanta::Instant::now();
+        let deadline = start + self.spin;
+        let mut result = None;
+        while result.is_none() && self.may_wait_in_place() {
+            if self.take_in_noc() {
+                result = self.take_deferred(me, call).or_else(|| check(self, me));
+            } else if quanta::Instant::now() >= deadline {
+                break;
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        self.waited_in_place += start.elapsed();
+        if result.is_some() {
+            self.ipc.in_place += 1;
+        }
+        result
+    }
+
+    /// Whether the kernel has nothing to do but wait for the caller's
+    /// answer: nothing runnable, no timer due, nothing taken in that the
+    /// loop must serve first, and a core to itself.
+    fn may_wait_in_place(&self) -> bool {
+        self.run_queue.len() == 0
+            && self.early.is_empty()
+            && self.deferred.is_empty()
+            && !self.timer_due()
+            && self.room_to_poll()
+    }
+
+    /// Serves the caller's deferred messages from the front while they are
+    /// its to take during `call` ([`Take`]); returns the call's result if
+    /// one of them ends it.
+    fn take_deferred(
+        &mut self,
+        me: &mut IpcCaller<'_>,
+        call: &mut IpcCall,
+    ) -> Option<Result<(), Errno>> {
+        if self.deferred.is_empty() {
+            return None;
+        }
+        let (seq, domain) = (me.ipc.seq, me.ipc.domain);
+        let lent = std::mem::replace(&mut *me.ipc, IpcState::new(None));
+        self.caller_ipc = Some((me.pid, lent));
+        let mut result = None;
+        while result.is_none() {
+            let Some(packet) = self.deferred.first() else {
+                break;
+            };
+            let take = match &packet.msg {
+                NocMsg::Ipc(m) => what_to_take(m, call, seq, domain),
+                _ => Take::Stop,
+            };
+            if matches!(take, Take::Stop) {
+                break;
+            }
+            let packet = self.deferred.remove(0);
+            let NocMsg::Ipc(m) = packet.msg else {
+                unreachable!("checked above")
+            };
+            let (_, state) = self.caller_ipc.as_mut().expect("lent above");
+            match take {
+                Take::Serve => self.on_ipc(m, packet.bulk),
+                Take::Drop | Take::Stop => {}
+                Take::Answer(r) => {
+                    if r.is_ok() && matches!(call, IpcCall::Send { .. }) {
+                        state.stats.sent += 1;
+                    }
+                    result = Some(r);
+                }
+                Take::Sent => {
+                    if let IpcCall::SendRec { phase, .. } = call {
+                        state.stats.sent += 1;
+                        *phase = Phase::AwaitingReply;
+                    }
+                }
+                Take::Reply => {
+                    let (IpcMsg::Deliver { letter, .. }, IpcCall::SendRec { msg, .. }) = (m, &*call)
+                    else {
+                        unreachable!("what_to_take matched them")
+                    };
+                    let at = *msg as usize;
+                    me.memory[at..at + MESSAGE_SIZE].copy_from_slice(letter.msg.as_bytes());
+                    state.stats.received += 1;
+                    if letter.kind == CallKind::SendRec {
+                        // A reply that is also a request: answered as taken.
+                        state.owed.insert(letter.from);
+                        self.answer(letter.from, letter.seq, Ok(()));
+                    }
+                    result = Some(Ok(()));
+                }
+            }
+        }
+        let (_, lent) = self.caller_ipc.take().expect("lent above");
+        *me.ipc = lent;
+        result
+    }
+}
+
+/// What a caller of `domain` waiting in `call` (its number `seq`) does
+/// with `m`.
+fn what_to_take(m: &IpcMsg, call: &IpcCall, seq: u64, domain: Option<DomainId>) -> Take {
+    match (m, call) {
+        (IpcMsg::Done { seq: s, .. }, _) if *s != seq => Take::Drop,
+        (IpcMsg::Done { result: Err(e), .. }, _) => Take::Answer(Err(*e)),
+        (IpcMsg::Done { .. }, IpcCall::Send { .. } | IpcCall::Notify { .. }) => {
+            Take::Answer(Ok(()))
+        }
+        (IpcMsg::Done { .. }, IpcCall::SendRec { .. }) => Take::Sent,
+        // The reply rule: the client can only be waiting for it. One from
+        // another domain is the loop's to refuse (`deliver_remote`).
+        (IpcMsg::Deliver { letter, .. }, IpcCall::SendRec { to, .. })
+            if letter.reply && letter.from == *to && domain.is_some() && letter.domain == domain =>
+        {
+            Take::Reply
+        }
+        // A `sendnb` must find its receiver blocked, and a reply for a
+        // process not in `sendrec` is the loop's to refuse.
+        (IpcMsg::Deliver { letter, .. }, _) if !letter.reply && letter.kind != CallKind::SendNb => {
+            Take::Serve
+        }
+        (IpcMsg::Notify { .. } | IpcMsg::AsyncTaken { .. }, _) => Take::Serve,
+        _ => Take::Stop,
+    }
+}
