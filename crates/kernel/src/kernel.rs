@@ -190,7 +190,7 @@ pub(crate) struct Kernel {
     pub(crate) quotas: crate::quota::Counts,
     /// The process whose slice is running (it is out of `procs` meanwhile),
     /// and messages for it that arrive during the slice.
-    running: Option<Pid>,
+    pub(crate) running: Option<Pid>,
     pub(crate) deferred: Vec<Packet>,
     /// Messages taken off the NoC during a slice that the loop serves
     /// first, in the order they came ([`take_in_noc`](Self::take_in_noc)).
@@ -202,6 +202,9 @@ pub(crate) struct Kernel {
     /// How long the running process's calls waited in place this slice:
     /// idle time, taken off its CPU time.
     pub(crate) waited_in_place: Duration,
+    /// Letters the running process took from processes of other kernels,
+    /// per sender, not confirmed yet (`Kernel::confirm_taken`).
+    pub(crate) unconfirmed: Vec<(Pid, u32)>,
     pub(crate) ipc: IpcCounters,
 }
 
@@ -258,6 +261,7 @@ impl Kernel {
             early: VecDeque::new(),
             caller_ipc: None,
             waited_in_place: Duration::ZERO,
+            unconfirmed: Vec::new(),
             ipc: IpcCounters::default(),
         }
     }
@@ -457,6 +461,7 @@ impl Kernel {
         self.running = Some(pid);
         let cpu_before = p.container.uarea().accounting.cpu_ns;
         let slice = p.container.run(self.quantum, Some(self));
+        self.confirm_taken(pid);
         let waited = std::mem::take(&mut self.waited_in_place).as_nanos() as u64;
         let accounting = &mut p.container.uarea_mut().accounting;
         let cpu = (accounting.cpu_ns - cpu_before).saturating_sub(waited);

@@ -63,18 +63,20 @@ impl Kernel {
         let mut msg = read_message(me.memory, addr);
         msg.set_source(me.pid);
         me.ipc.stats.sent += 1;
-        let letter = Letter {
+        let mut letter = Letter {
             from: me.pid,
             domain: me.ipc.domain,
             kind: CallKind::SendA,
             seq,
             reply: false,
             msg,
+            confirms: 0,
         };
         if here {
             self.ipc.local += 1;
             self.letter_arrived(to, letter);
         } else {
+            letter.confirms = self.unconfirmed_from(to);
             self.post(to, letter);
         }
         IpcOutcome::Done(Ok(()))
@@ -83,6 +85,9 @@ impl Kernel {
     /// A letter for `to`, which runs here: accepted if it is the next one
     /// of its sender (with those held behind it), else held until it is.
     pub(super) fn letter_arrived(&mut self, to: Pid, letter: Letter) {
+        if letter.confirms > 0 {
+            self.letters_confirmed(to, letter.from, letter.confirms, Ok(()));
+        }
         let Some(s) = self.ipc_state(to) else {
             return;
         };
@@ -145,7 +150,10 @@ impl Kernel {
     }
 
     /// Tells `sender`, here or wherever it runs, that `receiver` took
-    /// `count` of its letters (or that it could not).
+    /// `count` of its letters (or that it could not). Letters the running
+    /// process takes from another kernel's are confirmed at the latest when
+    /// its slice ends or it waits, and with its next letter to their sender
+    /// if that comes first ([`confirm_taken`](Self::confirm_taken)).
     pub(super) fn letters_taken(
         &mut self,
         sender: Pid,
@@ -155,6 +163,11 @@ impl Kernel {
     ) {
         if self.procs.contains_key(&sender) {
             self.letters_confirmed(sender, receiver, count, result);
+        } else if result.is_ok() && self.running == Some(receiver) {
+            match self.unconfirmed.iter_mut().find(|(s, _)| *s == sender) {
+                Some((_, n)) => *n += count,
+                None => self.unconfirmed.push((sender, count)),
+            }
         } else {
             self.route(
                 sender,
@@ -163,6 +176,33 @@ impl Kernel {
                     from: receiver,
                     count,
                     result,
+                }),
+            );
+        }
+    }
+
+    /// The letters of `sender` the running process took and has not
+    /// confirmed: its letter to `sender` carries the confirmation.
+    fn unconfirmed_from(&mut self, sender: Pid) -> u32 {
+        match self.unconfirmed.iter().position(|(s, _)| *s == sender) {
+            Some(i) => self.unconfirmed.swap_remove(i).1,
+            None => 0,
+        }
+    }
+
+    /// Confirms to their senders the letters `receiver` (the running
+    /// process) took and has not confirmed: when its slice ends, and before
+    /// it waits, since a sender may wait for room in its window. One
+    /// message per sender, however many letters.
+    pub(crate) fn confirm_taken(&mut self, receiver: Pid) {
+        for (sender, count) in std::mem::take(&mut self.unconfirmed) {
+            self.route(
+                sender,
+                NocMsg::Ipc(IpcMsg::AsyncTaken {
+                    to: sender,
+                    from: receiver,
+                    count,
+                    result: Ok(()),
                 }),
             );
         }

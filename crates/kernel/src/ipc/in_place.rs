@@ -115,6 +115,8 @@ impl Kernel {
         call: &mut IpcCall,
         check: impl Fn(&mut Kernel, &mut IpcCaller<'_>) -> Option<Result<(), Errno>>,
     ) -> Option<Result<(), Errno>> {
+        // A sender of letters it took may wait for room meanwhile.
+        self.confirm_taken(me.pid);
         if !me.alone || self.spin.is_zero() {
             return None;
         }

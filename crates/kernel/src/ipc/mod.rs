@@ -114,6 +114,10 @@ pub struct Letter {
     /// not wait for an answer.
     pub reply: bool,
     pub msg: Message,
+    /// Letters of the receiver that the sender took and had not confirmed
+    /// yet: the confirmation rides with the answer
+    /// ([`Kernel::confirm_taken`](crate::kernel::Kernel::confirm_taken)).
+    pub confirms: u32,
 }
 
 impl IpcMsg {

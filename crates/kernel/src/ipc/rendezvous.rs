@@ -32,6 +32,7 @@ impl Kernel {
                     seq,
                     reply,
                     msg,
+                    confirms: 0,
                 },
             );
             if reply && kind != CallKind::SendRec {
@@ -90,6 +91,7 @@ impl Kernel {
             seq,
             reply,
             msg,
+            ..
         } = letter;
         if domain.is_none() || self.domain_of(to) != domain {
             self.ipc.denied += 1;

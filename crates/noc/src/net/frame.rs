@@ -30,7 +30,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// 11: a module is read from another node's directory (`ReadModule`); open
 ///     files name their open, held by their node (`FileClosed`,
 ///     `FilesReleased`).
-pub const VERSION: u16 = 11;
+/// 12: a letter carries the confirmation of letters its sender took.
+pub const VERSION: u16 = 12;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;
