@@ -280,6 +280,14 @@ impl<M> Endpoint<M> {
             return Ok(());
         }
         let t = to.index as usize;
+        // Straight into the ring when nothing waits before it.
+        if let (true, Some(outbox)) = (self.backlog[t].is_empty(), &mut self.outboxes[t]) {
+            if has_room(outbox, bulk.is_some()) {
+                push(outbox, msg, bulk);
+                self.doorbells[t].ring();
+                return Ok(());
+            }
+        }
         self.backlog[t].push_back((msg, bulk));
         self.flush_to(t);
         Ok(())
@@ -299,25 +307,16 @@ impl<M> Endpoint<M> {
     }
 
     fn flush_to(&mut self, t: usize) {
-        let Some((mailbox, portal)) = self.outboxes[t].as_mut() else {
+        let Some(outbox) = self.outboxes[t].as_mut() else {
             return;
         };
         let mut sent = false;
         while let Some((_, bulk)) = self.backlog[t].front() {
-            // Both lanes need room, or the pair would be split.
-            if mailbox.is_full() || (bulk.is_some() && portal.is_full()) {
+            if !has_room(outbox, bulk.is_some()) {
                 break;
             }
             let (msg, bulk) = self.backlog[t].pop_front().expect("front exists");
-            let has_bulk = bulk.is_some();
-            if let Some(b) = bulk {
-                assert!(portal.push(b).is_ok(), "portal had room");
-            }
-            let pushed = mailbox.push(Envelope {
-                msg,
-                bulk: has_bulk,
-            });
-            assert!(pushed.is_ok(), "mailbox had room");
+            push(outbox, msg, bulk);
             sent = true;
         }
         if sent {
@@ -369,6 +368,27 @@ impl<M> Endpoint<M> {
     pub fn has_loopback(&self) -> bool {
         !self.loopback.is_empty()
     }
+}
+
+/// Whether `outbox` takes a message now (with bulk bytes: both lanes, or
+/// the pair would be split).
+fn has_room<M>((mailbox, portal): &Outbox<M>, bulk: bool) -> bool {
+    !mailbox.is_full() && !(bulk && portal.is_full())
+}
+
+/// Pushes a message and its bulk bytes into `outbox`, which has room
+/// ([`has_room`]): the bytes first, so that they are there when the
+/// receiver takes the envelope.
+fn push<M>((mailbox, portal): &mut Outbox<M>, msg: M, bulk: Option<Vec<u8>>) {
+    let has_bulk = bulk.is_some();
+    if let Some(b) = bulk {
+        assert!(portal.push(b).is_ok(), "portal had room");
+    }
+    let pushed = mailbox.push(Envelope {
+        msg,
+        bulk: has_bulk,
+    });
+    assert!(pushed.is_ok(), "mailbox had room");
 }
 
 #[cfg(test)]
