@@ -414,8 +414,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
              rank waiting in receive, else queued at it; more than 40 bytes go by rendezvous, \
              one grant-checked copy"
                 .into(),
-            "Open MPI 4.1: mpirun -n N --mca pml ob1 --mca btl self,vader | self,tcp; its \
-             shared memory polls, atoll's ranks block in the kernel"
+            "Open MPI 4.1: mpirun -n N --mca pml ob1 --mca btl self,vader | self,tcp; it \
+             polls its shared memory; an atoll rank polls the NoC inside its receive while \
+             its kernel has nothing else to run, then blocks"
                 .into(),
         ],
     })

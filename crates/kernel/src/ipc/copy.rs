@@ -2,7 +2,7 @@
 //! the grants of each side's owner.
 
 use atoll_abi::{Errno, Pid};
-use atoll_ipc::{Access, CopyAddr, CopyRequest, CopySide, DomainId, IpcCall};
+use atoll_ipc::{Access, CopyAddr, CopyRequest, CopySide, DomainId, IpcCall, IpcState};
 use atoll_process::{IpcCaller, IpcOutcome};
 use serde::{Deserialize, Serialize};
 
@@ -144,32 +144,94 @@ impl Kernel {
     }
 
     /// The address of one side of a copy in its owner's memory (the owner
-    /// runs here), if the requester may access it: its own memory, or
-    /// memory the owner granted it.
+    /// runs here), if the requester may access it ([`locate`]).
     fn resolve(&mut self, copy: &CopyOrder, side: CopySide, need: Access) -> Result<u32, Errno> {
-        let len = copy.req.len;
         let p = self.procs.get(&side.pid).ok_or(Errno::DeadSrcDst)?;
-        let u = p.container.uarea();
-        let addr = match side.at {
-            CopyAddr::Direct(a) if side.pid == copy.requester => a,
-            _ if u.ipc.domain.is_none() || u.ipc.domain != copy.domain => {
-                self.ipc.denied += 1;
-                return Err(Errno::CallDenied);
+        let at = locate(
+            copy,
+            side,
+            need,
+            &p.container.uarea().ipc,
+            p.container.memory_bytes(),
+        );
+        if at == Err(Errno::CallDenied) {
+            self.ipc.denied += 1;
+        }
+        at
+    }
+
+    /// As [`copy_read`](Self::copy_read), for a copy out of the memory of
+    /// the caller waiting in place (its IPC state lent to the kernel).
+    pub(super) fn copy_read_caller(&mut self, copy: CopyOrder, memory: &[u8]) {
+        let (_, lent) = self.caller_ipc.as_ref().expect("lent while waiting in place");
+        let len = copy.req.len as usize;
+        let result = match locate(&copy, copy.req.src, Access::READ, lent, memory.len()) {
+            Ok(a) => {
+                let bytes = memory[a as usize..a as usize + len].to_vec();
+                let dst = copy.req.dst.pid;
+                if !self.procs.contains_key(&dst) {
+                    return self.route_bulk(
+                        dst,
+                        NocMsg::Ipc(IpcMsg::CopyWrite { to: dst, copy }),
+                        bytes,
+                    );
+                }
+                self.copy_write(&copy, &bytes)
             }
-            CopyAddr::Direct(a) => u
-                .ipc
-                .grants
-                .covers(copy.requester, a, len, need)
-                .map(|()| a)?,
-            CopyAddr::Grant { id, offset } => {
-                u.ipc
-                    .grants
-                    .resolve(id, copy.requester, offset, len, need)?
+            Err(e) => {
+                if e == Errno::CallDenied {
+                    self.ipc.denied += 1;
+                }
+                Err(e)
             }
         };
-        match (addr as usize).checked_add(len as usize) {
-            Some(end) if end <= p.container.memory_bytes() => Ok(addr),
-            _ => Err(Errno::Fault),
+        self.answer(copy.requester, copy.seq, result);
+    }
+
+    /// The bytes of the copy the caller waiting in place asked for, into
+    /// its memory: the end of its call.
+    pub(super) fn copy_write_caller(
+        &mut self,
+        copy: &CopyOrder,
+        bytes: &[u8],
+        memory: &mut [u8],
+    ) -> Result<(), Errno> {
+        let (_, lent) = self.caller_ipc.as_ref().expect("lent while waiting in place");
+        let to = locate(copy, copy.req.dst, Access::WRITE, lent, memory.len())? as usize;
+        memory[to..to + bytes.len()].copy_from_slice(bytes);
+        self.copied(copy);
+        Ok(())
+    }
+}
+
+/// Where one side of a copy lies in the memory of its owner (whose IPC
+/// state is `owner`, its memory `memory_bytes` long), if the requester may
+/// access it: its own memory, or memory the owner granted it.
+fn locate(
+    copy: &CopyOrder,
+    side: CopySide,
+    need: Access,
+    owner: &IpcState,
+    memory_bytes: usize,
+) -> Result<u32, Errno> {
+    let len = copy.req.len;
+    let addr = match side.at {
+        CopyAddr::Direct(a) if side.pid == copy.requester => a,
+        _ if owner.domain.is_none() || owner.domain != copy.domain => {
+            return Err(Errno::CallDenied);
         }
+        CopyAddr::Direct(a) => owner
+            .grants
+            .covers(copy.requester, a, len, need)
+            .map(|()| a)?,
+        CopyAddr::Grant { id, offset } => {
+            owner
+                .grants
+                .resolve(id, copy.requester, offset, len, need)?
+        }
+    };
+    match (addr as usize).checked_add(len as usize) {
+        Some(end) if end <= memory_bytes => Ok(addr),
+        _ => Err(Errno::Fault),
     }
 }

@@ -9,9 +9,10 @@
 //! and give it its answer without the unwind and the rewind (as an MPI
 //! library polls shared memory, but through the NoC).
 //!
-//! Three calls wait so: a `receive` (for a message), a `send` or `notify`
-//! to a process of another kernel (for its answer), and a `sendrec` to one
-//! (for the answer, then the reply). Only while the kernel has nothing else
+//! Four calls wait so: a `receive` (for a message), a `send` or `notify`
+//! to a process of another kernel (for its answer), a `sendrec` to one (for
+//! the answer, then the reply), and a copy from or to one (for the bytes,
+//! or the answer). Only while the kernel has nothing else
 //! to do: no other process runnable, no timer due, a core to itself
 //! ([`Doorbell::room_to_poll`](atoll_noc::Doorbell::room_to_poll)), and no
 //! other thread in the caller.
@@ -21,8 +22,9 @@
 //! own messages aside (`deferred`), in order. Those are served from the
 //! front, with the caller's IPC state lent back to the kernel for the
 //! moment (`caller_ipc`), as far as they are what the call waits for or
-//! only add to the caller's queues (letters, notifications, its letters
-//! taken). Anything else for the caller, or any message the loop must see
+//! need no more of the caller than its queues and its grants (letters,
+//! notifications, its letters taken, a copy out of its memory for another
+//! process: an MPI rendezvous). Anything else for the caller, or any message the loop must see
 //! first (the kernels' own traffic), ends the wait: the call then blocks
 //! as ever, and the loop serves the rest in the order it came. The wait
 //! lasts at most the kernel's spin time, and is idle time, not the
@@ -48,6 +50,10 @@ enum Take {
     Sent,
     /// The reply its `sendrec` waits for.
     Reply,
+    /// A copy out of its memory, for another process's call.
+    CopyOut,
+    /// The bytes of its own copy, for its memory: the end of the call.
+    CopyIn,
     /// The loop must serve it: the wait ends.
     Stop,
 }
@@ -62,6 +68,9 @@ impl Kernel {
         msg: u32,
         status: u32,
     ) -> IpcOutcome {
+        if !self.may_wait_in_place(me) {
+            return self.receive(me, call, from, msg, status);
+        }
         let now = || IpcCall::ReceiveNb { from, msg, status };
         match self.receive(me, now(), from, msg, status) {
             IpcOutcome::Done(Err(Errno::NotReady)) => {}
@@ -82,8 +91,8 @@ impl Kernel {
         }
     }
 
-    /// A `send`, `notify` or `sendrec` that must wait for a process of
-    /// another kernel waits in place for its answer while it may.
+    /// A `send`, `notify`, `sendrec` or copy that must wait for a process
+    /// of another kernel waits in place for its answer while it may.
     pub(super) fn answer_waiting(
         &mut self,
         me: &mut IpcCaller<'_>,
@@ -94,6 +103,8 @@ impl Kernel {
         };
         let peer = match call {
             IpcCall::Send { to, .. } | IpcCall::SendRec { to, .. } | IpcCall::Notify { to } => to,
+            IpcCall::Copy(req) if req.src.pid == me.pid => req.dst.pid,
+            IpcCall::Copy(req) => req.src.pid,
             _ => return IpcOutcome::Block(call),
         };
         // One of this kernel cannot answer while the caller holds it.
@@ -115,15 +126,15 @@ impl Kernel {
         call: &mut IpcCall,
         check: impl Fn(&mut Kernel, &mut IpcCaller<'_>) -> Option<Result<(), Errno>>,
     ) -> Option<Result<(), Errno>> {
-        // A sender of letters it took may wait for room meanwhile.
-        self.confirm_taken(me.pid);
-        if !me.alone || self.spin.is_zero() {
+        if !self.may_wait_in_place(me) {
             return None;
         }
+        // A sender of letters it took may wait for room meanwhile.
+        self.confirm_taken(me.pid);
         let start = quanta::Instant::now();
         let deadline = start + self.spin;
         let mut result = None;
-        while result.is_none() && self.may_wait_in_place() {
+        while result.is_none() && self.may_wait_in_place(me) {
             if self.take_in_noc() {
                 result = self.take_deferred(me, call).or_else(|| check(self, me));
             } else if quanta::Instant::now() >= deadline {
@@ -140,10 +151,13 @@ impl Kernel {
     }
 
     /// Whether the kernel has nothing to do but wait for the caller's
-    /// answer: nothing runnable, no timer due, nothing taken in that the
-    /// loop must serve first, and a core to itself.
-    fn may_wait_in_place(&self) -> bool {
-        self.run_queue.len() == 0
+    /// answer: a caller with no other thread, nothing runnable, no timer
+    /// due, nothing taken in that the loop must serve first, and a core to
+    /// itself.
+    fn may_wait_in_place(&self, me: &IpcCaller<'_>) -> bool {
+        me.alone
+            && !self.spin.is_zero()
+            && self.run_queue.len() == 0
             && self.early.is_empty()
             && self.deferred.is_empty()
             && !self.timer_due()
@@ -170,7 +184,7 @@ impl Kernel {
                 break;
             };
             let take = match &packet.msg {
-                NocMsg::Ipc(m) => what_to_take(m, call, seq, domain),
+                NocMsg::Ipc(m) => what_to_take(m, call, me.pid, seq, domain),
                 _ => Take::Stop,
             };
             if matches!(take, Take::Stop) {
@@ -211,6 +225,19 @@ impl Kernel {
                     }
                     result = Some(Ok(()));
                 }
+                Take::CopyOut => {
+                    let IpcMsg::CopyRead { copy, .. } = m else {
+                        unreachable!("what_to_take matched it")
+                    };
+                    self.copy_read_caller(copy, me.memory);
+                }
+                Take::CopyIn => {
+                    let IpcMsg::CopyWrite { copy, .. } = m else {
+                        unreachable!("what_to_take matched it")
+                    };
+                    let bytes = packet.bulk.unwrap_or_default();
+                    result = Some(self.copy_write_caller(&copy, &bytes, me.memory));
+                }
             }
         }
         let (_, lent) = self.caller_ipc.take().expect("lent above");
@@ -219,9 +246,15 @@ impl Kernel {
     }
 }
 
-/// What a caller of `domain` waiting in `call` (its number `seq`) does
-/// with `m`.
-fn what_to_take(m: &IpcMsg, call: &IpcCall, seq: u64, domain: Option<DomainId>) -> Take {
+/// What caller `me`, of `domain`, waiting in `call` (its number `seq`),
+/// does with `m`.
+fn what_to_take(
+    m: &IpcMsg,
+    call: &IpcCall,
+    me: Pid,
+    seq: u64,
+    domain: Option<DomainId>,
+) -> Take {
     match (m, call) {
         (IpcMsg::Done { seq: s, .. }, _) if *s != seq => Take::Drop,
         (IpcMsg::Done { result: Err(e), .. }, _) => Take::Answer(Err(*e)),
@@ -242,6 +275,14 @@ fn what_to_take(m: &IpcMsg, call: &IpcCall, seq: u64, domain: Option<DomainId>) 
             Take::Serve
         }
         (IpcMsg::Notify { .. } | IpcMsg::AsyncTaken { .. }, _) => Take::Serve,
+        // Reading its memory, checked against its grants, needs no more
+        // of it than a letter does.
+        (IpcMsg::CopyRead { copy, .. }, _) if copy.req.src.pid == me => Take::CopyOut,
+        (IpcMsg::CopyWrite { copy, .. }, IpcCall::Copy(_))
+            if copy.requester == me && copy.seq == seq && copy.req.dst.pid == me =>
+        {
+            Take::CopyIn
+        }
         _ => Take::Stop,
     }
 }
