@@ -32,10 +32,16 @@ enum {
     KIND_RTS,                /* large payload: read it through the grant */
     KIND_FIN,                /* the receiver has copied a KIND_RTS payload */
     KIND_HELLO,              /* MPI_Init: a rank introduces itself to rank 0 */
+    KIND_MORE,               /* the next bytes of the sender's last KIND_EAGER */
 };
 
 /* Bytes of payload a message carries after its envelope. */
 #define EAGER_MAX 40
+/* Largest payload sent eagerly: its first EAGER_MAX bytes in the KIND_EAGER,
+ * the rest in KIND_MORE messages right behind it (ATOLL_PAYLOAD_SIZE bytes
+ * each). A handful of messages in a row cost less than a rendezvous's
+ * three crossings (bench/results/mpi.md). */
+#define EAGER_CHUNKED_MAX 144
 
 /* The 52-byte payload of a message between ranks. */
 struct wire {
@@ -171,6 +177,7 @@ struct unexpected {
     int ctx, tag, len;
     uint32_t grant, sreq, sync;
     struct atoll_mpi_request *self_send; /* from oneself: the send */
+    int missing;       /* KIND_EAGER: bytes still to come in KIND_MORE */
     uint8_t data[];    /* KIND_EAGER: the payload */
 };
 

@@ -19,8 +19,9 @@ static unsigned char pattern(int from, int size, int i)
     return (unsigned char)(from * 31 + size * 7 + i);
 }
 
-/* Sizes on both sides of the 40-byte eager limit, up to 1 MiB. */
-static const int sizes[] = {0, 1, 39, 40, 41, 4096, 100000, 1 << 20};
+/* Sizes on both sides of the 40-byte limit of one message, of each further
+ * 52-byte message, and of the 144-byte eager limit, up to 1 MiB. */
+static const int sizes[] = {0, 1, 39, 40, 41, 92, 93, 144, 145, 4096, 100000, 1 << 20};
 #define NSIZES (int)(sizeof sizes / sizeof sizes[0])
 
 static void ring(void)
@@ -268,7 +269,9 @@ static void truncation(void)
     int out[100], in[100];
     for (int i = 0; i < 100; i++)
         out[i] = i;
-    for (int n = 10; n <= 100; n += 90) {
+    static const int lens[] = {10, 30, 100}; /* eager, eager in 3 messages, rendezvous */
+    for (int l = 0; l < 3; l++) {
+        int n = lens[l];
         if (test_rank == 0) {
             OK(MPI_Send(out, n, MPI_INT, 1, n, c));
         } else if (test_rank == 1) {

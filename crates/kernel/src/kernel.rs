@@ -20,7 +20,7 @@ use atoll_process::{
 use rustc_hash::FxHashMap;
 
 use crate::homes::{Homes, Kin};
-use crate::loader::{Load, Loader};
+use crate::loader::{Load, Loaded, Loader};
 use crate::migration::{Arriving, Departure, Incoming};
 use crate::msg::{
     Control, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo,
@@ -195,6 +195,11 @@ pub(crate) struct Kernel {
     /// Messages taken off the NoC during a slice that the loop serves
     /// first, in the order they came ([`take_in_noc`](Self::take_in_noc)).
     pub(crate) early: VecDeque<(KernelId, Packet)>,
+    /// Requests of the node and modules the loader finished, taken in
+    /// during a slice (they rang the doorbell too): the loop serves them
+    /// first.
+    early_control: VecDeque<Control>,
+    early_loaded: VecDeque<Loaded>,
     /// The running process's IPC state, lent back to the kernel while it
     /// serves messages for it in the middle of its call
     /// (`ipc/in_place.rs`); [`ipc_state`](Self::ipc_state) finds it there.
@@ -259,6 +264,8 @@ impl Kernel {
             running: None,
             deferred: Vec::new(),
             early: VecDeque::new(),
+            early_control: VecDeque::new(),
+            early_loaded: VecDeque::new(),
             caller_ipc: None,
             waited_in_place: Duration::ZERO,
             unconfirmed: Vec::new(),
@@ -289,6 +296,14 @@ impl Kernel {
         tracing::debug!(kernel = %self.id, "kernel started");
         loop {
             self.noc.doorbell().take();
+            self.take_in_local();
+            while let Some(c) = self.early_control.pop_front() {
+                if matches!(c, Control::Shutdown) {
+                    tracing::debug!(kernel = %self.id, "kernel stopped");
+                    return;
+                }
+                self.on_control(c);
+            }
             loop {
                 match self.control.try_recv() {
                     Ok(Control::Shutdown) | Err(std::sync::mpsc::TryRecvError::Disconnected) => {
@@ -316,6 +331,9 @@ impl Kernel {
             }
             if !self.held_checkpoints.is_empty() {
                 self.settle_checkpoints();
+            }
+            while let Some(loaded) = self.early_loaded.pop_front() {
+                self.on_loaded(loaded);
             }
             while let Ok(loaded) = self.loader.done.try_recv() {
                 self.on_loaded(loaded);
@@ -399,6 +417,22 @@ impl Kernel {
             }
         }
         true
+    }
+
+    /// Takes in, during a slice, what else rings the doorbell: the node's
+    /// requests and the loader's finished modules, for the loop.
+    pub(crate) fn take_in_local(&mut self) {
+        while let Ok(c) = self.control.try_recv() {
+            self.early_control.push_back(c);
+        }
+        while let Ok(loaded) = self.loader.done.try_recv() {
+            self.early_loaded.push_back(loaded);
+        }
+    }
+
+    /// Whether the node or the loader asked for something the loop serves.
+    pub(crate) fn has_local_work(&self) -> bool {
+        !self.early_control.is_empty() || !self.early_loaded.is_empty()
     }
 
     /// Whether the kernel has a core to itself ([`Doorbell::room_to_poll`]).

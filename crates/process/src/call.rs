@@ -168,6 +168,13 @@ pub enum Reply {
 pub trait KernelLink {
     /// Serves `call` of the process `me` describes, as far as it can now.
     fn ipc(&mut self, me: IpcCaller<'_>, call: IpcCall) -> IpcOutcome;
+
+    /// Something rang the kernel's doorbell while the process `me`
+    /// describes runs (outside any call): the kernel takes in what came and
+    /// serves what it can without stopping the process (letters for it
+    /// join its queues). Returns whether the kernel needs its loop now, and
+    /// so the process must yield.
+    fn take_in(&mut self, me: IpcCaller<'_>) -> bool;
 }
 
 /// The calling process, which is running and so not in the kernel's table:

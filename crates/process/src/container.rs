@@ -27,7 +27,7 @@ use smallvec::SmallVec;
 
 use wasmtime::{Store, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
 
-use crate::call::{CallState, KernelCall, KernelLink, Reply, Yielding};
+use crate::call::{CallState, IpcCaller, KernelCall, KernelLink, Reply, Yielding};
 use crate::clock::monotonic_ns;
 use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
 use crate::fd::Fd;
@@ -343,8 +343,11 @@ impl Container {
         store.limiter(|ctx| &mut ctx.limits);
         store.epoch_deadline_callback(|mut cx| {
             let ctx = cx.data();
-            if Instant::now() >= ctx.deadline || (ctx.host.wake)() {
-                if let Some(a) = ctx.exports.as_ref().and_then(|e| e.asyncify.clone()) {
+            let due = Instant::now() >= ctx.deadline;
+            let rang = (ctx.host.wake)();
+            if due || (rang && kernel_needs_the_core(&mut cx)) {
+                let asyncify = cx.data().exports.as_ref().and_then(|e| e.asyncify.clone());
+                if let Some(a) = asyncify {
                     a.yield_flag.set(&mut cx, Val::I32(1))?;
                 }
             }
@@ -705,6 +708,32 @@ impl Drop for Container {
 
 /// A slice of a process without threads: it resumes where it stopped, or
 /// starts. If it makes threads meanwhile, the slice goes on with them.
+/// The doorbell rang while the process runs: the kernel takes in what came
+/// and serves what it can without stopping it ([`KernelLink::take_in`]),
+/// and says whether it needs its loop now. A process with threads, one in
+/// the middle of a kernel call, or one run without a kernel, yields as ever.
+fn kernel_needs_the_core(cx: &mut wasmtime::StoreContextMut<'_, ProcCtx>) -> bool {
+    let ctx = cx.data();
+    let (Some(mut link), Some(exports)) = (ctx.link, ctx.exports.clone()) else {
+        return true;
+    };
+    // Unwinding out of a call or rewinding into one, it is the kernel's to
+    // hand messages to (a letter queued now would not wake it).
+    if ctx.uarea.threads.active() || !matches!(ctx.uarea.call, CallState::Running) {
+        return true;
+    }
+    let (memory, ctx) = exports.memory.data_and_store_mut(&mut *cx);
+    let me = IpcCaller {
+        pid: ctx.uarea.pid,
+        alone: true,
+        ipc: &mut ctx.uarea.ipc,
+        memory,
+    };
+    // SAFETY: as in the IPC host functions: the kernel lent itself for
+    // this slice (`Container::run`), and the guest is stopped at a check.
+    unsafe { link.as_mut() }.take_in(me)
+}
+
 fn run_alone(store: &mut Store<ProcCtx>, exports: &Exports) -> Slice {
     let ctx = store.data_mut();
     if ctx.uarea.started {

@@ -59,6 +59,19 @@ enum Take {
 }
 
 impl Kernel {
+    /// The doorbell rang while the caller runs: takes in what came and
+    /// serves the caller's messages that need no call of it, so that it
+    /// need not stop ([`KernelLink::take_in`](atoll_process::KernelLink::take_in)).
+    /// Returns whether the loop has work (the caller must yield).
+    pub(super) fn take_in_while_running(&mut self, me: &mut IpcCaller<'_>) -> bool {
+        self.take_in_noc();
+        self.take_in_local();
+        if !self.deferred.is_empty() {
+            self.take_deferred(me, None);
+        }
+        !self.early.is_empty() || !self.deferred.is_empty() || self.has_local_work()
+    }
+
     /// A blocking `receive` (`call`) that first waits in place while it may.
     pub(super) fn receive_waiting(
         &mut self,
@@ -136,7 +149,8 @@ impl Kernel {
         let mut result = None;
         while result.is_none() && self.may_wait_in_place(me) {
             if self.take_in_noc() {
-                result = self.take_deferred(me, call).or_else(|| check(self, me));
+                self.take_in_local();
+                result = self.take_deferred(me, Some(call)).or_else(|| check(self, me));
             } else if quanta::Instant::now() >= deadline {
                 break;
             } else {
@@ -152,14 +166,15 @@ impl Kernel {
 
     /// Whether the kernel has nothing to do but wait for the caller's
     /// answer: a caller with no other thread, nothing runnable, no timer
-    /// due, nothing taken in that the loop must serve first, and a core to
-    /// itself.
+    /// due, nothing taken in that the loop must serve first (messages, the
+    /// node's requests, modules loaded), and a core to itself.
     fn may_wait_in_place(&self, me: &IpcCaller<'_>) -> bool {
         me.alone
             && !self.spin.is_zero()
             && self.run_queue.len() == 0
             && self.early.is_empty()
             && self.deferred.is_empty()
+            && !self.has_local_work()
             && !self.timer_due()
             && self.room_to_poll()
     }
@@ -170,7 +185,7 @@ impl Kernel {
     fn take_deferred(
         &mut self,
         me: &mut IpcCaller<'_>,
-        call: &mut IpcCall,
+        mut call: Option<&mut IpcCall>,
     ) -> Option<Result<(), Errno>> {
         if self.deferred.is_empty() {
             return None;
@@ -184,7 +199,7 @@ impl Kernel {
                 break;
             };
             let take = match &packet.msg {
-                NocMsg::Ipc(m) => what_to_take(m, call, me.pid, seq, domain),
+                NocMsg::Ipc(m) => what_to_take(m, call.as_deref(), me.pid, seq, domain),
                 _ => Take::Stop,
             };
             if matches!(take, Take::Stop) {
@@ -199,19 +214,20 @@ impl Kernel {
                 Take::Serve => self.on_ipc(m, packet.bulk),
                 Take::Drop | Take::Stop => {}
                 Take::Answer(r) => {
-                    if r.is_ok() && matches!(call, IpcCall::Send { .. }) {
+                    if r.is_ok() && matches!(call.as_deref(), Some(IpcCall::Send { .. })) {
                         state.stats.sent += 1;
                     }
                     result = Some(r);
                 }
                 Take::Sent => {
-                    if let IpcCall::SendRec { phase, .. } = call {
+                    if let Some(IpcCall::SendRec { phase, .. }) = call.as_deref_mut() {
                         state.stats.sent += 1;
                         *phase = Phase::AwaitingReply;
                     }
                 }
                 Take::Reply => {
-                    let (IpcMsg::Deliver { letter, .. }, IpcCall::SendRec { msg, .. }) = (m, &*call)
+                    let (IpcMsg::Deliver { letter, .. }, Some(IpcCall::SendRec { msg, .. })) =
+                        (m, call.as_deref())
                     else {
                         unreachable!("what_to_take matched them")
                     };
@@ -246,25 +262,27 @@ impl Kernel {
     }
 }
 
-/// What caller `me`, of `domain`, waiting in `call` (its number `seq`),
-/// does with `m`.
+/// What caller `me`, of `domain`, waiting in `call` (its number `seq`;
+/// `None`: running, in no call), does with `m`.
 fn what_to_take(
     m: &IpcMsg,
-    call: &IpcCall,
+    call: Option<&IpcCall>,
     me: Pid,
     seq: u64,
     domain: Option<DomainId>,
 ) -> Take {
     match (m, call) {
+        // Running, it waits for no answer: the loop would drop it too.
+        (IpcMsg::Done { .. }, None) => Take::Drop,
         (IpcMsg::Done { seq: s, .. }, _) if *s != seq => Take::Drop,
         (IpcMsg::Done { result: Err(e), .. }, _) => Take::Answer(Err(*e)),
-        (IpcMsg::Done { .. }, IpcCall::Send { .. } | IpcCall::Notify { .. }) => {
+        (IpcMsg::Done { .. }, Some(IpcCall::Send { .. } | IpcCall::Notify { .. })) => {
             Take::Answer(Ok(()))
         }
-        (IpcMsg::Done { .. }, IpcCall::SendRec { .. }) => Take::Sent,
+        (IpcMsg::Done { .. }, Some(IpcCall::SendRec { .. })) => Take::Sent,
         // The reply rule: the client can only be waiting for it. One from
         // another domain is the loop's to refuse (`deliver_remote`).
-        (IpcMsg::Deliver { letter, .. }, IpcCall::SendRec { to, .. })
+        (IpcMsg::Deliver { letter, .. }, Some(IpcCall::SendRec { to, .. }))
             if letter.reply && letter.from == *to && domain.is_some() && letter.domain == domain =>
         {
             Take::Reply
@@ -278,7 +296,7 @@ fn what_to_take(
         // Reading its memory, checked against its grants, needs no more
         // of it than a letter does.
         (IpcMsg::CopyRead { copy, .. }, _) if copy.req.src.pid == me => Take::CopyOut,
-        (IpcMsg::CopyWrite { copy, .. }, IpcCall::Copy(_))
+        (IpcMsg::CopyWrite { copy, .. }, Some(IpcCall::Copy(_)))
             if copy.requester == me && copy.seq == seq && copy.req.dst.pid == me =>
         {
             Take::CopyIn

@@ -164,6 +164,10 @@ impl KernelLink for Kernel {
             IpcCall::SendA { to, msg } => self.send_async(&mut me, to, msg),
         }
     }
+
+    fn take_in(&mut self, mut me: IpcCaller<'_>) -> bool {
+        self.take_in_while_running(&mut me)
+    }
 }
 
 impl Kernel {

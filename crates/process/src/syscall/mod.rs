@@ -114,9 +114,10 @@ pub(crate) fn enter_kernel(
     caller: &mut Caller<'_, ProcCtx>,
     call: KernelCall,
 ) -> Result<(), Errno> {
-    unwind(caller)?;
+    // Recorded first: starting the unwind runs guest code, where the kernel
+    // may look in (`KernelLink::take_in`) and must see the process in a call.
     caller.data_mut().uarea.call = CallState::Blocked(call);
-    Ok(())
+    unwind(caller).inspect_err(|_| caller.data_mut().uarea.call = CallState::Running)
 }
 
 /// Stops the running thread until `wait` is over, within its process: it
