@@ -296,7 +296,6 @@ impl Kernel {
         tracing::debug!(kernel = %self.id, "kernel started");
         loop {
             self.noc.doorbell().take();
-            self.take_in_local();
             while let Some(c) = self.early_control.pop_front() {
                 if matches!(c, Control::Shutdown) {
                     tracing::debug!(kernel = %self.id, "kernel stopped");
