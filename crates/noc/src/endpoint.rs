@@ -373,7 +373,7 @@ impl<M> Endpoint<M> {
 /// Whether `outbox` takes a message now (with bulk bytes: both lanes, or
 /// the pair would be split).
 fn has_room<M>((mailbox, portal): &Outbox<M>, bulk: bool) -> bool {
-    !mailbox.is_full() && !(bulk && portal.is_full())
+    !(mailbox.is_full() || bulk && portal.is_full())
 }
 
 /// Pushes a message and its bulk bytes into `outbox`, which has room

@@ -5,6 +5,7 @@ mod common;
 
 use atoll_abi::{status, KernelId};
 use atoll_ipc::DomainId;
+use atoll_kernel::IpcCounters;
 use atoll_node::Node;
 use common::*;
 
@@ -31,6 +32,25 @@ fn both_ways(node: &Node, scenario: &str, args: &[&str]) {
     }
 }
 
+/// Runs `ipc ARGS` from kernel 0.0 and checks that it passed; returns one
+/// IPC counter summed over the node's kernels, and all of them (for a
+/// failure's message).
+fn passes_counting(
+    node: &Node,
+    args: &[&str],
+    counter: impl Fn(&IpcCounters) -> u64,
+) -> (u64, String) {
+    let mut spec = job("ipc", args);
+    spec.kernel = Some(KernelId::new(0, 0));
+    let (status, out) = run(node, &spec);
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), format!("ok {}\n", args[0]));
+    let reports = node.ps().unwrap();
+    let sum = reports.iter().map(|r| counter(&r.ipc)).sum();
+    let all = reports.iter().map(|r| &r.ipc).collect::<Vec<_>>();
+    (sum, format!("{all:?}"))
+}
+
 #[test]
 fn sendrec_and_send_receive_keep_their_sequence() {
     both_ways(&node(3), "pingpong", &["3000"]);
@@ -41,19 +61,9 @@ fn calls_to_another_kernel_are_answered_in_place_when_nothing_else_runs() {
     // Two kernels on two cores, one process each: every sendrec, send and
     // receive of the conversation waits for the other kernel inside the
     // call (ipc/in_place.rs), and the sequence numbers still check out.
-    let node = node(2);
-    let mut spec = job("ipc", &["pingpong", "other", "2000"]);
-    spec.kernel = Some(KernelId::new(0, 0));
-    let (status, out) = run(&node, &spec);
-    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
-    assert_eq!(out.stdout(), "ok pingpong\n");
-    let reports = node.ps().unwrap();
-    let in_place: u64 = reports.iter().map(|r| r.ipc.in_place).sum();
-    assert!(
-        in_place > 0,
-        "no call was answered in place: {:?}",
-        reports.iter().map(|r| &r.ipc).collect::<Vec<_>>()
-    );
+    let (in_place, counters) =
+        passes_counting(&node(2), &["pingpong", "other", "2000"], |c| c.in_place);
+    assert!(in_place > 0, "no call was answered in place: {counters}");
 }
 
 #[test]
@@ -142,19 +152,10 @@ fn ipc_across_domains_is_refused() {
 fn many_pairs_across_kernels_lose_and_duplicate_no_message() {
     // 24 clients and their servers placed round robin over 4 kernels on 2
     // cores; each checks 2000 sequence numbers (ipc.c: stress).
-    let node = node(4);
-    let mut spec = job("ipc", &["stress", "same", "24", "2000"]);
-    spec.kernel = Some(KernelId::new(0, 0));
-    let (status, out) = run(&node, &spec);
-    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
-    assert_eq!(out.stdout(), "ok stress\n");
-    let reports = node.ps().unwrap();
-    let remote: u64 = reports.iter().map(|r| r.ipc.remote_out).sum();
-    assert!(
-        remote > 0,
-        "no message crossed kernels: {:?}",
-        reports.iter().map(|r| &r.ipc).collect::<Vec<_>>()
-    );
+    let (remote, counters) = passes_counting(&node(4), &["stress", "same", "24", "2000"], |c| {
+        c.remote_out
+    });
+    assert!(remote > 0, "no message crossed kernels: {counters}");
 }
 
 #[test]

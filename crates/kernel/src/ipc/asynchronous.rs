@@ -169,16 +169,22 @@ impl Kernel {
                 None => self.unconfirmed.push((sender, count)),
             }
         } else {
-            self.route(
-                sender,
-                NocMsg::Ipc(IpcMsg::AsyncTaken {
-                    to: sender,
-                    from: receiver,
-                    count,
-                    result,
-                }),
-            );
+            self.send_taken(sender, receiver, count, result);
         }
+    }
+
+    /// Tells `sender`, wherever it runs, that `receiver` took `count` of
+    /// its letters (or could not).
+    fn send_taken(&mut self, sender: Pid, receiver: Pid, count: u32, result: Result<(), Errno>) {
+        self.route(
+            sender,
+            NocMsg::Ipc(IpcMsg::AsyncTaken {
+                to: sender,
+                from: receiver,
+                count,
+                result,
+            }),
+        );
     }
 
     /// The letters of `sender` the running process took and has not
@@ -196,15 +202,7 @@ impl Kernel {
     /// message per sender, however many letters.
     pub(crate) fn confirm_taken(&mut self, receiver: Pid) {
         for (sender, count) in std::mem::take(&mut self.unconfirmed) {
-            self.route(
-                sender,
-                NocMsg::Ipc(IpcMsg::AsyncTaken {
-                    to: sender,
-                    from: receiver,
-                    count,
-                    result: Ok(()),
-                }),
-            );
+            self.send_taken(sender, receiver, count, Ok(()));
         }
     }
 

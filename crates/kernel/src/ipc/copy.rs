@@ -163,7 +163,10 @@ impl Kernel {
     /// As [`copy_read`](Self::copy_read), for a copy out of the memory of
     /// the caller waiting in place (its IPC state lent to the kernel).
     pub(super) fn copy_read_caller(&mut self, copy: CopyOrder, memory: &[u8]) {
-        let (_, lent) = self.caller_ipc.as_ref().expect("lent while waiting in place");
+        let (_, lent) = self
+            .caller_ipc
+            .as_ref()
+            .expect("lent while waiting in place");
         let len = copy.req.len as usize;
         let result = match locate(&copy, copy.req.src, Access::READ, lent, memory.len()) {
             Ok(a) => {
@@ -196,7 +199,10 @@ impl Kernel {
         bytes: &[u8],
         memory: &mut [u8],
     ) -> Result<(), Errno> {
-        let (_, lent) = self.caller_ipc.as_ref().expect("lent while waiting in place");
+        let (_, lent) = self
+            .caller_ipc
+            .as_ref()
+            .expect("lent while waiting in place");
         let to = locate(copy, copy.req.dst, Access::WRITE, lent, memory.len())? as usize;
         memory[to..to + bytes.len()].copy_from_slice(bytes);
         self.copied(copy);

@@ -150,7 +150,9 @@ impl Kernel {
         while result.is_none() && self.may_wait_in_place(me) {
             if self.take_in_noc() {
                 self.take_in_local();
-                result = self.take_deferred(me, Some(call)).or_else(|| check(self, me));
+                result = self
+                    .take_deferred(me, Some(call))
+                    .or_else(|| check(self, me));
             } else if quanta::Instant::now() >= deadline {
                 break;
             } else {
@@ -283,7 +285,10 @@ fn what_to_take(
         // The reply rule: the client can only be waiting for it. One from
         // another domain is the loop's to refuse (`deliver_remote`).
         (IpcMsg::Deliver { letter, .. }, Some(IpcCall::SendRec { to, .. }))
-            if letter.reply && letter.from == *to && domain.is_some() && letter.domain == domain =>
+            if letter.reply
+                && letter.from == *to
+                && domain.is_some()
+                && letter.domain == domain =>
         {
             Take::Reply
         }

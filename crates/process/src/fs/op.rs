@@ -274,7 +274,7 @@ impl FileOp {
         match self {
             FileOp::Read { file, at, len } => {
                 let mut buf = vec![0u8; *len as usize];
-                let n = read_at(&*handles.get(file)?, &mut buf, *at)?;
+                let n = read_at(handles.get(file)?, &mut buf, *at)?;
                 buf.truncate(n);
                 Ok(FileAnswer::Bytes(buf))
             }
@@ -282,12 +282,12 @@ impl FileOp {
                 let f = handles.get(file)?;
                 let at = match at {
                     Some(at) => *at,
-                    None => size(&f)?,
+                    None => size(f)?,
                 };
-                let n = write_at(&f, data, at)?;
+                let n = write_at(f, data, at)?;
                 Ok(FileAnswer::Written { at, n: n as u64 })
             }
-            FileOp::Size { file } => Ok(FileAnswer::Size(size(&*handles.get(file)?)?)),
+            FileOp::Size { file } => Ok(FileAnswer::Size(size(handles.get(file)?)?)),
             FileOp::Sync { target, data_only } => io(match target {
                 Target::File(r) => {
                     let f = handles.get(r)?;
@@ -310,13 +310,13 @@ impl FileOp {
             FileOp::SetSize { file, size } => io(handles.get(file)?.set_len(*size)),
             FileOp::Allocate { file, end } => {
                 let f = handles.get(file)?;
-                if size(&f)? < *end {
+                if size(f)? < *end {
                     f.set_len(*end).map_err(|e| host_errno(&e))?;
                 }
                 Ok(FileAnswer::Done)
             }
             FileOp::SetTimes { target, times } => io(match target {
-                Target::File(r) => times.set_fd(&*handles.get(r)?),
+                Target::File(r) => times.set_fd(handles.get(r)?),
                 Target::Dir(d) => File::open(&d.host).and_then(|dir| times.set_fd(&dir)),
             }),
             FileOp::List { dir } => Ok(FileAnswer::Entries(list_dir(&dir.host)?)),
