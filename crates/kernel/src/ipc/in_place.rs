@@ -12,8 +12,8 @@
 //! Four calls wait so: a `receive` (for a message), a `send` or `notify`
 //! to a process of another kernel (for its answer), a `sendrec` to one (for
 //! the answer, then the reply), and a copy from or to one (for the bytes,
-//! or the answer). Only while the kernel has nothing else
-//! to do: no other process runnable, no timer due, a core to itself
+//! or the answer). Only while the kernel has nothing else to do: no other
+//! process runnable, no timer due, a core to itself
 //! ([`Doorbell::room_to_poll`](atoll_noc::Doorbell::room_to_poll)), and no
 //! other thread in the caller.
 //!
@@ -24,11 +24,15 @@
 //! moment (`caller_ipc`), as far as they are what the call waits for or
 //! need no more of the caller than its queues and its grants (letters,
 //! notifications, its letters taken, a copy out of its memory for another
-//! process: an MPI rendezvous). Anything else for the caller, or any message the loop must see
-//! first (the kernels' own traffic), ends the wait: the call then blocks
-//! as ever, and the loop serves the rest in the order it came. The wait
-//! lasts at most the kernel's spin time, and is idle time, not the
-//! caller's CPU time.
+//! process: an MPI rendezvous). Anything else for the caller, or any
+//! message the loop must see first (the kernels' own traffic, the node's
+//! requests), ends the wait: the call then blocks as ever, and the loop
+//! serves the rest in the order it came. The wait lasts at most the
+//! kernel's spin time, and is idle time, not the caller's CPU time.
+//!
+//! The same serving runs when the doorbell rings while the process runs
+//! outside any call ([`Kernel::take_in_while_running`]): what only joins its
+//! queues does not stop it.
 
 use atoll_abi::{Errno, Pid};
 use atoll_ipc::{CallKind, DomainId, IpcCall, IpcState, Phase, MESSAGE_SIZE};
