@@ -118,6 +118,10 @@ impl Kernel {
         let IpcOutcome::Block(mut call) = outcome else {
             return outcome;
         };
+        // Checked first: on one kernel the peer was just made runnable.
+        if !self.may_wait_in_place(me) {
+            return IpcOutcome::Block(call);
+        }
         let peer = match call {
             IpcCall::Send { to, .. } | IpcCall::SendRec { to, .. } | IpcCall::Notify { to } => to,
             IpcCall::Copy(req) if req.src.pid == me.pid => req.dst.pid,
