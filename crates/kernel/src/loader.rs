@@ -26,7 +26,8 @@ pub(crate) enum Load {
     Program {
         source: ModuleSource,
         prepare: bool,
-        then: ThenRun,
+        /// Boxed: a child's spec is most of the job's size.
+        then: Box<ThenRun>,
     },
     /// Module `hash`, as another node sent it.
     Module { hash: ContentHash, bytes: Vec<u8> },
@@ -122,7 +123,7 @@ fn load(runtime: &Runtime, job: Load) -> Loaded {
                 ModuleSource::Read { name, bytes } => (name, runtime.load(&bytes, prepare)),
             };
             Loaded::Program {
-                then,
+                then: *then,
                 module: program
                     .map(|p| p.hash())
                     .map_err(|e| format!("{name}: {e}")),

@@ -228,11 +228,11 @@ impl Kernel {
         self.loader.load(Load::Program {
             source,
             prepare,
-            then: ThenRun::Spawn {
+            then: Box::new(ThenRun::Spawn {
                 parent,
                 spec,
                 kernel,
-            },
+            }),
         });
     }
 
@@ -402,7 +402,7 @@ impl Kernel {
         self.loader.load(Load::Program {
             source,
             prepare,
-            then: ThenRun::Exec { pid, args, kernel },
+            then: Box::new(ThenRun::Exec { pid, args, kernel }),
         });
     }
 
