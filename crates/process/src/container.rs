@@ -706,8 +706,6 @@ impl Drop for Container {
     }
 }
 
-/// A slice of a process without threads: it resumes where it stopped, or
-/// starts. If it makes threads meanwhile, the slice goes on with them.
 /// The doorbell rang while the process runs: the kernel takes in what came
 /// and serves what it can without stopping it ([`KernelLink::take_in`]),
 /// and says whether it needs its loop now. A process with threads, one in
@@ -734,6 +732,8 @@ fn kernel_needs_the_core(cx: &mut wasmtime::StoreContextMut<'_, ProcCtx>) -> boo
     unsafe { link.as_mut() }.take_in(me)
 }
 
+/// A slice of a process without threads: it resumes where it stopped, or
+/// starts. If it makes threads meanwhile, the slice goes on with them.
 fn run_alone(store: &mut Store<ProcCtx>, exports: &Exports) -> Slice {
     let ctx = store.data_mut();
     if ctx.uarea.started {
