@@ -297,7 +297,11 @@ void mpi_arrived(int from, int32_t kind, const struct wire *w)
     size_t head = (size_t)w->len < EAGER_MAX ? (size_t)w->len : EAGER_MAX;
     struct atoll_mpi_request *r = mpi_take_posted(w->ctx, from, w->tag);
     if (r != NULL) {
-        if (kind == KIND_EAGER) {
+        if (kind == KIND_EAGER && (size_t)w->len <= EAGER_MAX) {
+            size_t n = head < r->capacity ? head : r->capacity;
+            memcpy(r->landing, w->u.data, n);
+            received(r, from, w->tag, head);
+        } else if (kind == KIND_EAGER) {
             start_filling(from, (struct filling){r->landing, 0, r->capacity, (size_t)w->len,
                                                  w->tag, r, NULL});
             fill(from, w->u.data, head);
@@ -317,12 +321,15 @@ void mpi_arrived(int from, int32_t kind, const struct wire *w)
     u->sreq = kind == KIND_RTS ? w->u.rts.sreq : 0;
     u->sync = kind == KIND_RTS ? w->u.rts.sync : 0;
     u->self_send = NULL;
-    u->missing = (int)extra;
-    mpi_add_unexpected(u);
-    if (extra > 0) {
-        start_filling(from, (struct filling){u->data, 0, extra, extra, w->tag, NULL, u});
-        fill(from, w->u.data, head);
+    u->missing = 0;
+    if (kind == KIND_EAGER) {
+        memcpy(u->data, w->u.data, head);
+        if (extra > head) {
+            u->missing = (int)(extra - head);
+            start_filling(from, (struct filling){u->data, head, extra, extra, w->tag, NULL, u});
+        }
     }
+    mpi_add_unexpected(u);
 }
 
 /* Starts receiving count elements of type into buf: matched with an
