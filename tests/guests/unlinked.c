@@ -6,6 +6,10 @@
  *   unlinked DIR fork KERNEL   also forks a child on KERNEL (an index of
  *                              this node, or NODE.INDEX), which uses the
  *                              unlinked file too
+ *   unlinked DIR forkclose KERNEL
+ *                              likewise, but the parent closes the file
+ *                              before the child uses it (and tells it so
+ *                              with ipc_notify)
  *   unlinked DIR move KERNEL [BACK]
  *                              moves itself to KERNEL (likewise) once the
  *                              file is unlinked, and goes on there (and
@@ -21,6 +25,7 @@
  *   child: tmp reads "hello", wrote 6 bytes        (with fork)
  *   unlinked: moved, wrote 6 bytes                 (with move)
  *   after exec: tmp reads "hello"                  (with exec, and ends)
+ *   unlinked: closed tmp before the child used it  (with forkclose)
  *   unlinked: tmp reads "hello world"              (with fork or move)
  *   unlinked: back, tmp reads "hello world"        (with move ... BACK)
  *   unlinked: old reads "old" after new took its name
@@ -72,7 +77,8 @@ static const char *contents(int fd, size_t len)
 
 int main(int argc, char **argv)
 {
-    int forking = argc == 4 && strcmp(argv[2], "fork") == 0;
+    int closing = argc == 4 && strcmp(argv[2], "forkclose") == 0;
+    int forking = closing || (argc == 4 && strcmp(argv[2], "fork") == 0);
     int moving = (argc == 4 || argc == 5) && strcmp(argv[2], "move") == 0;
     int execing = argc == 3 && strcmp(argv[2], "exec") == 0;
     if (argc == 4 && strcmp(argv[2], "after") == 0) {
@@ -80,7 +86,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc != 2 && !forking && !moving && !execing) {
-        fprintf(stderr, "usage: unlinked DIR [fork|move KERNEL | exec]\n");
+        fprintf(stderr, "usage: unlinked DIR [fork|forkclose|move KERNEL | exec]\n");
         return 2;
     }
     const char *dir = argv[1];
@@ -107,11 +113,21 @@ int main(int argc, char **argv)
             fail("fork");
         }
         if (child == 0) {
+            message m;
+            if (closing && ipc_receive(ATOLL_ANY, &m, NULL) != 0)
+                fail("receive");
             printf("child: tmp reads \"%s\", ", contents(fd, 5));
             n = pwrite(fd, " world", 6, 5);
             printf("wrote %zd bytes\n", n);
             fflush(stdout);
             _exit(n == 6 ? 0 : 1);
+        }
+        if (closing) {
+            if (close(fd) != 0)
+                fail("close tmp");
+            fd = -1;
+            if (ipc_notify(child) != 0)
+                fail("notify");
         }
         int status;
         if (atoll_wait(child, &status, NULL) != 0)
@@ -120,7 +136,10 @@ int main(int argc, char **argv)
             printf("unlinked: the child ended with %d\n", status);
             return 1;
         }
-        printf("unlinked: tmp reads \"%s\"\n", contents(fd, 11));
+        if (closing)
+            printf("unlinked: closed tmp before the child used it\n");
+        else
+            printf("unlinked: tmp reads \"%s\"\n", contents(fd, 11));
     }
     if (execing) {
         char fd_text[16];
@@ -162,7 +181,8 @@ int main(int argc, char **argv)
         fail("rename new over old");
     printf("unlinked: old reads \"%s\" after new took its name\n", contents(ofd, 4));
     close(ofd);
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     if (unlink(old) != 0)
         fail("unlink old");
     printf("unlinked: ok\n");

@@ -18,7 +18,8 @@
 //! and the process's descriptors then name that kernel. A close tells the
 //! holder (`FileClosed`, after the slice), the process's end tells every
 //! kernel its descriptors name (`FilesReleased`), and a lost node takes
-//! what was held for the processes last heard from there.
+//! what was held for the processes last heard from there. A fork tells
+//! them to hold the parent's files for the child too (`FilesShared`).
 
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_process::{
@@ -73,6 +74,28 @@ impl Kernel {
         }
     }
 
+    /// `child` was forked from `parent`, with `fds`: every kernel that
+    /// holds files open for `parent` holds them for `child` too, so that
+    /// either may close its descriptor first. (A child whose first op
+    /// overtakes this still finds its parent's handle, if it is held yet.)
+    pub(crate) fn share_held_files(&mut self, parent: Pid, child: Pid, fds: &FdTable) {
+        let here = self.id.node;
+        let mut holders: Vec<KernelId> = fds
+            .files()
+            .filter(|(_, f)| f.owner.node != here || f.held)
+            .map(|(_, f)| f.owner)
+            .collect();
+        holders.sort_unstable();
+        holders.dedup();
+        for holder in holders {
+            if holder == self.id {
+                self.held.share(parent, child);
+            } else {
+                self.send(holder, NocMsg::FilesShared { parent, child });
+            }
+        }
+    }
+
     /// Routes `answer` to `pid`, wherever it runs.
     pub(crate) fn answer_file_op(&mut self, pid: Pid, answer: &Answer) {
         let bulk = postcard::to_allocvec(answer).expect("a file answer encodes");
@@ -104,6 +127,15 @@ impl Kernel {
             Ok(_) => return self.module_unread(pid, exec, Errno::Io),
             Err(e) => return self.module_unread(pid, exec, e),
         };
+        // From here the call waits for this node's loader, whose answer it
+        // must get even if the file's node is lost meanwhile.
+        if let Some(CallState::Blocked(KernelCall::Spawn(r) | KernelCall::Exec(r))) = self
+            .procs
+            .get_mut(&pid)
+            .map(|p| &mut p.container.uarea_mut().call)
+        {
+            r.module = SpawnModule::Fetched;
+        }
         let source = ModuleSource::Read { name, bytes };
         if exec {
             self.exec_module(pid, req.args, req.kernel, source);
@@ -133,7 +165,7 @@ pub(crate) fn reading_module(call: &CallState) -> Option<(bool, &SpawnRequest, &
     };
     match &req.module {
         SpawnModule::OtherNode(at) => Some((exec, req, at)),
-        SpawnModule::Same | SpawnModule::File(_) => None,
+        SpawnModule::Same | SpawnModule::File(_) | SpawnModule::Fetched => None,
     }
 }
 

@@ -824,6 +824,23 @@ impl Kernel {
     pub(crate) fn undeliverable(&mut self, msg: NocMsg) {
         match msg {
             NocMsg::Kill { reply_to, .. } => self.answer_kill(reply_to, Err(Errno::Srch)),
+            // The parent ended in its spawn or fork (killed while the
+            // child's module loaded, or while the request crossed kernels)
+            // and never learned of the child: the child ends too, as if the
+            // call had not returned.
+            NocMsg::Spawned {
+                parent,
+                result: Ok(child),
+            } => {
+                tracing::debug!(kernel = %self.id, %parent, %child, "ending the child of a parent that ended in its spawn");
+                let kill = NocMsg::Kill {
+                    target: child,
+                    signal: status::SIGKILL,
+                    reply_to: ReplyTo::nobody(self.id),
+                    domain: None,
+                };
+                self.route(child, kill);
+            }
             NocMsg::Migrate { pid, reply_to, .. } => {
                 self.answer_migration(reply_to, Err(format!("no process {pid}")))
             }
@@ -1080,6 +1097,7 @@ impl Kernel {
             NocMsg::File { pid } => self.on_file_op(pid, from, bulk),
             NocMsg::FileClosed { pid, open } => self.held.close(pid, open),
             NocMsg::FilesReleased { pid } => self.held.release(pid),
+            NocMsg::FilesShared { parent, child } => self.held.share(parent, child),
             NocMsg::Admit { quota, max, pid } => self.on_admit(quota, max, pid),
             NocMsg::Release { quota } => self.on_release(quota),
             m @ (NocMsg::Console(_) | NocMsg::JobEnded { .. } | NocMsg::Domain(_)) => {

@@ -52,6 +52,15 @@ pub enum ReplyTo {
     Control { kernel: KernelId, req: u64 },
 }
 
+impl ReplyTo {
+    /// For a request `kernel` makes of its own accord, whose answer nobody
+    /// waits for: request 0 is never parked (`Kernel::next_request` starts
+    /// at 1), so the answer is dropped where it arrives.
+    pub(crate) fn nobody(kernel: KernelId) -> ReplyTo {
+        ReplyTo::Control { kernel, req: 0 }
+    }
+}
+
 /// A NoC message with its routing budget, and what travels with it: bytes
 /// through the portal (process images, copied memory), or, between kernels
 /// of one node, a whole container handed over or the host files a copied
@@ -277,6 +286,9 @@ pub enum NocMsg {
     FileClosed { pid: Pid, open: u64 },
     /// For a kernel that may hold files open for `pid`: it ended.
     FilesReleased { pid: Pid },
+    /// For a kernel that holds files open for `parent`: hold them for
+    /// `child`, its fork, too.
+    FilesShared { parent: Pid, child: Pid },
 }
 
 impl NocMsg {

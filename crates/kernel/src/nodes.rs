@@ -13,7 +13,7 @@
 //! process homed on the lost node is reported lost by its parent's kernel.
 
 use atoll_abi::{status, Errno, KernelId, Pid};
-use atoll_process::{CallState, KernelCall, Reply};
+use atoll_process::{CallState, KernelCall, Reply, SpawnModule};
 
 use crate::files::{is_file, reading_module};
 use crate::homes::Kin;
@@ -141,7 +141,12 @@ impl Kernel {
             KernelCall::Kill { pid: target, .. } if target.home.node == node => {
                 self.reply_if_blocked(pid, is_kill, Reply::Killed(Err(Errno::Srch)));
             }
-            KernelCall::Spawn(req) if req.kernel.is_some_and(|k| k.node == node) => {
+            // A spawn by path sends its request there once its module is
+            // loaded here, and learns then that the node is gone.
+            KernelCall::Spawn(req)
+                if req.kernel.is_some_and(|k| k.node == node)
+                    && req.module == SpawnModule::Same =>
+            {
                 self.reply_if_blocked(pid, is_spawn, Reply::Spawned(Err(Errno::Again)));
             }
             KernelCall::File { owner, .. } if owner.node == node => {

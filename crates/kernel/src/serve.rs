@@ -207,6 +207,8 @@ impl Kernel {
             SpawnModule::OtherNode(at) => {
                 self.send_file_op(parent, at.dir.owner, &FileOp::ReadModule { at });
             }
+            // A state of the call, not a request a guest can make.
+            SpawnModule::Fetched => self.refuse_child(parent, Errno::Inval),
         }
     }
 
@@ -312,6 +314,7 @@ impl Kernel {
             .duplicate(u, host);
         match made {
             Ok(container) => {
+                self.share_held_files(parent, child, &container.uarea().fds);
                 self.procs.insert(child, Process::new(container));
                 self.placement.arrivals += 1;
                 // Its places are the child's now.
@@ -386,6 +389,8 @@ impl Kernel {
             SpawnModule::OtherNode(at) => {
                 self.send_file_op(pid, at.dir.owner, &FileOp::ReadModule { at });
             }
+            // A state of the call, not a request a guest can make.
+            SpawnModule::Fetched => self.reply_now(pid, Reply::ExecFailed(Errno::Inval)),
         }
     }
 

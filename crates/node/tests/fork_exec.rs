@@ -142,6 +142,42 @@ fn an_unlinked_file_is_used_from_another_node_and_let_go_after() {
 }
 
 #[test]
+fn a_forked_child_keeps_an_unlinked_file_its_parent_closed_first() {
+    // The child holds the open file itself, wherever the file's node keeps
+    // it: closing the parent's descriptor leaves the child's.
+    let expected = format!(
+        "unlinked: tmp is gone, wrote 5 bytes\n\
+         unlinked: tmp reads \"hello\"\n\
+         {FORKED_CHILD}\
+         unlinked: closed tmp before the child used it\n\
+         unlinked: old reads \"old\" after new took its name\n\
+         unlinked: ok\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _b) = cluster_pair(dir.path(), 2);
+    for (start, child) in [
+        ((0, 0), "0.1"),
+        ((0, 0), "1.1"),
+        ((1, 0), "1.1"),
+        ((1, 0), "1.0"),
+        ((1, 0), "0.1"),
+    ] {
+        let how = format!("from {}.{}, child on {child}", start.0, start.1);
+        let data = tempfile::tempdir().unwrap();
+        let mut spec = unlinked(data.path(), &["/data", "forkclose", child]);
+        spec.kernel = Some(atoll_abi::KernelId::new(start.0, start.1));
+        let (code, out) = run(&a, &spec);
+        assert_eq!(code, 0, "{how}: {}{}", out.stdout(), out.stderr());
+        assert_eq!(out.stdout(), expected, "{how}");
+        let t = std::time::Instant::now();
+        while open_in(data.path()) > 0 {
+            assert!(t.elapsed() < HANG, "{how}: node 0 still holds its files");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+#[test]
 fn a_child_forked_onto_another_node_runs_there() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _b) = cluster_pair(dir.path(), 2);
@@ -210,5 +246,53 @@ fn exec_runs_a_module_by_path_and_a_failed_exec_goes_on() {
     assert_eq!(
         out.stdout(),
         "missing: Capabilities insufficient; still here\n"
+    );
+}
+
+/// A spawn by path waits for the loader; a parent killed meanwhile never
+/// learns of a child, so none must be started for it.
+#[test]
+fn a_parent_killed_while_its_childs_module_loads_leaves_no_child() {
+    // An empty cache: preparing bzip2 takes about a second, the window.
+    let cache = tempfile::tempdir().unwrap();
+    let mut config = atoll_node::NodeConfig::new(Some(cache.path().to_path_buf()));
+    config.kernels = 1;
+    config.balance = false;
+    let node = atoll_node::Node::start(config).unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::copy(support::guest("bzip2"), bin.path().join("bzip2.wasm")).unwrap();
+    for name in ["a", "b"] {
+        std::fs::write(bin.path().join(name), "to compress\n").unwrap();
+    }
+    let compress = |file: &str| {
+        let mut spec = job("launch", &["/bin/bzip2.wasm", "-k", file]);
+        spec.preopens = vec![atoll_process::Preopen {
+            host: bin.path().to_path_buf(),
+            guest: "/bin".into(),
+        }];
+        spec
+    };
+    let (pid, _out, done) = start(&node, &compress("/bin/a"));
+    wait_until(&node, "the parent spawning", |p| {
+        p.pid == pid && p.state == "spawning"
+    });
+    node.kill(pid, atoll_abi::status::SIGKILL).unwrap();
+    assert_eq!(
+        done.recv_timeout(HANG).unwrap(),
+        atoll_abi::status::killed(atoll_abi::status::SIGKILL)
+    );
+    // The loader takes modules in order: this one is prepared after the
+    // killed parent's.
+    let (code, out) = run(&node, &compress("/bin/b"));
+    assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
+    assert!(bin.path().join("b.bz2").exists());
+    let t = std::time::Instant::now();
+    while node.ps().unwrap().iter().any(|k| !k.processes.is_empty()) {
+        assert!(t.elapsed() < HANG, "{:#?}", node.ps().unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        !bin.path().join("a.bz2").exists(),
+        "a child was started for the killed parent"
     );
 }

@@ -120,6 +120,10 @@ pub enum SpawnModule {
     /// A module file beneath a preopened directory of another node: the
     /// directory's owner reads it (`FileOp::ReadModule`) and sends it.
     OtherNode(crate::fs::op::Beneath),
+    /// What `OtherNode` becomes once the owner has sent the file: the call
+    /// then waits for this node's loader only, not for that node. Never a
+    /// guest's request.
+    Fetched,
 }
 
 /// The kernel's answer to a [`KernelCall`].

@@ -45,7 +45,9 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 13: an open file names its open (`FileFd::open`), the key of the host
 ///     handle its node holds for it; a spawn or exec may wait for a module
 ///     of another node (`SpawnModule::OtherNode`).
-const VERSION: u16 = 13;
+/// 14: a spawn or exec may wait for a module of another node already read
+///     (`SpawnModule::Fetched`).
+const VERSION: u16 = 14;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

@@ -31,7 +31,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 ///     files name their open, held by their node (`FileClosed`,
 ///     `FilesReleased`).
 /// 12: a letter carries the confirmation of letters its sender took.
-pub const VERSION: u16 = 12;
+/// 13: a fork tells the holders of its parent's files (`FilesShared`); a
+///     spawn's UArea may name a module already fetched.
+pub const VERSION: u16 = 13;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;

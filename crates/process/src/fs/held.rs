@@ -8,8 +8,9 @@
 //! the process left its node with the handle: `Container::hold_files`), so
 //! a file unlinked or renamed over while open stays usable from anywhere.
 //! Entries are keyed by the open ([`FileFd::open`]) and the process: a
-//! forked child shares its parent's open, and its first op takes a
-//! duplicate of the parent's handle. An entry goes when its process closes
+//! forked child shares its parent's open, and gets a duplicate of the
+//! parent's handle when its kernel hears of the fork (`share`), or at its
+//! first op if that comes first. An entry goes when its process closes
 //! the descriptor, when the process ends, or when the node it last asked
 //! from is lost.
 
@@ -96,6 +97,26 @@ impl HeldFiles {
             node,
         };
         self.opens.entry(file.open).or_default().insert(pid, held);
+    }
+
+    /// `child` is a fork of `parent`: it gets a duplicate of every handle
+    /// held for `parent`, so that either may close its descriptor first.
+    /// One that cannot be duplicated (no descriptors left) is left to the
+    /// child's first op, as before a fork was heard of.
+    pub fn share(&mut self, parent: Pid, child: Pid) {
+        for users in self.opens.values_mut() {
+            let Some(held) = users.get(&parent) else {
+                continue;
+            };
+            if let Ok(file) = held.file.try_clone() {
+                let copy = Held {
+                    file,
+                    id: held.id,
+                    node: held.node,
+                };
+                users.insert(child, copy);
+            }
+        }
     }
 
     /// `pid` closed its descriptor of open `open`.
@@ -199,6 +220,23 @@ mod tests {
         // Nobody holds it any more, and it has no name to be reopened by.
         assert_eq!(read(&mut held, pid(2), &fd), Err(Errno::NoEnt));
         assert!(held.is_empty());
+    }
+
+    #[test]
+    fn a_fork_heard_of_holds_for_the_child_what_its_parent_closes_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fd, handle) = file(dir.path(), "a", "shared");
+        let (other, other_handle) = file(dir.path(), "b", "not the parent's");
+        let mut held = HeldFiles::default();
+        held.hold(pid(1), &fd, handle, 1);
+        held.hold(pid(3), &other, other_handle, 1);
+        std::fs::remove_file(&fd.host).unwrap();
+        held.share(pid(1), pid(2));
+        assert_eq!(held.len(), 3, "only the parent's files are shared");
+        held.close(pid(1), fd.open);
+        assert_eq!(read(&mut held, pid(2), &fd).as_deref(), Ok("shared"));
+        held.release(pid(2));
+        assert_eq!(held.len(), 1);
     }
 
     #[test]
