@@ -217,15 +217,20 @@ static void fdflags(__wasi_fd_t pre)
     int host = fcntl((int)f, F_GETFL);
     expect_true("wasi-libc sees O_SYNC and O_APPEND",
                 (host & O_SYNC) == O_SYNC && (host & O_APPEND) == O_APPEND);
+    /* New sync flags apply to the same open file, even one without a name. */
+    expect("unlink", __wasi_path_unlink_file(pre, "flags.txt"), 0);
     expect("set flags", __wasi_fd_fdstat_set_flags(f, __WASI_FDFLAGS_DSYNC), 0);
     expect_true("new flags reported", fdstat(f).fs_flags == __WASI_FDFLAGS_DSYNC);
     __wasi_ciovec_t iov = {(const uint8_t *)"synced\n", 7};
     __wasi_size_t n;
     expect("write with DSYNC", __wasi_fd_write(f, &iov, 1, &n), 0);
     expect_true("wrote all", n == 7);
+    char back[8] = {0};
+    __wasi_iovec_t in = {(uint8_t *)back, 7};
+    expect("read it back", __wasi_fd_pread(f, &in, 1, 0, &n), 0);
+    expect_true("the unlinked file kept its bytes", n == 7 && strcmp(back, "synced\n") == 0);
     expect("unknown flag", __wasi_fd_fdstat_set_flags(f, 1 << 5), __WASI_ERRNO_INVAL);
     expect("close", __wasi_fd_close(f), 0);
-    expect("unlink", __wasi_path_unlink_file(pre, "flags.txt"), 0);
     done();
 }
 

@@ -913,6 +913,19 @@ fn a_file_is_used_from_a_node_that_does_not_have_it() {
         .unwrap());
     assert_eq!(away, here);
     assert!(here.ends_with("files: ok\n"), "{here}");
+    // So does the WASI conformance program, its files held by node 0.
+    let conformance = guest("wasi_conformance");
+    let here = ok(
+        atoll(&["run", "--embedded", "--dir", &dir, &conformance, "/data"])
+            .output()
+            .unwrap(),
+    );
+    let away = ok(c.nodes[0]
+        .atoll(&["run", "--on", "1.0", "--dir", &dir, &conformance, "/data"])
+        .output()
+        .unwrap());
+    assert_eq!(away, here);
+    assert!(!here.contains("FAIL"), "{here}");
 }
 
 #[test]

@@ -45,8 +45,9 @@
 //! by path, one that was unlinked or replaced while open cannot be used
 //! (`ENOENT`, or `ESTALE` when another file took its name). The sync
 //! fdflags (`DSYNC`, `RSYNC`, `SYNC`) open the host file with the same
-//! flags; `NONBLOCK` is kept and reported (a file never
-//! blocks). Rights are reported as wasmtime reports them and can be narrowed
+//! flags; a change of them opens the same file again through
+//! `/proc/self/fd` ([`reopen_handle`]), so it needs no name.
+//! `NONBLOCK` is kept and reported (a file never blocks). Rights are reported as wasmtime reports them and can be narrowed
 //! (`rights.rs`).
 
 mod descriptor;
@@ -149,6 +150,18 @@ impl HostFiles {
 
     pub(crate) fn close(&mut self, fd: u32) {
         self.by_fd.remove(&fd);
+    }
+
+    /// Descriptor `fd` (of `f`) has new sync flags: its handle is opened
+    /// again with them. One that cannot be is dropped, to be reopened by
+    /// path at the next call.
+    pub(crate) fn resync(&mut self, fd: u32, f: &FileFd) {
+        if let Some(file) = self.by_fd.get_mut(&fd) {
+            match reopen_handle(file, f) {
+                Ok(again) => *file = again,
+                Err(_) => drop(self.by_fd.remove(&fd)),
+            }
+        }
     }
 
     /// Notes that a descriptor was closed, on node `here`: a file of another
@@ -284,6 +297,32 @@ pub(crate) fn open_host(
         };
         Ok((file, id))
     }
+}
+
+/// `file`, the host handle of `f`, opened again with `f`'s access mode and
+/// sync flags: the same file, reached through `/proc/self/fd` even if it
+/// was unlinked or renamed over. What a change of sync flags needs, since
+/// `fcntl(F_SETFL)` cannot change them on Linux.
+///
+/// # Errors
+/// Those of the open; `ESTALE` if it did not reach the same file.
+pub(crate) fn reopen_handle(file: &File, f: &FileFd) -> Result<File, Errno> {
+    use std::os::fd::AsRawFd;
+    let again = OpenOptions::new()
+        .read(f.read || !f.write)
+        .write(f.write)
+        .custom_flags(libc::O_NONBLOCK | fdflags::host_sync(f.flags))
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(|e| host_errno(&e))?;
+    let meta = again.metadata().map_err(|e| host_errno(&e))?;
+    if (FileId {
+        dev: meta.dev(),
+        ino: meta.ino(),
+    }) != f.id
+    {
+        return Err(Errno::Stale);
+    }
+    Ok(again)
 }
 
 /// Bytes a module file read for another node's process may have

@@ -389,7 +389,8 @@ fn rights_of(fds: &FdTable, fd: u32) -> Result<(u64, u64), Errno> {
 }
 
 /// `fd_fdstat_set_flags`: a file takes the new flags; when its sync flags
-/// change, its host file is reopened with them at the next call. On stdio
+/// change, its host file is opened again with them (here, or by the
+/// kernel that holds it, at the next call). On stdio
 /// and directories the flags have no effect (as `fcntl(F_SETFL)` there;
 /// wasmtime answers `EBADF`).
 pub(crate) fn fd_fdstat_set_flags(
@@ -403,10 +404,11 @@ pub(crate) fn fd_fdstat_set_flags(
         .filter(|f| f & !fdflags::ALL == 0)
         .ok_or(Errno::Inval)?;
     if let Fd::File(f) = ctx.uarea.fds.get_mut(fd)? {
-        if fdflags::host_sync(flags) != fdflags::host_sync(f.flags) {
-            ctx.files.close(fd);
-        }
+        let resync = fdflags::host_sync(flags) != fdflags::host_sync(f.flags);
         f.flags = flags;
+        if resync {
+            ctx.files.resync(fd, f);
+        }
     }
     Ok(())
 }

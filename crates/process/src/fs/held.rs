@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use atoll_abi::{Errno, Pid};
 
-use super::{host_errno, reopen};
+use super::{fdflags, host_errno, reopen, reopen_handle};
 use crate::fd::{FileFd, FileId};
 
 /// A new open's number: unique in this node (one OS process), which alone
@@ -42,6 +42,8 @@ pub struct HeldFiles {
 struct Held {
     file: File,
     id: FileId,
+    /// The host sync flags it is open with (`fdflags::host_sync`).
+    sync: i32,
     /// The node its process last asked from.
     node: u16,
 }
@@ -68,6 +70,7 @@ impl HeldFiles {
                     let held = Held {
                         file: handle,
                         id: file.id,
+                        sync: fdflags::host_sync(file.flags),
                         node,
                     };
                     users.insert(pid, held);
@@ -86,6 +89,12 @@ impl HeldFiles {
             .and_then(|users| users.get_mut(&pid))
             .expect("held just above");
         held.node = node;
+        // Its process changed the descriptor's sync flags.
+        let sync = fdflags::host_sync(file.flags);
+        if held.sync != sync {
+            held.file = reopen_handle(&held.file, file)?;
+            held.sync = sync;
+        }
         Ok(&held.file)
     }
 
@@ -94,6 +103,7 @@ impl HeldFiles {
         let held = Held {
             file: handle,
             id: file.id,
+            sync: fdflags::host_sync(file.flags),
             node,
         };
         self.opens.entry(file.open).or_default().insert(pid, held);
@@ -112,6 +122,7 @@ impl HeldFiles {
                 let copy = Held {
                     file,
                     id: held.id,
+                    sync: held.sync,
                     node: held.node,
                 };
                 users.insert(child, copy);
@@ -237,6 +248,21 @@ mod tests {
         assert_eq!(read(&mut held, pid(2), &fd).as_deref(), Ok("shared"));
         held.release(pid(2));
         assert_eq!(held.len(), 1);
+    }
+
+    #[test]
+    fn new_sync_flags_open_the_same_held_file_again_without_its_name() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut fd, handle) = file(dir.path(), "a", "synced");
+        let mut held = HeldFiles::default();
+        held.hold(pid(1), &fd, handle, 1);
+        std::fs::remove_file(&fd.host).unwrap();
+        fd.flags = fdflags::DSYNC;
+        assert_eq!(read(&mut held, pid(1), &fd).as_deref(), Ok("synced"));
+        let f = held.get(pid(1), &fd, 1).unwrap();
+        let host = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(host & libc::O_DSYNC, libc::O_DSYNC);
     }
 
     #[test]
