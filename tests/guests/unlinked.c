@@ -17,6 +17,9 @@
  *   unlinked DIR exec          execs itself as `unlinked DIR after FD`
  *                              once the file is unlinked, which reads it
  *                              through descriptor FD and ends
+ *   unlinked DIR wait          once the file is unlinked, waits until
+ *                              DIR/go exists (a checkpoint and a restore
+ *                              may come meanwhile), then goes on
  *
  * Prints, with DIR=/data:
  *
@@ -27,6 +30,8 @@
  *   after exec: tmp reads "hello"                  (with exec, and ends)
  *   unlinked: closed tmp before the child used it  (with forkclose)
  *   unlinked: tmp reads "hello world"              (with fork or move)
+ *   unlinked: waiting for DIR/go                   (with wait)
+ *   unlinked: went on, tmp reads "hello world"     (with wait)
  *   unlinked: back, tmp reads "hello world"        (with move ... BACK)
  *   unlinked: old reads "old" after new took its name
  *   unlinked: ok
@@ -81,12 +86,13 @@ int main(int argc, char **argv)
     int forking = closing || (argc == 4 && strcmp(argv[2], "fork") == 0);
     int moving = (argc == 4 || argc == 5) && strcmp(argv[2], "move") == 0;
     int execing = argc == 3 && strcmp(argv[2], "exec") == 0;
+    int waiting = argc == 3 && strcmp(argv[2], "wait") == 0;
     if (argc == 4 && strcmp(argv[2], "after") == 0) {
         printf("after exec: tmp reads \"%s\"\n", contents(atoi(argv[3]), 5));
         return 0;
     }
-    if (argc != 2 && !forking && !moving && !execing) {
-        fprintf(stderr, "usage: unlinked DIR [fork|forkclose|move KERNEL | exec]\n");
+    if (argc != 2 && !forking && !moving && !execing && !waiting) {
+        fprintf(stderr, "usage: unlinked DIR [fork|forkclose|move KERNEL | exec | wait]\n");
         return 2;
     }
     const char *dir = argv[1];
@@ -166,6 +172,18 @@ int main(int argc, char **argv)
             }
             printf("unlinked: back, tmp reads \"%s\"\n", contents(fd, 11));
         }
+    }
+
+    if (waiting) {
+        const char *go = at(1, dir, "go");
+        printf("unlinked: waiting for %s\n", go);
+        fflush(stdout);
+        struct stat there;
+        while (stat(go, &there) != 0)
+            usleep(5000);
+        if (pwrite(fd, " world", 6, 5) != 6)
+            fail("pwrite after waiting");
+        printf("unlinked: went on, tmp reads \"%s\"\n", contents(fd, 11));
     }
 
     /* `old` stays open while `new` is renamed over its name. */

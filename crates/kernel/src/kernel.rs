@@ -1365,8 +1365,8 @@ impl Kernel {
         let p = self.procs.get_mut(&pid).expect("checked above");
         let image = p
             .container
-            .capture()
-            .map_err(|e| format!("cannot capture {pid}: {e}"))?;
+            .checkpoint()
+            .map_err(|e| format!("cannot checkpoint {pid}: {e}"))?;
         if !leave_running {
             let u = p.container.uarea();
             let line = format!("atoll: process {pid} ({}) checkpointed\n", u.name());

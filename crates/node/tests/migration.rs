@@ -417,6 +417,49 @@ fn a_checkpoint_file_restores_the_process_where_it_stopped() {
 }
 
 #[test]
+fn a_checkpoint_keeps_an_open_file_that_has_no_name() {
+    // The file cannot be reopened by its path after the restore: its
+    // bytes travel in the checkpoint, and come back nameless.
+    let node = node(2);
+    let data = tempfile::tempdir().unwrap();
+    let images = tempfile::tempdir().unwrap();
+    let file = images.path().join("unlinked.img");
+    let mut spec = on(job("unlinked", &["/data", "wait"]), 0);
+    spec.preopens = vec![atoll_process::Preopen {
+        host: data.path().to_path_buf(),
+        guest: "/data".into(),
+    }];
+    let (pid, out, done) = start(&node, &spec);
+    wait_for_lines(&out, 3);
+    node.checkpoint(pid, &file, false).unwrap();
+    assert_eq!(
+        done.recv_timeout(HANG).unwrap(),
+        status::killed(status::SIGSTOP)
+    );
+    assert_eq!(
+        out.stdout(),
+        "unlinked: tmp is gone, wrote 5 bytes\n\
+         unlinked: tmp reads \"hello\"\n\
+         unlinked: waiting for /data/go\n"
+    );
+    std::fs::write(data.path().join("go"), "").unwrap();
+    let (restored, status, rest) = restore_and_run(&node, &file, 1);
+    assert_eq!(restored, pid);
+    assert_eq!(status, 0, "{}{}", rest.stdout(), rest.stderr());
+    assert_eq!(
+        rest.stdout(),
+        "unlinked: went on, tmp reads \"hello world\"\n\
+         unlinked: old reads \"old\" after new took its name\n\
+         unlinked: ok\n"
+    );
+    let left: Vec<_> = std::fs::read_dir(data.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["go"]);
+}
+
+#[test]
 fn damaged_foreign_and_mismatched_checkpoints_are_refused_clearly() {
     let node = node(1);
     let dir = tempfile::tempdir().unwrap();

@@ -32,7 +32,7 @@ use crate::clock::monotonic_ns;
 use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
 use crate::fd::Fd;
 use crate::fs::held::HeldFiles;
-use crate::fs::HostFiles;
+use crate::fs::{ghost, HostFiles};
 use crate::image::{GlobalValue, ImageParts, ImageView, MemoryView, ProcessImage, PAGE_SIZE};
 use crate::runtime::{Program, Runtime};
 use crate::syscall::ProcExit;
@@ -80,6 +80,10 @@ pub enum ContainerError {
     NotPrepared,
     #[error("process image does not fit this module: {0}")]
     BadImage(String),
+    /// An open file with no name that a checkpoint cannot keep, or a
+    /// restore cannot make again (`fs/ghost.rs`).
+    #[error("{0}")]
+    Ghost(String),
 }
 
 /// One process: the program it runs, and its state, live in an instance
@@ -442,6 +446,75 @@ impl Container {
         Ok(self.stopped(|b| MemoryView::whole(b))?.into_image())
     }
 
+    /// Captures the whole process for a checkpoint file: as
+    /// [`capture`](Self::capture), with the bytes of every file it holds
+    /// open on this node that has no name left, which a restore could not
+    /// reopen (`fs/ghost.rs`).
+    ///
+    /// # Errors
+    /// As [`capture`](Self::capture); [`ContainerError::Ghost`] for such a
+    /// file that is too large to keep, or cannot be read.
+    pub fn checkpoint(&mut self) -> Result<ProcessImage, ContainerError> {
+        let mut image = self.capture()?;
+        let files = match &self.state {
+            State::Live(store) => &store.data().files,
+            State::Dormant(dormant) => &dormant.files,
+        };
+        for (fd, handle) in files.kept() {
+            if let Ok(Fd::File(f)) = image.uarea.fds.get_mut(fd) {
+                f.ghost = ghost::keep(handle, f).map_err(ContainerError::Ghost)?;
+            }
+        }
+        Ok(image)
+    }
+
+    /// After a restore on node `node`: the files its checkpoint kept for
+    /// having no name are made again, nameless, and their descriptors get
+    /// their handles.
+    ///
+    /// # Errors
+    /// [`ContainerError::Ghost`] if one cannot be made, or its directory
+    /// is another node's (it must be restored there).
+    pub fn revive_ghosts(&mut self, node: u16) -> Result<(), ContainerError> {
+        let (uarea, files) = self.uarea_and_files();
+        let ghosts: Vec<u32> = uarea
+            .fds
+            .files()
+            .filter(|(_, f)| f.ghost.is_some())
+            .map(|(fd, _)| fd)
+            .collect();
+        for fd in ghosts {
+            let Ok(Fd::File(f)) = uarea.fds.get_mut(fd) else {
+                continue;
+            };
+            if f.owner.node != node {
+                return Err(ContainerError::Ghost(format!(
+                    "descriptor {fd} is the unlinked file {}, kept in the checkpoint; its directory is node {}'s: restore it there",
+                    f.host.display(),
+                    f.owner.node
+                )));
+            }
+            let file = ghost::revive(f).map_err(|e| {
+                ContainerError::Ghost(format!(
+                    "cannot make the unlinked file {} again: {e}",
+                    f.host.display()
+                ))
+            })?;
+            files.keep(fd, file);
+        }
+        Ok(())
+    }
+
+    fn uarea_and_files(&mut self) -> (&mut UArea, &mut HostFiles) {
+        match &mut self.state {
+            State::Live(store) => {
+                let ctx = store.data_mut();
+                (&mut ctx.uarea, &mut ctx.files)
+            }
+            State::Dormant(d) => (&mut d.image.uarea, &mut d.files),
+        }
+    }
+
     /// Encodes the process ([`ProcessImage::encode`]) with the part of its
     /// memory `memory` takes from its bytes (all of it, the blocks written
     /// since a pre-copy round, a piece of a first round), straight from the
@@ -520,13 +593,7 @@ impl Container {
     /// name `kernel` as their owner. A file whose handle it lost (to be
     /// reopened by path) is left as it is.
     pub fn hold_files(&mut self, held: &mut HeldFiles, kernel: KernelId, node: u16) {
-        let (files, uarea) = match &mut self.state {
-            State::Live(store) => {
-                let ctx = store.data_mut();
-                (&ctx.files, &mut ctx.uarea)
-            }
-            State::Dormant(d) => (&d.files, &mut d.image.uarea),
-        };
+        let (uarea, files) = self.uarea_and_files();
         let pid = uarea.pid;
         for (fd, handle) in files.kept() {
             let Ok(Fd::File(f)) = uarea.fds.get_mut(fd) else {

@@ -86,6 +86,9 @@ pub struct FileFd {
     /// WASI `fdflags`: `APPEND`, the sync flags (the host file is opened
     /// with them) and `NONBLOCK` (kept and reported; files never block).
     pub flags: u16,
+    /// Only in a checkpoint: the file's bytes, where it had no name left
+    /// that a restore could reopen it by (`fs/ghost.rs`).
+    pub ghost: Option<Vec<u8>>,
 }
 
 /// A host file's device and inode numbers.
@@ -236,6 +239,7 @@ mod tests {
                 read: true,
                 write: false,
                 flags: 0,
+                ghost: None,
             })
         };
         assert_eq!(t.insert(f()).unwrap(), 4);

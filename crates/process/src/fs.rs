@@ -17,7 +17,8 @@
 //! (`FileFd::held`). Where the handle was lost (a restored checkpoint), the
 //! first call that needs it reopens it from the host path with the same access
 //! mode, never creating or truncating, so a process that moved between two
-//! calls sees the same file at the same offset. That is also why all I/O
+//! calls sees the same file at the same offset; a file with no name left
+//! travels in the checkpoint instead (`ghost.rs`). That is also why all I/O
 //! is positional (at the UArea's offset): the host descriptor's own offset
 //! means nothing.
 //!
@@ -52,6 +53,7 @@
 
 mod descriptor;
 mod dir;
+pub(crate) mod ghost;
 pub(crate) mod held;
 pub(crate) mod op;
 mod path;
@@ -150,6 +152,11 @@ impl HostFiles {
 
     pub(crate) fn close(&mut self, fd: u32) {
         self.by_fd.remove(&fd);
+    }
+
+    /// Keeps `file` as the handle of descriptor `fd`.
+    pub(crate) fn keep(&mut self, fd: u32, file: File) {
+        self.by_fd.insert(fd, file);
     }
 
     /// Descriptor `fd` (of `f`) has new sync flags: its handle is opened

@@ -46,7 +46,8 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 ///     handle its node holds for it; a spawn or exec may wait for a module
 ///     of another node (`SpawnModule::OtherNode`).
 /// 14: a spawn or exec may wait for a module of another node already read
-///     (`SpawnModule::Fetched`).
+///     (`SpawnModule::Fetched`); a checkpoint keeps the bytes of open files
+///     that have no name (`FileFd::ghost`).
 const VERSION: u16 = 14;
 const HEADER: usize = 8 + 2 + 8 + 4;
 

@@ -235,6 +235,9 @@ impl Kernel {
         self.make_room(&[]);
         let mut container = Container::restore(&self.runtime, image, self.host.clone())
             .map_err(|e| e.to_string())?;
+        container
+            .revive_ghosts(self.id.node)
+            .map_err(|e| e.to_string())?;
         container.uarea_mut().ipc.restored();
         self.arrive(container, Arrival::Restored(asker))
             .map_err(|(why, _)| why)

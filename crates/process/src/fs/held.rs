@@ -201,6 +201,7 @@ mod tests {
             read: true,
             write: false,
             flags: 0,
+            ghost: None,
         };
         (fd, handle)
     }
@@ -261,6 +262,7 @@ mod tests {
         fd.flags = fdflags::DSYNC;
         assert_eq!(read(&mut held, pid(1), &fd).as_deref(), Ok("synced"));
         let f = held.get(pid(1), &fd, 1).unwrap();
+        // SAFETY: F_GETFL on a descriptor `f` keeps open reads its flags.
         let host = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
         assert_eq!(host & libc::O_DSYNC, libc::O_DSYNC);
     }

@@ -484,6 +484,7 @@ fn open(
         read: req.read,
         write: req.write,
         flags: req.flags,
+        ghost: None,
     };
     Ok((Fd::File(entry), Some(file)))
 }
