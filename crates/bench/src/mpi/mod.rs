@@ -46,10 +46,13 @@ pub struct Args {
     /// here); `none` leaves EP out of it
     #[arg(long, default_value = "A", value_parser = ["S", "W", "A", "none"])]
     migrate_class: String,
-    /// Order of HPL's matrix in seed 002's experiment (3600 runs about 10 s
+    /// Order of HPL's matrix in seed 002's experiment (4800 runs about 10 s
     /// here); 0 leaves HPL out of it
-    #[arg(long, default_value_t = 3600)]
+    #[arg(long, default_value_t = 4800)]
     migrate_hpl_n: u32,
+    /// Rounds of seed 002's experiment (each runs every scenario once)
+    #[arg(long, default_value_t = 5)]
+    migrate_runs: usize,
 }
 
 const MIGRATION_HEAD: [&str; 6] = [
@@ -58,7 +61,7 @@ const MIGRATION_HEAD: [&str; 6] = [
     "seconds",
     "migrations per run",
     "median downtime (us)",
-    "vs unmigrated",
+    "vs unmigrated, same round (median, range)",
 ];
 
 /// The configurations, in the report's column order. The ratio column
@@ -101,8 +104,11 @@ struct MigratedRun {
     migrations: usize,
     /// Median downtime of its migrations, microseconds.
     downtime_us: Option<f64>,
-    /// Against the unmigrated atoll run, percent.
+    /// Against the unmigrated atoll run, percent: the median over the
+    /// rounds of `paired_pct`.
     slowdown_pct: Option<f64>,
+    /// Each round's run against that round's unmigrated run, percent.
+    paired_pct: Vec<f64>,
 }
 
 /// One application run in every configuration (each answer checked).
@@ -388,7 +394,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
     }
     let mut migration = Vec::new();
     for app in &seed {
-        migration.extend(seed002(ctx, build, app, a.runs.max(1))?);
+        migration.extend(seed002(ctx, build, app, a.migrate_runs.max(1))?);
     }
     let small = &out[0];
     let small_ratio = median(

@@ -42,7 +42,13 @@ impl MpiReport {
                     format!("{:.3}", m.median),
                     m.migrations.to_string(),
                     m.downtime_us.map_or("—".into(), |d| format!("{:.0}", d)),
-                    m.slowdown_pct.map_or("—".into(), |p| format!("{p:+.2} %")),
+                    m.slowdown_pct.map_or("—".into(), |p| {
+                        let (lo, hi) = m
+                            .paired_pct
+                            .iter()
+                            .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+                        format!("{p:+.2} % ({lo:+.1} to {hi:+.1})")
+                    }),
                 ]
             })
             .collect()

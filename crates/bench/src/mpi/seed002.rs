@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use atoll_abi::KernelId;
-use atoll_migration::Mode;
+use atoll_migration::{MigrationReport, Mode};
 use atoll_node::{JobSpec, Node};
 
 use super::{App, AppRun, MigratedRun};
@@ -27,6 +27,11 @@ struct Moves {
 /// rank moved to the other kernel and back halfway (copy, hand-over), and
 /// with a rank moved there and back every second (copy); beside the same
 /// run under Open MPI. Times are the job's wall time, start to end.
+///
+/// The scenarios take turns, `runs` rounds of one run each, and each
+/// migrated run is compared with the unmigrated run of its own round: a
+/// slowdown of a percent is smaller than the drift of this machine between
+/// minutes, which a comparison of separate batches would report instead.
 pub(super) fn seed002(
     ctx: &Context,
     build: &Path,
@@ -41,10 +46,8 @@ pub(super) fn seed002(
     // Prepared before the first run, so that no run pays for it.
     node.runtime()
         .load_file(&AppRun::new(build, app, 4)?.job.program, true)?;
-    let mut rows = Vec::new();
-    let mut base = None;
     let second = Duration::from_secs(1);
-    for (scenario, mode, every) in [
+    let scenarios = [
         ("atoll, unmigrated", None, None),
         (
             "atoll, one rank moved and back halfway (copy)",
@@ -61,39 +64,49 @@ pub(super) fn seed002(
             Some(Mode::Copy),
             Some(second),
         ),
-    ] {
-        let mut samples = Vec::new();
-        let mut downtimes = Vec::new();
-        let mut migrations = 0;
-        for _ in 0..runs {
+    ];
+    let mut samples = vec![Vec::new(); scenarios.len()];
+    let mut reports: Vec<Vec<MigrationReport>> = vec![Vec::new(); scenarios.len()];
+    for _ in 0..runs {
+        for (i, &(_, mode, every)) in scenarios.iter().enumerate() {
             let run = AppRun::new(build, app, 4)?;
-            // The unmigrated run comes first and sets when halfway is.
-            let half = base.map_or(Duration::ZERO, |b: f64| Duration::from_secs_f64(b / 2.0));
             let moves = mode.map(|mode| Moves {
                 mode,
-                first: every.unwrap_or(half),
+                // Halfway through an unmigrated run, as far as the runs so
+                // far tell (this round's comes first).
+                first: every.unwrap_or_else(|| {
+                    Duration::from_secs_f64(median(&samples[0]) / 2.0)
+                }),
                 every,
             });
-            let (seconds, reports) = migrated_run(&node, app, &run.job, moves)?;
-            samples.push(seconds);
-            migrations += reports.len();
-            downtimes.extend(reports.iter().map(|r| r.downtime_us as f64));
+            let (seconds, moved) = migrated_run(&node, app, &run.job, moves)?;
+            samples[i].push(seconds);
+            reports[i].extend(moved);
         }
-        let m = median(&samples);
-        if base.is_none() {
-            base = Some(m);
-        }
-        rows.push(MigratedRun {
-            app: app.label(),
-            scenario: scenario.into(),
-            median: m,
-            samples,
-            migrations: migrations / runs,
-            downtime_us: (!downtimes.is_empty()).then(|| median(&downtimes)),
-            slowdown_pct: base.map(|b| (m / b - 1.0) * 100.0),
-        });
     }
     node.shutdown();
+    let mut rows: Vec<MigratedRun> = scenarios
+        .iter()
+        .zip(samples.iter().zip(&reports))
+        .map(|(&(scenario, ..), (s, r))| {
+            let paired: Vec<f64> = s
+                .iter()
+                .zip(&samples[0])
+                .map(|(moved, still)| (moved / still - 1.0) * 100.0)
+                .collect();
+            let downtimes: Vec<f64> = r.iter().map(|r| r.downtime_us as f64).collect();
+            MigratedRun {
+                app: app.label(),
+                scenario: scenario.into(),
+                median: median(s),
+                samples: s.clone(),
+                migrations: r.len() / runs,
+                downtime_us: (!downtimes.is_empty()).then(|| median(&downtimes)),
+                slowdown_pct: Some(median(&paired)),
+                paired_pct: paired,
+            }
+        })
+        .collect();
     let mut samples = Vec::new();
     for _ in 0..runs {
         let run = AppRun::new(build, app, 4)?;
@@ -110,6 +123,7 @@ pub(super) fn seed002(
         migrations: 0,
         downtime_us: None,
         slowdown_pct: None,
+        paired_pct: Vec::new(),
     });
     Ok(rows)
 }
