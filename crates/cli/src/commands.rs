@@ -547,8 +547,12 @@ pub fn ps(ctx: &Context, a: PsArgs) -> anyhow::Result<()> {
         }
     }
     for r in &reports {
+        let held = match r.held_files {
+            0 => String::new(),
+            n => format!(", {n} files held for other nodes"),
+        };
         eprintln!(
-            "kernel {}: {} processes ({} live), {} runnable, {} KiB, {} slices, {} NoC messages",
+            "kernel {}: {} processes ({} live), {} runnable, {} KiB, {} slices, {} NoC messages{held}",
             r.kernel,
             r.processes.len(),
             r.live,

@@ -1540,6 +1540,7 @@ impl Kernel {
             tree: self.placement.dqdt.entries(),
             balancer_moves: self.placement.moves,
             balancer_moves_to_idle: self.placement.moves_to_idle,
+            held_files: self.held.len(),
         }
     }
 }

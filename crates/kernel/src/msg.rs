@@ -464,6 +464,10 @@ pub struct KernelReport {
     /// Of those, the ones moved to a kernel that had nothing to run (work
     /// stealing).
     pub balancer_moves_to_idle: u64,
+    /// Host files it holds open for processes that run on other nodes
+    /// (`HeldFiles`).
+    #[serde(default)]
+    pub held_files: usize,
 }
 
 /// One kernel's IPC activity, for `atoll ipc`.

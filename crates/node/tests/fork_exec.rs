@@ -178,6 +178,38 @@ fn a_forked_child_keeps_an_unlinked_file_its_parent_closed_first() {
 }
 
 #[test]
+fn ps_counts_the_files_a_kernel_holds_for_processes_of_other_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _b) = cluster_pair(dir.path(), 2);
+    let held = || -> usize { a.ps().unwrap().iter().map(|k| k.held_files).sum() };
+    assert_eq!(held(), 0);
+    let data = tempfile::tempdir().unwrap();
+    // On node 1, its files on node 0: node 0 holds the unlinked one while
+    // the process waits.
+    let mut spec = unlinked(data.path(), &["/data", "wait"]);
+    spec.kernel = Some(atoll_abi::KernelId::new(1, 0));
+    let (pid, out, done) = start(&a, &spec);
+    wait_until(&a, "the process waiting", |p| {
+        p.pid == pid && out.stdout().contains("waiting for")
+    });
+    let holders: Vec<_> = a
+        .ps()
+        .unwrap()
+        .into_iter()
+        .filter(|k| k.held_files > 0)
+        .map(|k| (k.kernel.node, k.held_files))
+        .collect();
+    assert_eq!(holders, [(0, 1)]);
+    std::fs::write(data.path().join("go"), "").unwrap();
+    assert_eq!(done.recv_timeout(HANG).unwrap(), 0, "{}", out.stdout());
+    let t = std::time::Instant::now();
+    while held() > 0 {
+        assert!(t.elapsed() < HANG, "node 0 still holds its files");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
 fn a_child_forked_onto_another_node_runs_there() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _b) = cluster_pair(dir.path(), 2);

@@ -74,9 +74,7 @@ pub(super) fn seed002(
                 mode,
                 // Halfway through an unmigrated run, as far as the runs so
                 // far tell (this round's comes first).
-                first: every.unwrap_or_else(|| {
-                    Duration::from_secs_f64(median(&samples[0]) / 2.0)
-                }),
+                first: every.unwrap_or_else(|| Duration::from_secs_f64(median(&samples[0]) / 2.0)),
                 every,
             });
             let (seconds, moved) = migrated_run(&node, app, &run.job, moves)?;

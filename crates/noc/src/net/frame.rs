@@ -32,7 +32,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 ///     `FilesReleased`).
 /// 12: a letter carries the confirmation of letters its sender took.
 /// 13: a fork tells the holders of its parent's files (`FilesShared`); a
-///     spawn's UArea may name a module already fetched.
+///     spawn's UArea may name a module already fetched; a kernel's report
+///     counts the files it holds for other nodes.
 pub const VERSION: u16 = 13;
 
 /// Bytes of the length prefix.
