@@ -22,7 +22,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::{artifact, atoll_job, command_line, median, progress, Context, Machine};
-use seed002::seed002;
+use seed002::{seed002, Over};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -394,7 +394,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
     }
     let mut migration = Vec::new();
     for app in &seed {
-        migration.extend(seed002(ctx, build, app, a.migrate_runs.max(1))?);
+        for over in [Over::Kernels, Over::Nodes] {
+            migration.extend(seed002(ctx, build, app, a.migrate_runs.max(1), over)?);
+        }
     }
     let small = &out[0];
     let small_ratio = median(

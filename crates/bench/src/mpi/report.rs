@@ -100,7 +100,7 @@ impl Recorded for MpiReport {
         s += "NPB kernels and HPL (seconds, answers checked)\n";
         s += &text_table(Self::head("application"), &self.app_rows());
         if !self.migration.is_empty() {
-            s += "seed 002: 4 ranks on 2 kernels, migrated while they run\n";
+            s += "seed 002: 4 ranks on 2 kernels or 2 nodes, migrated while they run\n";
             s += &text_table(MIGRATION_HEAD, &self.migration_rows());
         }
         for n in &self.notes {
@@ -125,7 +125,7 @@ impl Recorded for MpiReport {
         s += "## NPB kernels and HPL (seconds of their timed part, every answer checked)\n\n";
         s += &md_table(Self::head("application"), &self.app_rows());
         if !self.migration.is_empty() {
-            s += "## Seed 002's experiment: 4 ranks over 2 kernels, migrated while they run\n\n";
+            s += "## Seed 002's experiment: 4 ranks over 2 kernels or 2 nodes, migrated while they run\n\n";
             s += "Seed 002 (Xen, a VM running an MPI rank migrated once): HPL +28 %, NPB SP +10 %.\n\n";
             s += &md_table(MIGRATION_HEAD, &self.migration_rows());
         }
