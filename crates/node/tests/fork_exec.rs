@@ -124,20 +124,26 @@ fn an_unlinked_file_is_used_from_another_node_and_let_go_after() {
         ((0, 0), &["move", "1.1", "0.1"], moved, back),
         ((1, 0), &["move", "1.1", "0.1"], moved, back),
     ] {
-        let how = format!("from {}.{}: {}", start.0, start.1, args.join(" "));
-        let data = tempfile::tempdir().unwrap();
-        let args = [&["/data"][..], args].concat();
-        let mut spec = unlinked(data.path(), &args);
-        spec.kernel = Some(atoll_abi::KernelId::new(start.0, start.1));
-        let (code, out) = run(&a, &spec);
-        assert_eq!(code, 0, "{how}: {}{}", out.stdout(), out.stderr());
-        assert_eq!(out.stdout(), unlinked_output(moved, back), "{how}");
-        // Closed, and ended: nothing is held for it any more.
-        let t = std::time::Instant::now();
-        while open_in(data.path()) > 0 {
-            assert!(t.elapsed() < HANG, "{how}: node 0 still holds its files");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        run_unlinked_away(&a, start, args, &unlinked_output(moved, back));
+    }
+}
+
+/// Runs `unlinked /data ARGS` on kernel `start` of `node`'s cluster, its
+/// directory on node 0; checks that it printed `expected`, and that once
+/// it ended nothing is held open in the directory any more.
+fn run_unlinked_away(node: &atoll_node::Node, start: (u16, u16), args: &[&str], expected: &str) {
+    let how = format!("from {}.{}: {}", start.0, start.1, args.join(" "));
+    let data = tempfile::tempdir().unwrap();
+    let args = [&["/data"][..], args].concat();
+    let mut spec = unlinked(data.path(), &args);
+    spec.kernel = Some(atoll_abi::KernelId::new(start.0, start.1));
+    let (code, out) = run(node, &spec);
+    assert_eq!(code, 0, "{how}: {}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), expected, "{how}");
+    let t = std::time::Instant::now();
+    while open_in(data.path()) > 0 {
+        assert!(t.elapsed() < HANG, "{how}: node 0 still holds its files");
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 
@@ -162,18 +168,7 @@ fn a_forked_child_keeps_an_unlinked_file_its_parent_closed_first() {
         ((1, 0), "1.0"),
         ((1, 0), "0.1"),
     ] {
-        let how = format!("from {}.{}, child on {child}", start.0, start.1);
-        let data = tempfile::tempdir().unwrap();
-        let mut spec = unlinked(data.path(), &["/data", "forkclose", child]);
-        spec.kernel = Some(atoll_abi::KernelId::new(start.0, start.1));
-        let (code, out) = run(&a, &spec);
-        assert_eq!(code, 0, "{how}: {}{}", out.stdout(), out.stderr());
-        assert_eq!(out.stdout(), expected, "{how}");
-        let t = std::time::Instant::now();
-        while open_in(data.path()) > 0 {
-            assert!(t.elapsed() < HANG, "{how}: node 0 still holds its files");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        run_unlinked_away(&a, start, &["forkclose", child], &expected);
     }
 }
 
