@@ -98,6 +98,17 @@ pub struct FileId {
     pub ino: u64,
 }
 
+impl FileId {
+    /// The identity of the file `meta` describes.
+    pub fn of(meta: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+}
+
 /// WASI rights a descriptor has kept: a mask over what its kind and access
 /// mode allow, which `fd_fdstat_set_rights` can only narrow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

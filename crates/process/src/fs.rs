@@ -65,7 +65,7 @@ mod times;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 
 use atoll_abi::{Errno, KernelId};
 
@@ -298,11 +298,7 @@ pub(crate) fn open_host(
     } else if !kind.is_file() {
         Err(Errno::NotSup)
     } else {
-        let id = FileId {
-            dev: meta.dev(),
-            ino: meta.ino(),
-        };
-        Ok((file, id))
+        Ok((file, FileId::of(&meta)))
     }
 }
 
@@ -322,11 +318,7 @@ pub(crate) fn reopen_handle(file: &File, f: &FileFd) -> Result<File, Errno> {
         .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
         .map_err(|e| host_errno(&e))?;
     let meta = again.metadata().map_err(|e| host_errno(&e))?;
-    if (FileId {
-        dev: meta.dev(),
-        ino: meta.ino(),
-    }) != f.id
-    {
+    if FileId::of(&meta) != f.id {
         return Err(Errno::Stale);
     }
     Ok(again)

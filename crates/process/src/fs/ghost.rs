@@ -65,11 +65,7 @@ pub(crate) fn revive(f: &mut FileFd) -> std::io::Result<File> {
         let _ = std::fs::remove_file(&path);
         return Err(e);
     }
-    let meta = file.metadata()?;
-    f.id = FileId {
-        dev: meta.dev(),
-        ino: meta.ino(),
-    };
+    f.id = FileId::of(&file.metadata()?);
     f.open = held::next_open();
     f.held = false;
     reopen_handle(&file, f).map_err(|e| std::io::Error::other(e.to_string()))
@@ -106,13 +102,9 @@ mod tests {
     use super::*;
 
     fn fd_of(host: std::path::PathBuf, file: &File, write: bool) -> FileFd {
-        let meta = file.metadata().unwrap();
         FileFd {
             host,
-            id: FileId {
-                dev: meta.dev(),
-                ino: meta.ino(),
-            },
+            id: FileId::of(&file.metadata().unwrap()),
             owner: KernelId::new(0, 0),
             open: held::next_open(),
             held: false,

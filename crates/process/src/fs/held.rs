@@ -172,7 +172,6 @@ impl HeldFiles {
 #[cfg(test)]
 mod tests {
     use std::io::Read;
-    use std::os::unix::fs::MetadataExt;
 
     use atoll_abi::KernelId;
 
@@ -187,13 +186,9 @@ mod tests {
         let host = dir.join(name);
         std::fs::write(&host, text).unwrap();
         let handle = File::open(&host).unwrap();
-        let meta = handle.metadata().unwrap();
         let fd = FileFd {
             host,
-            id: FileId {
-                dev: meta.dev(),
-                ino: meta.ino(),
-            },
+            id: FileId::of(&handle.metadata().unwrap()),
             owner: KernelId::new(0, 0),
             open: next_open(),
             held: false,
