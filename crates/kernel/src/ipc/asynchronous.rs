@@ -152,9 +152,8 @@ impl Kernel {
     /// Tells `sender`, here or wherever it runs, that `receiver` took
     /// `count` of its letters (or that it could not). Letters the running
     /// process takes from another kernel's are confirmed at the latest when
-    /// its slice ends or it waits, or once it has taken half a window of
-    /// them, and with its next letter to their sender if that comes first
-    /// ([`confirm_taken`](Self::confirm_taken)).
+    /// its slice ends or it waits, and with its next letter to their sender
+    /// if that comes first ([`confirm_taken`](Self::confirm_taken)).
     pub(super) fn letters_taken(
         &mut self,
         sender: Pid,
@@ -165,22 +164,9 @@ impl Kernel {
         if self.procs.contains_key(&sender) {
             self.letters_confirmed(sender, receiver, count, result);
         } else if result.is_ok() && self.running == Some(receiver) {
-            let i = match self.unconfirmed.iter().position(|(s, _)| *s == sender) {
-                Some(i) => {
-                    self.unconfirmed[i].1 += count;
-                    i
-                }
-                None => {
-                    self.unconfirmed.push((sender, count));
-                    self.unconfirmed.len() - 1
-                }
-            };
-            // Half a window taken: confirmed now, so that a sender that
-            // keeps sending is not held at a full window while the
-            // receiver computes out its slice.
-            if self.unconfirmed[i].1 >= ASYNC_WINDOW / 2 {
-                let (_, n) = self.unconfirmed.swap_remove(i);
-                self.send_taken(sender, receiver, n, Ok(()));
+            match self.unconfirmed.iter_mut().find(|(s, _)| *s == sender) {
+                Some((_, n)) => *n += count,
+                None => self.unconfirmed.push((sender, count)),
             }
         } else {
             self.send_taken(sender, receiver, count, result);
