@@ -353,6 +353,8 @@ impl Kernel {
             if self.noc.has_loopback() {
                 continue;
             }
+            // Nothing to run: what waits to share a write goes now.
+            self.flush_lazy();
             if self.spin_before_sleep() {
                 continue;
             }
@@ -391,6 +393,12 @@ impl Kernel {
             std::hint::spin_loop();
         }
         false
+    }
+
+    /// Writes the messages to other nodes that wait to share a write
+    /// ([`Endpoint::send_lazy`]): before this kernel waits for anything.
+    pub(crate) fn flush_lazy(&self) {
+        self.noc.flush_lazy();
     }
 
     /// Takes in what the NoC brought during a slice, for a call waiting in
@@ -495,6 +503,7 @@ impl Kernel {
         let cpu_before = p.container.uarea().accounting.cpu_ns;
         let slice = p.container.run(self.quantum, Some(self));
         self.confirm_taken(pid);
+        self.flush_lazy();
         let waited = std::mem::take(&mut self.waited_in_place).as_nanos() as u64;
         let accounting = &mut p.container.uarea_mut().accounting;
         let cpu = (accounting.cpu_ns - cpu_before).saturating_sub(waited);
@@ -756,6 +765,7 @@ impl Kernel {
             );
         }
         let sent = match packet.bulk.take() {
+            None if packet.lazy => self.noc.send_lazy(to, packet),
             None => self.noc.send(to, packet),
             Some(bulk) if packet.msg.bulk_order_free() => {
                 self.noc.send_bulk_unordered(to, packet, bulk)

@@ -81,6 +81,10 @@ pub struct Packet {
     /// With a copy-mode move's last frame, within a node.
     #[serde(skip)]
     pub files: Option<HostFiles>,
+    /// Its receiver does not wait on it: to another node it may share the
+    /// write of what follows ([`atoll_noc::Endpoint::send_lazy`]).
+    #[serde(skip)]
+    pub lazy: bool,
 }
 
 impl Packet {
@@ -91,6 +95,7 @@ impl Packet {
             bulk: None,
             handover: None,
             files: None,
+            lazy: false,
         }
     }
 }

@@ -46,6 +46,17 @@ pub trait Uplink<M>: Send + Sync {
         bulk: Option<Vec<u8>>,
     ) -> Result<(), SendError<M>>;
 
+    /// As [`send`](Self::send), for a message that can wait: it goes out
+    /// with the next message to the same node, or at the next
+    /// [`flush`](Self::flush), in one write.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    fn send_lazy(&self, from: KernelId, to: KernelId, msg: M) -> Result<(), SendError<M>>;
+
+    /// Writes what [`send_lazy`](Self::send_lazy) left waiting.
+    fn flush(&self);
+
     /// As [`send`](Self::send) with bulk bytes whose order against other
     /// bulk bytes between the same kernels does not matter: at most
     /// [`SMALL_BULK`] of them travel with the small messages, ahead of
@@ -244,6 +255,29 @@ impl<M> Endpoint<M> {
     /// [`SendError`] if `to` does not exist or its node cannot be reached.
     pub fn send_bulk(&mut self, to: KernelId, msg: M, bulk: Vec<u8>) -> Result<(), SendError<M>> {
         self.post(to, msg, Some(bulk))
+    }
+
+    /// As [`send`](Self::send), for a message whose receiver does not wait
+    /// on it: to another node it may wait, and share the write of the next
+    /// message to that node ([`Uplink::send_lazy`]). It goes out at the
+    /// latest at the next [`flush_lazy`](Self::flush_lazy), which a kernel
+    /// calls before it waits for anything.
+    ///
+    /// # Errors
+    /// [`SendError`] if `to` does not exist or its node cannot be reached.
+    pub fn send_lazy(&mut self, to: KernelId, msg: M) -> Result<(), SendError<M>> {
+        match &self.remote {
+            Some(r) if to.node != self.id.node => r.uplink.send_lazy(self.id, to, msg),
+            _ => self.post(to, msg, None),
+        }
+    }
+
+    /// Writes the messages to other nodes that [`send_lazy`](Self::send_lazy)
+    /// left waiting.
+    pub fn flush_lazy(&self) {
+        if let Some(r) = &self.remote {
+            r.uplink.flush();
+        }
     }
 
     /// As [`send_bulk`](Self::send_bulk), for bytes whose order against

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::thread;
+use std::time::Duration;
 
 use atoll_abi::KernelId;
 use atoll_noc::net::frame;
@@ -278,7 +279,7 @@ fn links_join_through_any_member_and_carry_both_lanes() {
     let t = std::time::Instant::now();
     while nodes(&l0) != [1, 2] {
         assert!(t.elapsed().as_secs() < 10, "{:?}", nodes(&l0));
-        thread::sleep(std::time::Duration::from_millis(10));
+        thread::sleep(Duration::from_millis(10));
     }
     let k = KernelId::new;
     l2.send(k(2, 0), k(0, 1), "hello".into(), None).unwrap();
@@ -320,7 +321,7 @@ fn concurrent_senders_and_large_frames_never_interleave() {
     let stalled = std::sync::atomic::AtomicBool::new(false);
     let deliver = Box::new(move |to, m: Incoming<String>| {
         if !stalled.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            thread::sleep(std::time::Duration::from_millis(300));
+            thread::sleep(Duration::from_millis(300));
         }
         tx.send((to, m)).unwrap();
     });
@@ -363,7 +364,7 @@ fn concurrent_senders_and_large_frames_never_interleave() {
     let mut next_image = 0;
     while next.iter().any(|&n| n < MESSAGES) || next_image < IMAGES {
         let (to, m) = r1
-            .recv_timeout(std::time::Duration::from_secs(30))
+            .recv_timeout(Duration::from_secs(30))
             .expect("every frame arrives");
         assert_eq!(to, k(1, 0));
         if let Some(bulk) = m.bulk {
@@ -461,7 +462,7 @@ fn a_few_unordered_bulk_bytes_overtake_a_large_transfer() {
     l0.send(k(0, 0), k(1, 0), "hello bulk".into(), Some(vec![0u8; 1]))
         .unwrap();
     for _ in 0..2 {
-        r1.recv_timeout(std::time::Duration::from_secs(30)).unwrap();
+        r1.recv_timeout(Duration::from_secs(30)).unwrap();
     }
     let image = vec![1u8; 64 << 20];
     l0.send(k(0, 0), k(1, 0), "image".into(), Some(image))
@@ -473,7 +474,7 @@ fn a_few_unordered_bulk_bytes_overtake_a_large_transfer() {
         .unwrap();
     let mut got = Vec::new();
     for _ in 0..3 {
-        let (_, m) = r1.recv_timeout(std::time::Duration::from_secs(30)).unwrap();
+        let (_, m) = r1.recv_timeout(Duration::from_secs(30)).unwrap();
         got.push((m.msg, m.bulk.map(|b| (b.len(), b[0]))));
     }
     assert_eq!(
@@ -484,4 +485,34 @@ fn a_few_unordered_bulk_bytes_overtake_a_large_transfer() {
             ("big copy".into(), Some((big.len(), 3))),
         ]
     );
+}
+
+/// A lazy frame waits: it goes out with the next frame to its node, ahead
+/// of it, or alone at the next flush, and never after a frame sent later.
+#[test]
+fn a_lazy_frame_shares_the_next_write_or_goes_at_the_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
+    let (l0, _r0) = links(ids.next().unwrap(), 1, None);
+    let (_l1, r1) = links(ids.next().unwrap(), 1, Some(l0.me().addr));
+    let k = KernelId::new;
+    let wait = Duration::from_secs(30);
+    l0.send(k(0, 0), k(1, 0), "hello".into(), None).unwrap();
+    assert_eq!(r1.recv_timeout(wait).unwrap().1.msg, "hello");
+
+    l0.send_lazy(k(0, 0), k(1, 0), "taken".into()).unwrap();
+    // Well within the heartbeat, which would flush it.
+    thread::sleep(Duration::from_millis(200));
+    assert!(r1.try_recv().is_err(), "a lazy frame waits");
+    l0.send(k(0, 0), k(1, 0), "reply".into(), None).unwrap();
+    let got: Vec<_> = (0..2)
+        .map(|_| r1.recv_timeout(wait).unwrap().1.msg)
+        .collect();
+    assert_eq!(got, ["taken", "reply"], "with the next frame, in order");
+
+    l0.send_lazy(k(0, 0), k(1, 0), "alone".into()).unwrap();
+    l0.flush();
+    assert_eq!(r1.recv_timeout(wait).unwrap().1.msg, "alone");
+    l0.flush();
+    assert!(r1.recv_timeout(Duration::from_millis(200)).is_err(), "once");
 }

@@ -152,6 +152,7 @@ impl Kernel {
         }
         // A sender of letters it took may wait for room meanwhile.
         self.confirm_taken(me.pid);
+        self.flush_lazy();
         let start = quanta::Instant::now();
         let deadline = start + self.spin;
         let mut result = None;
@@ -247,7 +248,7 @@ impl Kernel {
                     if letter.kind == CallKind::SendRec {
                         // A reply that is also a request: answered as taken.
                         state.owed.insert(letter.from);
-                        self.answer(letter.from, letter.seq, Ok(()));
+                        self.answer_taken(letter.from, letter.seq, CallKind::SendRec);
                     }
                     result = Some(Ok(()));
                 }

@@ -7,7 +7,7 @@ use atoll_process::{CallState, IpcCaller, IpcOutcome, KernelCall};
 
 use super::{read_message, IpcMsg, Letter, Probe};
 use crate::kernel::Kernel;
-use crate::msg::NocMsg;
+use crate::msg::{NocMsg, Packet};
 
 impl Kernel {
     pub(super) fn send_message(
@@ -100,7 +100,7 @@ impl Kernel {
         if self.admits(to, from, reply) {
             self.hand_over(to, from, kind, &msg);
             if !reply || kind == CallKind::SendRec {
-                self.answer(from, seq, Ok(()));
+                self.answer_taken(from, seq, kind);
             }
             return;
         }
@@ -176,6 +176,29 @@ impl Kernel {
         }
     }
 
+    /// Answers call `seq` of `pid`, whose message of `kind` was taken. The
+    /// caller of a `sendrec` waits for the reply, not for this, and the
+    /// reply may come first anyway ([`admits`](Self::admits)): to another
+    /// node the answer waits to share the write of what follows it,
+    /// usually the reply.
+    pub(super) fn answer_taken(&mut self, pid: Pid, seq: u64, kind: CallKind) {
+        if kind != CallKind::SendRec || self.procs.contains_key(&pid) {
+            return self.answer(pid, seq, Ok(()));
+        }
+        let done = NocMsg::Ipc(IpcMsg::Done {
+            to: pid,
+            seq,
+            result: Ok(()),
+        });
+        self.forward(
+            pid,
+            Packet {
+                lazy: true,
+                ..Packet::new(done)
+            },
+        );
+    }
+
     pub(super) fn receive(
         &mut self,
         me: &mut IpcCaller<'_>,
@@ -203,7 +226,7 @@ impl Kernel {
             if w.is_async() {
                 self.letters_taken(w.from, me.pid, 1, Ok(()));
             } else {
-                self.answer(w.from, w.seq, Ok(()));
+                self.answer_taken(w.from, w.seq, w.kind);
             }
             Some((msg, w.kind))
         } else {

@@ -54,6 +54,8 @@ pub(super) struct Conn {
     backlog: Notify,
     /// Whether anything was sent since the last heartbeat.
     sent: AtomicBool,
+    /// Lazy frames wait in the TLS state, unwritten.
+    lazy: AtomicBool,
     /// When a frame last went out or came in, in nanoseconds since `born`.
     busy: AtomicU64,
     born: std::time::Instant,
@@ -115,6 +117,7 @@ impl Conn {
             }),
             backlog: Notify::new(),
             sent: AtomicBool::new(false),
+            lazy: AtomicBool::new(false),
             busy: AtomicU64::new(0),
             born: std::time::Instant::now(),
         }
@@ -124,13 +127,39 @@ impl Conn {
     /// and writes what the socket takes now, leaving the rest to the
     /// connection's task. Frames from concurrent senders never interleave.
     ///
+    /// A `lazy` frame is only encrypted: it goes out with the next frame
+    /// sent, or at the next [`flush`](Self::flush), in one write. On
+    /// loopback or a LAN a write costs microseconds (the receiver's TCP
+    /// work runs in it), so an answer that can wait for what follows it
+    /// (the news that a `sendrec`'s request was taken, then the reply)
+    /// shares that write.
+    ///
     /// # Errors
     /// The connection failed (now or before), with why.
-    pub(super) fn send(&self, parts: &[&[u8]]) -> Result<(), String> {
+    pub(super) fn send(&self, parts: &[&[u8]], lazy: bool) -> Result<(), String> {
         let mut tls = self.lock()?;
         debug_assert!(!tls.open, "a frame sent into another");
         self.mark_busy();
+        if lazy && tls.held.is_none() {
+            for part in parts {
+                if let Err(e) = tls.conn.writer().write_all(part) {
+                    return Err(self.fail(&mut tls, format!("TLS: {e}")));
+                }
+            }
+            self.sent.store(true, Ordering::Relaxed);
+            self.lazy.store(true, Ordering::Release);
+            return Ok(());
+        }
         self.write(&mut tls, parts)
+    }
+
+    /// Writes the lazy frames that wait ([`send`](Self::send)), if any.
+    pub(super) fn flush(&self) {
+        if self.lazy.load(Ordering::Acquire) {
+            if let Ok(mut tls) = self.lock() {
+                let _ = self.push_out(&mut tls);
+            }
+        }
     }
 
     /// Whether a frame went out or came in within [`TALKING`]: only then
@@ -210,6 +239,7 @@ impl Conn {
 
     /// Writes what the socket takes now and leaves the rest to the task.
     fn push_out(&self, tls: &mut Tls) -> Result<(), String> {
+        self.lazy.store(false, Ordering::Relaxed);
         match self.write_out(tls) {
             Ok(true) => Ok(()),
             Ok(false) => {
@@ -334,6 +364,9 @@ impl Conn {
     async fn beat(&self, ping: &[u8], every: Duration) -> String {
         loop {
             tokio::time::sleep(every).await;
+            // Kernels flush their lazy frames before they wait; this is
+            // the backstop.
+            self.flush();
             if self.sent.swap(false, Ordering::Relaxed) {
                 continue;
             }

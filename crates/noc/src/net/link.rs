@@ -45,7 +45,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -229,6 +229,8 @@ struct Shared<M> {
     /// The links' runtime, for tasks started by a frame that a kernel's
     /// thread read ([`Uplink::poll`]).
     tasks: tokio::runtime::Handle,
+    /// A lazy frame may wait on some connection ([`Uplink::send_lazy`]).
+    lazy: AtomicBool,
 }
 
 /// One served connection to a peer. The id tells a connection from the
@@ -340,6 +342,7 @@ where
             restarted: Mutex::default(),
             mended: std::sync::OnceLock::new(),
             tasks: runtime.handle().clone(),
+            lazy: AtomicBool::new(false),
         });
         {
             let _runtime = runtime.enter();
@@ -424,7 +427,26 @@ where
         } else {
             Lane::Control
         };
-        self.send_on(lane, from, to, msg, bulk)
+        self.send_on(lane, from, to, msg, bulk, false)
+    }
+
+    fn send_lazy(&self, from: KernelId, to: KernelId, msg: M) -> Result<(), SendError<M>> {
+        self.send_on(Lane::Control, from, to, msg, None, true)?;
+        self.shared.lazy.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn flush(&self) {
+        if !self.shared.lazy.load(Ordering::Relaxed)
+            || !self.shared.lazy.swap(false, Ordering::Acquire)
+        {
+            return;
+        }
+        for peer in self.shared.peers.read().expect("peers").values() {
+            if let Some(attached) = &peer.lanes[Lane::Control.index()] {
+                attached.conn.flush();
+            }
+        }
     }
 
     fn send_unordered(
@@ -439,7 +461,7 @@ where
         } else {
             Lane::Bulk
         };
-        self.send_on(lane, from, to, msg, Some(bulk))
+        self.send_on(lane, from, to, msg, Some(bulk), false)
     }
 
     fn reaches(&self, to: KernelId) -> bool {
@@ -487,8 +509,9 @@ where
 
 impl<M: Serialize> Links<M> {
     /// Sends a kernel message, and its bulk bytes as the frame's tail, on
-    /// `lane`: a control frame is written by the calling thread, a bulk
-    /// one queued for its connection's task.
+    /// `lane`: a control frame is written by the calling thread (or, if
+    /// `lazy`, left for the next write), a bulk one queued for its
+    /// connection's task.
     fn send_on(
         &self,
         lane: Lane,
@@ -496,6 +519,7 @@ impl<M: Serialize> Links<M> {
         to: KernelId,
         msg: M,
         bulk: Option<Vec<u8>>,
+        lazy: bool,
     ) -> Result<(), SendError<M>> {
         let unreachable = |msg, why: String| Err(SendError::Unreachable { to, msg, why });
         let peers = self.shared.peers.read().expect("peers");
@@ -526,7 +550,7 @@ impl<M: Serialize> Links<M> {
                 .or_else(|_| unreachable(msg, "its connection closed".into())),
             None => attached
                 .conn
-                .send(&[&head, bulk.as_deref().unwrap_or_default()])
+                .send(&[&head, bulk.as_deref().unwrap_or_default()], lazy)
                 .or_else(|why| unreachable(msg, why)),
         }
     }
@@ -619,7 +643,7 @@ impl<M> Shared<M> {
         let peers = self.peers.read().expect("peers");
         for p in peers.values().filter(|p| p.member.node != member.node) {
             if let Some(a) = &p.lanes[Lane::Control.index()] {
-                let _ = a.conn.send(&[&frame]);
+                let _ = a.conn.send(&[&frame], false);
             }
         }
     }
