@@ -385,20 +385,30 @@ impl Kernel {
         }
         let t = Instant::now();
         let doorbell = self.noc.doorbell();
+        let mut rung = false;
+        self.noc.polling_remote(true);
         while t.elapsed() < self.spin && doorbell.room_to_poll() {
             if doorbell.is_pending() || self.timer_due() {
-                return true;
+                rung = true;
+                break;
             }
             self.noc.poll_remote();
             std::hint::spin_loop();
         }
-        false
+        self.noc.polling_remote(false);
+        rung
     }
 
     /// Writes the messages to other nodes that wait to share a write
     /// ([`Endpoint::send_lazy`]): before this kernel waits for anything.
     pub(crate) fn flush_lazy(&self) {
         self.noc.flush_lazy();
+    }
+
+    /// This kernel starts (`true`) or stops polling the links to other
+    /// nodes ([`Endpoint::polling_remote`]): around a wait in place.
+    pub(crate) fn polling_remote(&self, on: bool) {
+        self.noc.polling_remote(on);
     }
 
     /// Takes in what the NoC brought during a slice, for a call waiting in

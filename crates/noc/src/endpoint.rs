@@ -57,6 +57,12 @@ pub trait Uplink<M>: Send + Sync {
     /// Writes what [`send_lazy`](Self::send_lazy) left waiting.
     fn flush(&self);
 
+    /// A kernel of this node starts (`true`) or stops polling the links
+    /// ([`poll`](Self::poll)): while any does, the links' thread leaves
+    /// the connections that talk to the pollers, and is not woken by what
+    /// arrives on them.
+    fn polling(&self, on: bool);
+
     /// As [`send`](Self::send) with bulk bytes whose order against other
     /// bulk bytes between the same kernels does not matter: at most
     /// [`SMALL_BULK`] of them travel with the small messages, ahead of
@@ -387,6 +393,16 @@ impl<M> Endpoint<M> {
             }
         }
         self.remote.as_ref()?.inbound.try_recv().ok()
+    }
+
+    /// This kernel starts (`true`) or stops polling the links to other
+    /// nodes ([`Uplink::polling`]). Between the two it must call
+    /// [`poll_remote`](Self::poll_remote) again and again: what arrives
+    /// meanwhile waits for it.
+    pub fn polling_remote(&self, on: bool) {
+        if let Some(r) = &self.remote {
+            r.uplink.polling(on);
+        }
     }
 
     /// Reads what has arrived from other nodes ([`Uplink::poll`]); what

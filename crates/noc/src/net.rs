@@ -14,7 +14,9 @@
 //!   and a postcard-encoded message, bounded in size; a frame that does not
 //!   decode is an error for its link alone.
 //! - `conn`: one connection, which any kernel sends on directly and whose
-//!   task reads what arrives.
+//!   task reads what arrives;
+//! - `watch`: when that task waits for bytes, and when the kernels poll
+//!   for them instead.
 //! - [`link`]: membership (joining through any member, node ids and
 //!   incarnations) and the control and bulk connections between each pair
 //!   of nodes, which carry kernel messages for the kernels' [`Uplink`](crate::Uplink).
@@ -24,5 +26,6 @@ pub mod frame;
 pub mod identity;
 pub mod link;
 pub mod tls;
+mod watch;
 
 pub use link::{Lane, LinkConfig, LinkError, Links, Member, Wire};

@@ -409,8 +409,15 @@ fn frames_read_by_polling_kernels_arrive_once_and_in_order() {
         .map(|_| {
             let (l1, done) = (l1.clone(), done.clone());
             thread::spawn(move || {
+                // Polling by spells, as kernels do between their slices:
+                // the links' thread and the pollers take turns.
                 while !done.load(Ordering::Relaxed) {
-                    l1.poll();
+                    l1.polling(true);
+                    for _ in 0..1000 {
+                        l1.poll();
+                    }
+                    l1.polling(false);
+                    thread::yield_now();
                 }
             })
         })
@@ -515,4 +522,44 @@ fn a_lazy_frame_shares_the_next_write_or_goes_at_the_flush() {
     assert_eq!(r1.recv_timeout(wait).unwrap().1.msg, "alone");
     l0.flush();
     assert!(r1.recv_timeout(Duration::from_millis(200)).is_err(), "once");
+}
+
+/// While kernels poll, the links' thread leaves the talking connections
+/// to them; when the last stops, what came meanwhile and was not polled
+/// is read by the links' thread all the same.
+#[test]
+fn what_comes_while_kernels_poll_is_read_by_them_or_after_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
+    let (l0, _r0) = links(ids.next().unwrap(), 1, None);
+    let (l1, r1) = links(ids.next().unwrap(), 1, Some(l0.me().addr));
+    let k = KernelId::new;
+    let wait = Duration::from_secs(30);
+    for round in 0..20 {
+        l0.send(k(0, 0), k(1, 0), format!("talk {round}"), None)
+            .unwrap();
+        assert_eq!(
+            r1.recv_timeout(wait).unwrap().1.msg,
+            format!("talk {round}")
+        );
+        l1.polling(true);
+        l0.send(k(0, 0), k(1, 0), format!("polled {round}"), None)
+            .unwrap();
+        let polled = loop {
+            l1.poll();
+            if let Ok((_, m)) = r1.try_recv() {
+                break m.msg;
+            }
+        };
+        assert_eq!(polled, format!("polled {round}"));
+        // Nobody polls this one before the last poller stops.
+        l0.send(k(0, 0), k(1, 0), format!("after {round}"), None)
+            .unwrap();
+        thread::sleep(Duration::from_millis(1));
+        l1.polling(false);
+        assert_eq!(
+            r1.recv_timeout(wait).unwrap().1.msg,
+            format!("after {round}")
+        );
+    }
 }

@@ -156,6 +156,7 @@ impl Kernel {
         let start = quanta::Instant::now();
         let deadline = start + self.spin;
         let mut result = None;
+        self.polling_remote(true);
         while result.is_none() && self.may_wait_in_place(me) {
             if self.take_in_noc() {
                 self.take_in_local();
@@ -168,6 +169,7 @@ impl Kernel {
                 std::hint::spin_loop();
             }
         }
+        self.polling_remote(false);
         self.waited_in_place += start.elapsed();
         if result.is_some() {
             self.ipc.in_place += 1;

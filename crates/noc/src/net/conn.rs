@@ -15,38 +15,44 @@
 //! may read too ([`Conn::poll`]), so that an answer it waits for reaches
 //! it without waking the task and then the kernel (`atoll bench cluster`
 //! measures a TCP round trip between threads that poll at a seventh of one
-//! between threads that sleep). Whoever reads holds the inbox, so frames
+//! between threads that sleep); meanwhile the task is not even told that
+//! bytes came ([`super::watch`]). Whoever reads holds the inbox, so frames
 //! are handed over one at a time and in order. A connection that fails in
 //! either direction is shut down, which ends its task.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_rustls::TlsStream;
 
 use super::frame::Frames;
+use super::watch::{Ears, Watch};
 
 /// Bytes taken from the socket at a time.
 const READ_CHUNK: usize = 64 << 10;
 /// A large frame is encrypted and written this much at a time, so that
 /// the peer decrypts the start of it while the rest is being encrypted.
 const WRITE_CHUNK: usize = 64 << 10;
-/// A connection is polled ([`Conn::poll`]) while a frame went out or came
-/// in this recently: an answer is then likely on its way, and the quiet
-/// connections of a large cluster cost a poller nothing.
-const TALKING: Duration = Duration::from_millis(2);
-
 /// A TLS connection to another node that any thread may send on.
 pub(super) struct Conn {
-    io: TcpStream,
+    /// Tells the task when bytes came, unless kernels poll for them.
+    /// Before `io`: it leaves the watch before the socket closes.
+    ears: Arc<Ears>,
+    /// The socket, for the task to wait until it takes more output (a
+    /// copy of `io`'s descriptor, registered for that alone: the links'
+    /// thread is not woken by what arrives).
+    out: AsyncFd<std::net::TcpStream>,
+    io: std::net::TcpStream,
     tls: Mutex<Tls>,
     /// Held by whoever reads: the task, or a kernel polling.
     inbox: Mutex<Inbox>,
@@ -56,9 +62,6 @@ pub(super) struct Conn {
     sent: AtomicBool,
     /// Lazy frames wait in the TLS state, unwritten.
     lazy: AtomicBool,
-    /// When a frame last went out or came in, in nanoseconds since `born`.
-    busy: AtomicU64,
-    born: std::time::Instant,
 }
 
 /// What has been read and not yet handed over.
@@ -86,8 +89,17 @@ struct Tls {
 
 impl Conn {
     /// Takes over a handshaken stream whose frames are at most `max`
-    /// bytes.
-    pub(super) fn new(stream: TlsStream<TcpStream>, max: u32) -> Conn {
+    /// bytes, its socket watched by `watch` (`always`: never polled by
+    /// kernels). Runs inside the links' runtime.
+    ///
+    /// # Errors
+    /// The socket could not be watched.
+    pub(super) fn new(
+        stream: TlsStream<TcpStream>,
+        max: u32,
+        watch: &Arc<Watch>,
+        always: bool,
+    ) -> io::Result<Conn> {
         let (tcp, mut conn) = match stream {
             TlsStream::Client(s) => {
                 let (tcp, conn) = s.into_inner();
@@ -101,8 +113,13 @@ impl Conn {
         // The queue is bounded by what senders queue, as it was when a
         // channel held it.
         conn.set_buffer_limit(None);
-        Conn {
-            io: tcp,
+        let io = tcp.into_std()?;
+        // SAFETY: the copy is owned by the `AsyncFd`, and stays open as long.
+        let out = unsafe { AsyncFd::register_with_interest(io.try_clone()?, Interest::WRITABLE) }?;
+        Ok(Conn {
+            ears: watch.add(io.as_raw_fd(), always)?,
+            out,
+            io,
             tls: Mutex::new(Tls {
                 conn,
                 failed: None,
@@ -118,9 +135,7 @@ impl Conn {
             backlog: Notify::new(),
             sent: AtomicBool::new(false),
             lazy: AtomicBool::new(false),
-            busy: AtomicU64::new(0),
-            born: std::time::Instant::now(),
-        }
+        })
     }
 
     /// Sends one frame made of `parts` (a head and its tail): encrypts it
@@ -162,10 +177,9 @@ impl Conn {
         }
     }
 
-    /// Whether a frame went out or came in within [`TALKING`]: only then
-    /// is the connection worth polling.
-    pub(super) fn talking(&self) -> bool {
-        self.now_ns() <= self.busy.load(Ordering::Relaxed) + TALKING.as_nanos() as u64
+    /// Whether kernels poll the connection now ([`super::watch`]).
+    pub(super) fn polled(&self) -> bool {
+        self.ears.polled()
     }
 
     /// Reads what the socket holds now on the calling thread, and hands
@@ -191,13 +205,14 @@ impl Conn {
         let Some(mut inbox) = self.try_inbox() else {
             return;
         };
-        // Straight from the socket: tokio's `try_read` would not try
-        // before the links' thread saw the socket readable, which is the
-        // wake-up this saves. The end of the stream and errors are left
-        // for the task, which finds them too.
-        let socket = socket2::SockRef::from(&self.io);
-        if let Ok(n @ 1..) = (&*socket).read(&mut inbox.raw) {
-            let _ = self.take_in(&mut inbox, n, &mut each);
+        // The end of the stream and errors are left for the task, which
+        // finds them too once told.
+        match (&self.io).read(&mut inbox.raw) {
+            Ok(n @ 1..) => {
+                let _ = self.take_in(&mut inbox, n, &mut each);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Ok(0) | Err(_) => self.ears.tell(),
         }
     }
 
@@ -285,7 +300,8 @@ impl Conn {
 
     /// Shuts the socket down: the task ends, and so does the peer's side.
     pub(super) fn close(&self) {
-        let _ = socket2::SockRef::from(&self.io).shutdown(Shutdown::Both);
+        let _ = self.io.shutdown(Shutdown::Both);
+        self.ears.tell();
     }
 
     /// Serves the connection until it fails or is closed, handing each
@@ -341,12 +357,11 @@ impl Conn {
     /// Waits until everything queued is written.
     async fn flushed(&self) -> Result<(), String> {
         loop {
-            self.io.writable().await.map_err(|e| e.to_string())?;
+            let mut ready = self.out.writable().await.map_err(|e| e.to_string())?;
             let mut tls = self.lock()?;
             match self.write_out(&mut tls) {
                 Ok(true) => return Ok(()),
-                // The socket's readiness was cleared: `writable` waits.
-                Ok(false) => {}
+                Ok(false) => ready.clear_ready(),
                 Err(e) => return Err(self.fail(&mut tls, e.to_string())),
             }
         }
@@ -399,35 +414,51 @@ impl Conn {
             // from the last bytes anyone read.
             let heard = self.inbox().heard;
             let deadline = Instant::from_std(heard + dead_after);
-            match tokio::time::timeout_at(deadline, self.io.readable()).await {
+            match tokio::time::timeout_at(deadline, self.ears.heard()).await {
                 Err(_) if self.inbox().heard == heard => {
                     return format!("nothing came for {dead_after:?}");
                 }
                 Err(_) => continue,
-                Ok(Err(e)) => return e.to_string(),
-                Ok(Ok(())) => {}
+                Ok(()) => {}
             }
-            // A kernel reading holds it briefly, and hands over what it
+            // Everything the socket holds, a chunk at a time. A kernel
+            // reading holds the inbox briefly, and hands over what it
             // reads: this thread serves the other connections meanwhile.
-            let Some(mut inbox) = self.try_inbox() else {
+            loop {
+                let more = match self.try_inbox() {
+                    Some(mut inbox) => match self.read_chunk(&mut inbox, &mut each) {
+                        Ok(more) => more,
+                        Err(why) => return why,
+                    },
+                    None => false,
+                };
+                if !more {
+                    break;
+                }
                 tokio::task::yield_now().await;
-                continue;
-            };
-            match self.io.try_read(&mut inbox.raw) {
-                Ok(0) => {
-                    return self
-                        .lock()
-                        .err()
-                        .unwrap_or_else(|| "closed by the peer".into());
-                }
-                Ok(n) => {
-                    if let Err(why) = self.take_in(&mut inbox, n, &mut each) {
-                        return why;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return e.to_string(),
             }
+        }
+    }
+
+    /// Reads a chunk from the socket and hands over its whole frames.
+    /// Returns whether the socket may hold more, or why the connection
+    /// ended.
+    fn read_chunk<T: DeserializeOwned>(
+        &self,
+        inbox: &mut Inbox,
+        each: &mut impl FnMut(T, Vec<u8>) -> Result<(), String>,
+    ) -> Result<bool, String> {
+        match (&self.io).read(&mut inbox.raw) {
+            Ok(0) => Err(self
+                .lock()
+                .err()
+                .unwrap_or_else(|| "closed by the peer".into())),
+            Ok(n) => {
+                self.take_in(inbox, n, each)?;
+                Ok(n == inbox.raw.len())
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -444,11 +475,7 @@ impl Conn {
     }
 
     fn mark_busy(&self) {
-        self.busy.store(self.now_ns(), Ordering::Relaxed);
-    }
-
-    fn now_ns(&self) -> u64 {
-        self.born.elapsed().as_nanos() as u64
+        self.ears.mark_busy();
     }
 
     /// Decrypts the first `n` bytes of the inbox's raw buffer (and what
@@ -516,18 +543,18 @@ impl Conn {
     }
 }
 
-/// The socket as a writer for TLS records, from any thread: `try_write`
-/// never blocks, and a `WouldBlock` clears the readiness the connection's
-/// task then waits on.
-struct Socket<'a>(&'a TcpStream);
+/// The socket as a writer for TLS records, from any thread: the socket
+/// does not block, and what it does not take stays in the TLS state for
+/// the task (which waits until the socket takes more).
+struct Socket<'a>(&'a std::net::TcpStream);
 
 impl Write for Socket<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.try_write(buf)
+        (&*self.0).write(buf)
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        self.0.try_write_vectored(bufs)
+        (&*self.0).write_vectored(bufs)
     }
 
     fn flush(&mut self) -> io::Result<()> {

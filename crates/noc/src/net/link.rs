@@ -63,6 +63,7 @@ use super::conn::Conn;
 use super::frame::{self, FrameError};
 use super::identity::Identity;
 use super::tls::{self, TlsError};
+use super::watch::Watch;
 use crate::{Incoming, SendError, Uplink, SMALL_BULK};
 
 /// The largest frame on a control connection: IPC, spawn requests,
@@ -231,6 +232,8 @@ struct Shared<M> {
     tasks: tokio::runtime::Handle,
     /// A lazy frame may wait on some connection ([`Uplink::send_lazy`]).
     lazy: AtomicBool,
+    /// The sockets the links' thread waits on, and those kernels poll.
+    watch: Arc<Watch>,
 }
 
 /// One served connection to a peer. The id tells a connection from the
@@ -343,7 +346,12 @@ where
             mended: std::sync::OnceLock::new(),
             tasks: runtime.handle().clone(),
             lazy: AtomicBool::new(false),
+            watch: {
+                let _runtime = runtime.enter();
+                Watch::new().map_err(LinkError::Runtime)?
+            },
         });
+        runtime.spawn(shared.watch.clone().serve());
         {
             let _runtime = runtime.enter();
             for d in seed {
@@ -436,6 +444,10 @@ where
         Ok(())
     }
 
+    fn polling(&self, on: bool) {
+        self.shared.watch.polling(on);
+    }
+
     fn flush(&self) {
         if !self.shared.lazy.load(Ordering::Relaxed)
             || !self.shared.lazy.swap(false, Ordering::Acquire)
@@ -497,8 +509,8 @@ where
             .values()
             .filter_map(|p| {
                 let attached = p.lanes[Lane::Control.index()].as_ref()?;
-                let talking = attached.conn.talking();
-                talking.then(|| (attached.conn.clone(), p.member.node))
+                let polled = attached.conn.polled();
+                polled.then(|| (attached.conn.clone(), p.member.node))
             })
             .collect();
         for (conn, node) in control {
@@ -952,7 +964,9 @@ where
         return Err("the first frame was not a hello".into());
     };
     tls::check_peer(peer_certificate(&stream)?, &member.name).map_err(|e| e.to_string())?;
-    let conn = Arc::new(Conn::new(stream, lane.max()));
+    let conn = Conn::new(stream, lane.max(), &shared.watch, lane == Lane::Bulk)
+        .map_err(|e| format!("cannot watch its socket: {e}"))?;
+    let conn = Arc::new(conn);
     // Admitted and attached at once, so that a member joining meanwhile
     // is either in the welcome's list or told of this one (`Joined`).
     // Attached before the welcome goes out, so that the member can be sent
@@ -1000,7 +1014,12 @@ where
     /// Serves a dialled connection: from now on its peer is linked on its
     /// lane. Runs inside the links' runtime.
     fn serve_dialled(self: &Arc<Self>, d: Dialled) {
-        let conn = Arc::new(Conn::new(d.stream, d.lane.max()));
+        let conn = match Conn::new(d.stream, d.lane.max(), &self.watch, d.lane == Lane::Bulk) {
+            Ok(conn) => Arc::new(conn),
+            Err(e) => {
+                return tracing::warn!(peer = %d.peer, lane = ?d.lane, "cannot watch its socket: {e}")
+            }
+        };
         let (id, queue) = self.attach(&d.peer, d.lane, conn.clone());
         tokio::spawn(serve(self.clone(), d.peer, d.lane, conn, id, queue));
     }
