@@ -174,6 +174,7 @@ int32_t __atoll_exec(const char *module, int32_t module_len, const char *argv_bu
 int32_t __atoll_ipc_send(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_send");
 int32_t __atoll_ipc_sendnb(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendnb");
 int32_t __atoll_ipc_senda(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_senda");
+int32_t __atoll_ipc_senda_more(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_senda_more");
 int32_t __atoll_ipc_sendrec(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendrec");
 int32_t __atoll_ipc_receive(atoll_pid_t from, void *msg, int32_t *status)
     ATOLL_IMPORT_("ipc_receive");
@@ -416,6 +417,12 @@ static inline int atoll_migrate_to(int kernel)
  *                           ipc_senda to `to` fail with EDEADSRCDST or
  *                           ECALLDENIED (Minix's senda reports errors late
  *                           too). Not to oneself: EINVAL.
+ *   ipc_senda_more(to, &m)  ipc_senda, saying that more letters follow at
+ *                           once (as MSG_MORE does for a socket): to a
+ *                           process on another node the letter may wait
+ *                           for them, to share one write. It goes at the
+ *                           latest when the caller next waits or its slice
+ *                           ends.
  *   ipc_receivenb(from, &m, &status)
  *                           receives as ipc_receive if a notification or a
  *                           waiting sender is there, else fails with
@@ -505,6 +512,11 @@ static inline int ipc_sendnb(atoll_pid_t to, message *m)
 static inline int ipc_senda(atoll_pid_t to, message *m)
 {
     return __atoll_ipc_senda(to, m);
+}
+
+static inline int ipc_senda_more(atoll_pid_t to, message *m)
+{
+    return __atoll_ipc_senda_more(to, m);
 }
 
 static inline int ipc_sendrec(atoll_pid_t to, message *m)

@@ -44,14 +44,16 @@ void mpi_channel_open(void)
         mpi_fatal("allocating the channel", ENOMEM);
 }
 
-/* Hands one message to the runtime; false if the window to `to` is full. */
-static bool try_send(int to, int32_t kind, const struct wire *w)
+/* Hands one message to the runtime; false if the window to `to` is full.
+ * `more`: another follows at once, and may share its write to another
+ * node. */
+static bool try_send(int to, int32_t kind, const struct wire *w, bool more)
 {
     message m;
     m.m_source = 0;
     m.m_type = kind;
     memcpy(m.m_u.m_payload, w, sizeof *w);
-    int err = ipc_senda(mpi_world[to].pid, &m);
+    int err = more ? ipc_senda_more(mpi_world[to].pid, &m) : ipc_senda(mpi_world[to].pid, &m);
     if (err == EAGAIN)
         return false;
     if (err != 0)
@@ -59,10 +61,10 @@ static bool try_send(int to, int32_t kind, const struct wire *w)
     return true;
 }
 
-void mpi_channel_send(int to, int32_t kind, const struct wire *w)
+void mpi_channel_send(int to, int32_t kind, const struct wire *w, bool more)
 {
     struct peer *p = &peers[to];
-    if (p->first == NULL && try_send(to, kind, w))
+    if (p->first == NULL && try_send(to, kind, w, more))
         return;
     struct queued *q = mpi_alloc(sizeof *q);
     q->next = NULL;
@@ -87,7 +89,8 @@ static void flush(void)
     while (*link != NULL) {
         struct peer *p = *link;
         int to = (int)(p - peers);
-        while (p->first != NULL && try_send(to, p->first->kind, &p->first->w)) {
+        while (p->first != NULL &&
+               try_send(to, p->first->kind, &p->first->w, p->first->next != NULL)) {
             struct queued *q = p->first;
             p->first = q->next;
             if (p->first == NULL)

@@ -198,8 +198,9 @@ int mpi_unexpected_count(void);
 /* Makes the queues of messages waiting for room. */
 void mpi_channel_open(void);
 /* Sends a message of `kind` to world rank `to` (never oneself); never
- * blocks: what cannot go now waits in memory for the progress engine. */
-void mpi_channel_send(int to, int32_t kind, const struct wire *w);
+ * blocks: what cannot go now waits in memory for the progress engine.
+ * `more`: another message to `to` follows at once (ipc_senda_more). */
+void mpi_channel_send(int to, int32_t kind, const struct wire *w, bool more);
 /* Moves messages: delivers queued ones, takes arrived ones and hands them
  * to mpi_arrived(). With `block`, waits for at least one event. */
 void mpi_progress(bool block);

@@ -60,7 +60,7 @@ static bool issue_rts(struct atoll_mpi_request *s, int dest_world, struct wire *
         grants_held++;
     }
     w->u.rts.grant = s->grant;
-    mpi_channel_send(dest_world, KIND_RTS, w);
+    mpi_channel_send(dest_world, KIND_RTS, w, false);
     return true;
 }
 
@@ -84,12 +84,13 @@ static void hold(int dest_world, int32_t kind, const struct wire *w, struct atol
 
 /* Sends a message that needs no grant, or holds it behind those that wait
  * for one (`behind`). */
-static void send_or_hold(int dest_world, int32_t kind, const struct wire *w, bool behind)
+static void send_or_hold(int dest_world, int32_t kind, const struct wire *w, bool behind,
+                         bool more)
 {
     if (behind)
         hold(dest_world, kind, w, NULL, NULL, 0);
     else
-        mpi_channel_send(dest_world, kind, w);
+        mpi_channel_send(dest_world, kind, w, more);
 }
 
 /* Sends held messages, in order per destination, while grants last. */
@@ -102,7 +103,7 @@ static void release_held(void)
                 if (!issue_rts(h->send, d, &h->w, h->payload, h->len))
                     return;
             } else {
-                mpi_channel_send(d, h->kind, &h->w);
+                mpi_channel_send(d, h->kind, &h->w, false);
             }
             held_head[d] = h->next;
             held_count--;
@@ -227,7 +228,7 @@ static void pull(struct atoll_mpi_request *r, int from, int tag, size_t len, uin
     struct wire fin;
     memset(&fin, 0, sizeof fin);
     fin.u.fin.sreq = sreq;
-    mpi_channel_send(from, KIND_FIN, &fin);
+    mpi_channel_send(from, KIND_FIN, &fin, false);
     received(r, from, tag, len);
 }
 
@@ -410,13 +411,14 @@ static struct atoll_mpi_request *start_send(const void *payload, size_t len, voi
     if (eager) {
         size_t head = len < EAGER_MAX ? len : EAGER_MAX;
         memcpy(w.u.data, payload, head);
-        send_or_hold(dest_world, KIND_EAGER, &w, behind);
+        /* The KIND_MORE messages follow at once: they share one write. */
+        send_or_hold(dest_world, KIND_EAGER, &w, behind, head < len);
         for (size_t at = head; at < len; at += ATOLL_PAYLOAD_SIZE) {
             size_t n = len - at < ATOLL_PAYLOAD_SIZE ? len - at : ATOLL_PAYLOAD_SIZE;
             struct wire more;
             memset(&more, 0, sizeof more);
             memcpy(&more, (const uint8_t *)payload + at, n);
-            send_or_hold(dest_world, KIND_MORE, &more, behind);
+            send_or_hold(dest_world, KIND_MORE, &more, behind, at + n < len);
         }
         free(s->packed);
         s->packed = NULL;

@@ -34,6 +34,7 @@
  * Prints "ok SCENARIO" and exits 0; on a failed check prints the line and
  * exits 1. Child roles are argv[1] = "child-*".
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,13 +421,14 @@ static void pingpong(long n)
     reap(echo, 0);
 }
 
-/* Sends `m` asynchronously, waiting for room as a window that is full
- * says: a notification from `to` once a letter has been taken. Returns
- * what the send that was not EAGAIN returned. */
-static int senda_waiting(atoll_pid_t to, message *m, long *full)
+/* Sends `m` asynchronously (with ipc_senda_more if `more`), waiting for
+ * room as a window that is full says: a notification from `to` once a
+ * letter has been taken. Returns what the send that was not EAGAIN
+ * returned. */
+static int senda_waiting(atoll_pid_t to, message *m, bool more, long *full)
 {
     int err;
-    while ((err = ipc_senda(to, m)) == EAGAIN) {
+    while ((err = more ? ipc_senda_more(to, m) : ipc_senda(to, m)) == EAGAIN) {
         ++*full;
         message n;
         int status = 0;
@@ -463,7 +465,7 @@ static void send_letters(atoll_pid_t to)
         memset(&m, 0, sizeof m);
         m.m_type = 1;
         m.m1_i1 = i;
-        int err = senda_waiting(to, &m, &full);
+        int err = senda_waiting(to, &m, false, &full);
         if (err != EDEADSRCDST)
             EXPECT(err, 0);
         sleep_ms(2);
@@ -503,6 +505,7 @@ static void senda(long n)
     memset(&m, 0, sizeof m);
     EXPECT(ipc_senda(SELF, &m), EINVAL);
     EXPECT(ipc_senda(atoll_getpid(), &m), EINVAL);
+    EXPECT(ipc_senda_more(atoll_getpid(), &m), EINVAL);
 
     char count[24];
     snprintf(count, sizeof count, "%ld", n);
@@ -512,7 +515,10 @@ static void senda(long n)
         memset(&m, 0, sizeof m);
         m.m_type = 1;
         m.m1_i1 = (int32_t)i;
-        EXPECT(senda_waiting(r, &m, &full), 0);
+        /* Runs of letters that say more follow; the last says so too,
+         * and goes all the same once this process waits. */
+        bool more = i % 5 != 4 || i == n - 1;
+        EXPECT(senda_waiting(r, &m, more, &full), 0);
     }
     /* The receiver answers once it has them all, in order; a notification
      * of room may come first. */

@@ -35,7 +35,10 @@ pub enum IpcCall {
     },
     /// Queue the message at `msg` for `to` and return at once (Minix's
     /// `senda`): never blocks, so a process is never seen in this call.
-    SendA { to: Pid, msg: u32 },
+    /// `more`: the caller sends more letters at once (`ipc_senda_more`),
+    /// which may share one write to another node, as `MSG_MORE` does for
+    /// a socket.
+    SendA { to: Pid, msg: u32, more: bool },
 }
 
 /// Where a `sendrec` stands.

@@ -799,6 +799,19 @@ impl Kernel {
         self.forward(pid, Packet::new(msg));
     }
 
+    /// Like [`route`](Self::route), for a message its receiver does not
+    /// wait on: to another node it may share the write of what follows
+    /// it ([`Packet::lazy`]).
+    pub(crate) fn route_lazily(&mut self, pid: Pid, msg: NocMsg) {
+        self.forward(
+            pid,
+            Packet {
+                lazy: true,
+                ..Packet::new(msg)
+            },
+        );
+    }
+
     /// Like [`route`](Self::route), with bytes that travel in the portal.
     pub(crate) fn route_bulk(&mut self, pid: Pid, msg: NocMsg, bulk: Vec<u8>) {
         self.forward(

@@ -48,7 +48,9 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 /// 14: a spawn or exec may wait for a module of another node already read
 ///     (`SpawnModule::Fetched`); a checkpoint keeps the bytes of open files
 ///     that have no name (`FileFd::ghost`).
-const VERSION: u16 = 14;
+/// 15: an asynchronous send says whether more letters follow it
+///     (`IpcCall::SendA::more`).
+const VERSION: u16 = 15;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

@@ -42,7 +42,15 @@ use crate::msg::NocMsg;
 
 impl Kernel {
     /// `senda` of the message at `addr` to `to`, by the running process.
-    pub(super) fn send_async(&mut self, me: &mut IpcCaller<'_>, to: Pid, addr: u32) -> IpcOutcome {
+    /// `senda` of the message at `addr` to `to`; `more`: more letters
+    /// follow at once ([`IpcCall::SendA`](atoll_ipc::IpcCall::SendA)).
+    pub(super) fn send_async(
+        &mut self,
+        me: &mut IpcCaller<'_>,
+        to: Pid,
+        addr: u32,
+        more: bool,
+    ) -> IpcOutcome {
         let here = self.procs.contains_key(&to);
         if here && self.domain_of(to) != me.ipc.domain {
             // Refused here and now: the letter never leaves.
@@ -77,7 +85,11 @@ impl Kernel {
             self.letter_arrived(to, letter);
         } else {
             letter.confirms = self.unconfirmed_from(to);
-            self.post(to, letter);
+            if more {
+                self.post_lazily(to, letter);
+            } else {
+                self.post(to, letter);
+            }
         }
         IpcOutcome::Done(Ok(()))
     }
@@ -174,9 +186,10 @@ impl Kernel {
     }
 
     /// Tells `sender`, wherever it runs, that `receiver` took `count` of
-    /// its letters (or could not).
+    /// its letters (or could not). The sender waits on it only when its
+    /// window is full: it may share the write of what follows.
     fn send_taken(&mut self, sender: Pid, receiver: Pid, count: u32, result: Result<(), Errno>) {
-        self.route(
+        self.route_lazily(
             sender,
             NocMsg::Ipc(IpcMsg::AsyncTaken {
                 to: sender,

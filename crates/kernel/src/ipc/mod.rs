@@ -161,7 +161,7 @@ impl KernelLink for Kernel {
                 self.answer_waiting(&mut me, notified)
             }
             IpcCall::Copy(req) => self.copy(&mut me, call, req),
-            IpcCall::SendA { to, msg } => self.send_async(&mut me, to, msg),
+            IpcCall::SendA { to, msg, more } => self.send_async(&mut me, to, msg, more),
         }
     }
 

@@ -7,7 +7,7 @@ use atoll_process::{CallState, IpcCaller, IpcOutcome, KernelCall};
 
 use super::{read_message, IpcMsg, Letter, Probe};
 use crate::kernel::Kernel;
-use crate::msg::{NocMsg, Packet};
+use crate::msg::NocMsg;
 
 impl Kernel {
     pub(super) fn send_message(
@@ -77,6 +77,13 @@ impl Kernel {
     pub(super) fn post(&mut self, to: Pid, letter: Letter) {
         self.ipc.remote_out += 1;
         self.route(to, NocMsg::Ipc(IpcMsg::Deliver { to, letter }));
+    }
+
+    /// As [`post`](Self::post), for a letter that more letters follow at
+    /// once: to another node it waits to share their write.
+    pub(super) fn post_lazily(&mut self, to: Pid, letter: Letter) {
+        self.ipc.remote_out += 1;
+        self.route_lazily(to, NocMsg::Ipc(IpcMsg::Deliver { to, letter }));
     }
 
     /// A message from another kernel for `to`, which runs here.
@@ -190,13 +197,7 @@ impl Kernel {
             seq,
             result: Ok(()),
         });
-        self.forward(
-            pid,
-            Packet {
-                lazy: true,
-                ..Packet::new(done)
-            },
-        );
+        self.route_lazily(pid, done);
     }
 
     pub(super) fn receive(

@@ -40,7 +40,16 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         "ipc_sendnb",
         |mut c: Caller<'_, ProcCtx>, to: i64, msg: u32| send(&mut c, to, msg, CallKind::SendNb),
     )?;
-    linker.func_wrap(M, "ipc_senda", senda)?;
+    linker.func_wrap(
+        M,
+        "ipc_senda",
+        |c: Caller<'_, ProcCtx>, to: i64, msg: u32| senda(c, to, msg, false),
+    )?;
+    linker.func_wrap(
+        M,
+        "ipc_senda_more",
+        |c: Caller<'_, ProcCtx>, to: i64, msg: u32| senda(c, to, msg, true),
+    )?;
     linker.func_wrap(
         M,
         "ipc_sendrec",
@@ -210,7 +219,8 @@ fn send(c: &mut Caller<'_, ProcCtx>, to: i64, msg: u32, kind: CallKind) -> wasmt
 
 /// `senda`: queues the message for `to` and returns. A letter the kernel
 /// cannot deliver is reported by the next `senda` to the same process.
-fn senda(mut c: Caller<'_, ProcCtx>, to: i64, msg: u32) -> wasmtime::Result<i32> {
+/// `more`: more letters follow at once.
+fn senda(mut c: Caller<'_, ProcCtx>, to: i64, msg: u32, more: bool) -> wasmtime::Result<i32> {
     kernel_call(&mut c, |mem, ctx| {
         check_bound(ctx)?;
         let to = endpoint(ctx, to)?;
@@ -220,7 +230,7 @@ fn senda(mut c: Caller<'_, ProcCtx>, to: i64, msg: u32) -> wasmtime::Result<i32>
         if to == ctx.uarea.pid {
             return Err(Errno::Inval);
         }
-        Ok(KernelCall::Ipc(IpcCall::SendA { to, msg }))
+        Ok(KernelCall::Ipc(IpcCall::SendA { to, msg, more }))
     })
 }
 
