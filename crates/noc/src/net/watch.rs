@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -46,12 +46,13 @@ const TALKING: Duration = Duration::from_millis(2);
 /// armed.
 pub(super) struct Watch {
     epoll: AsyncFd<OwnedFd>,
+    /// Kernels polling now. Changed without the lock, which is taken when
+    /// it goes from 0 or to 0 (and then reads it again).
+    pollers: AtomicUsize,
     state: Mutex<State>,
 }
 
 struct State {
-    /// Kernels polling now.
-    pollers: usize,
     next_key: u64,
     sockets: HashMap<u64, Entry>,
 }
@@ -95,8 +96,8 @@ impl Watch {
         let epoll = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }?;
         Ok(Arc::new(Watch {
             epoll,
+            pollers: AtomicUsize::new(0),
             state: Mutex::new(State {
-                pollers: 0,
                 next_key: 0,
                 sockets: HashMap::new(),
             }),
@@ -131,20 +132,23 @@ impl Watch {
         Ok(ears)
     }
 
-    /// A kernel starts (`true`) or stops polling the connections.
+    /// A kernel starts (`true`) or stops polling the connections. Only
+    /// the first to start and the last to stop take the lock: the sockets
+    /// are then set for the count as it is under the lock, so that of a
+    /// start and a stop that cross, the later sets them right.
     pub(super) fn polling(&self, on: bool) {
-        let mut state = self.state();
-        if on {
-            state.pollers += 1;
-            if state.pollers > 1 {
-                return;
-            }
+        let before = if on {
+            self.pollers.fetch_add(1, Ordering::AcqRel)
         } else {
-            state.pollers = state.pollers.saturating_sub(1);
-            if state.pollers > 0 {
-                return;
-            }
+            let before = self.pollers.fetch_sub(1, Ordering::AcqRel);
+            debug_assert_ne!(before, 0, "a stop without a start");
+            before
+        };
+        if before != usize::from(!on) {
+            return;
         }
+        let mut state = self.state();
+        let on = self.pollers.load(Ordering::Acquire) > 0;
         for (&key, e) in &mut state.sockets {
             let Some(ears) = e.ears.upgrade() else {
                 continue;
@@ -218,7 +222,7 @@ impl Ears {
     pub(super) async fn heard(&self) {
         {
             let mut state = self.watch.state();
-            let pollers = state.pollers;
+            let pollers = self.watch.pollers.load(Ordering::Acquire);
             if let Some(e) = state.sockets.get_mut(&self.key) {
                 e.wanted = true;
                 // A socket that starts talking while kernels poll is
