@@ -39,9 +39,10 @@ enum {
 #define EAGER_MAX 40
 /* Largest payload sent eagerly: its first EAGER_MAX bytes in the KIND_EAGER,
  * the rest in KIND_MORE messages right behind it (ATOLL_PAYLOAD_SIZE bytes
- * each). A handful of messages in a row cost less than a rendezvous's
- * three crossings (bench/results/mpi.md). */
-#define EAGER_CHUNKED_MAX 144
+ * each): six messages at most. Within a node six cost as much as a
+ * rendezvous's three crossings; to another node they share one write and
+ * cost a quarter of it (docs/mpi.md). */
+#define EAGER_CHUNKED_MAX (EAGER_MAX + 5 * ATOLL_PAYLOAD_SIZE)
 
 /* The 52-byte payload of a message between ranks. */
 struct wire {

@@ -20,8 +20,8 @@ static unsigned char pattern(int from, int size, int i)
 }
 
 /* Sizes on both sides of the 40-byte limit of one message, of each further
- * 52-byte message, and of the 144-byte eager limit, up to 1 MiB. */
-static const int sizes[] = {0, 1, 39, 40, 41, 92, 93, 144, 145, 4096, 100000, 1 << 20};
+ * 52-byte message, and of the 300-byte eager limit, up to 1 MiB. */
+static const int sizes[] = {0, 1, 39, 40, 41, 92, 93, 144, 145, 299, 300, 301, 4096, 100000, 1 << 20};
 #define NSIZES (int)(sizeof sizes / sizeof sizes[0])
 
 static void ring(void)
