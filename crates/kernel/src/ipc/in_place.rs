@@ -293,6 +293,8 @@ fn what_to_take(
             Take::Answer(Ok(()))
         }
         (IpcMsg::Done { .. }, Some(IpcCall::SendRec { .. })) => Take::Sent,
+        // A copy into another process's memory: its kernel wrote it.
+        (IpcMsg::Done { .. }, Some(IpcCall::Copy(_))) => Take::Answer(Ok(())),
         // The reply rule: the client can only be waiting for it. One from
         // another domain is the loop's to refuse (`deliver_remote`).
         (IpcMsg::Deliver { letter, .. }, Some(IpcCall::SendRec { to, .. }))

@@ -160,7 +160,10 @@ impl KernelLink for Kernel {
                 let notified = self.notify(&mut me, call, to);
                 self.answer_waiting(&mut me, notified)
             }
-            IpcCall::Copy(req) => self.copy(&mut me, call, req),
+            IpcCall::Copy(req) => {
+                let copied = self.copy(&mut me, call, req);
+                self.answer_waiting(&mut me, copied)
+            }
             IpcCall::SendA { to, msg, more } => self.send_async(&mut me, to, msg, more),
         }
     }
