@@ -261,6 +261,21 @@ fn links(
     (Links::start(config, deliver, Box::new(|_| ())).unwrap(), rx)
 }
 
+/// Two linked nodes of one kernel each, and what arrives for node 1's
+/// kernel.
+fn two_nodes() -> (
+    tempfile::TempDir,
+    Links<String>,
+    Links<String>,
+    std::sync::mpsc::Receiver<(KernelId, Incoming<String>)>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
+    let (l0, _r0) = links(ids.next().unwrap(), 1, None);
+    let (l1, r1) = links(ids.next().unwrap(), 1, Some(l0.me().addr));
+    (dir, l0, l1, r1)
+}
+
 #[test]
 fn links_join_through_any_member_and_carry_both_lanes() {
     let dir = tempfile::tempdir().unwrap();
@@ -456,10 +471,7 @@ fn frames_read_by_polling_kernels_arrive_once_and_in_order() {
 /// the bulk lane, and arrive whole all the same.
 #[test]
 fn a_few_unordered_bulk_bytes_overtake_a_large_transfer() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
-    let (l0, _r0) = links(ids.next().unwrap(), 1, None);
-    let (_l1, r1) = links(ids.next().unwrap(), 1, Some(l0.me().addr));
+    let (_dir, l0, _l1, r1) = two_nodes();
     let k = KernelId::new;
     // Both lanes carry a frame first, so that the receiver reads both
     // connections before the race: a sender may see the link up while the
@@ -498,17 +510,14 @@ fn a_few_unordered_bulk_bytes_overtake_a_large_transfer() {
 /// of it, or alone at the next flush, and never after a frame sent later.
 #[test]
 fn a_lazy_frame_shares_the_next_write_or_goes_at_the_flush() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
-    let (l0, _r0) = links(ids.next().unwrap(), 1, None);
-    let (_l1, r1) = links(ids.next().unwrap(), 1, Some(l0.me().addr));
+    let (_dir, l0, _l1, r1) = two_nodes();
     let k = KernelId::new;
     let wait = Duration::from_secs(30);
     l0.send(k(0, 0), k(1, 0), "hello".into(), None).unwrap();
     assert_eq!(r1.recv_timeout(wait).unwrap().1.msg, "hello");
 
     l0.send_lazy(k(0, 0), k(1, 0), "taken".into()).unwrap();
-    // Well within the heartbeat, which would flush it.
+    // The heartbeat flushes only what waited a whole beat (1 s).
     thread::sleep(Duration::from_millis(200));
     assert!(r1.try_recv().is_err(), "a lazy frame waits");
     l0.send(k(0, 0), k(1, 0), "reply".into(), None).unwrap();
@@ -529,10 +538,7 @@ fn a_lazy_frame_shares_the_next_write_or_goes_at_the_flush() {
 /// is read by the links' thread all the same.
 #[test]
 fn what_comes_while_kernels_poll_is_read_by_them_or_after_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
-    let (l0, _r0) = links(ids.next().unwrap(), 1, None);
-    let (l1, r1) = links(ids.next().unwrap(), 1, Some(l0.me().addr));
+    let (_dir, l0, l1, r1) = two_nodes();
     let k = KernelId::new;
     let wait = Duration::from_secs(30);
     for round in 0..20 {

@@ -377,11 +377,16 @@ impl Conn {
     }
 
     async fn beat(&self, ping: &[u8], every: Duration) -> String {
+        let mut lazy_before = false;
         loop {
             tokio::time::sleep(every).await;
             // Kernels flush their lazy frames before they wait; this is
-            // the backstop.
-            self.flush();
+            // the backstop, for frames that waited a whole beat.
+            let lazy = self.lazy.load(Ordering::Acquire);
+            if lazy && lazy_before {
+                self.flush();
+            }
+            lazy_before = lazy;
             if self.sent.swap(false, Ordering::Relaxed) {
                 continue;
             }
