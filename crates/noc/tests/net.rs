@@ -244,10 +244,7 @@ fn links(
     id: Identity,
     kernels: u16,
     join: Option<std::net::SocketAddr>,
-) -> (
-    Links<String>,
-    std::sync::mpsc::Receiver<(KernelId, Incoming<String>)>,
-) {
+) -> (Links<String>, Arrivals) {
     let (tx, rx) = std::sync::mpsc::channel();
     let config = LinkConfig {
         identity: id,
@@ -261,14 +258,12 @@ fn links(
     (Links::start(config, deliver, Box::new(|_| ())).unwrap(), rx)
 }
 
+/// What arrives for a node's kernels, with the kernel it is for.
+type Arrivals = std::sync::mpsc::Receiver<(KernelId, Incoming<String>)>;
+
 /// Two linked nodes of one kernel each, and what arrives for node 1's
 /// kernel.
-fn two_nodes() -> (
-    tempfile::TempDir,
-    Links<String>,
-    Links<String>,
-    std::sync::mpsc::Receiver<(KernelId, Incoming<String>)>,
-) {
+fn two_nodes() -> (tempfile::TempDir, Links<String>, Links<String>, Arrivals) {
     let dir = tempfile::tempdir().unwrap();
     let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
     let (l0, _r0) = links(ids.next().unwrap(), 1, None);
