@@ -41,9 +41,9 @@ use crate::kernel::Kernel;
 use crate::msg::NocMsg;
 
 impl Kernel {
-    /// `senda` of the message at `addr` to `to`, by the running process.
-    /// `senda` of the message at `addr` to `to`; `more`: more letters
-    /// follow at once ([`IpcCall::SendA`](atoll_ipc::IpcCall::SendA)).
+    /// `senda` of the message at `addr` to `to`, by the running process;
+    /// `more`: more letters follow at once
+    /// ([`IpcCall::SendA`](atoll_ipc::IpcCall::SendA)).
     pub(super) fn send_async(
         &mut self,
         me: &mut IpcCaller<'_>,

@@ -43,6 +43,7 @@ const READ_CHUNK: usize = 64 << 10;
 /// A large frame is encrypted and written this much at a time, so that
 /// the peer decrypts the start of it while the rest is being encrypted.
 const WRITE_CHUNK: usize = 64 << 10;
+
 /// A TLS connection to another node that any thread may send on.
 pub(super) struct Conn {
     /// Tells the task when bytes came, unless kernels poll for them.
