@@ -85,11 +85,7 @@ impl Kernel {
             self.letter_arrived(to, letter);
         } else {
             letter.confirms = self.unconfirmed_from(to);
-            if more {
-                self.post_lazily(to, letter);
-            } else {
-                self.post(to, letter);
-            }
+            self.post(to, letter, more);
         }
         IpcOutcome::Done(Ok(()))
     }

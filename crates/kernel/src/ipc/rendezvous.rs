@@ -34,6 +34,7 @@ impl Kernel {
                     msg,
                     confirms: 0,
                 },
+                false,
             );
             if reply && kind != CallKind::SendRec {
                 me.ipc.stats.sent += 1;
@@ -73,17 +74,17 @@ impl Kernel {
         IpcOutcome::Block(call)
     }
 
-    /// Sends `letter` to `to`, which runs on another kernel.
-    pub(super) fn post(&mut self, to: Pid, letter: Letter) {
+    /// Sends `letter` to `to`, which runs on another kernel. `lazy`: more
+    /// letters follow at once, and to another node it waits to share
+    /// their write.
+    pub(super) fn post(&mut self, to: Pid, letter: Letter, lazy: bool) {
         self.ipc.remote_out += 1;
-        self.route(to, NocMsg::Ipc(IpcMsg::Deliver { to, letter }));
-    }
-
-    /// As [`post`](Self::post), for a letter that more letters follow at
-    /// once: to another node it waits to share their write.
-    pub(super) fn post_lazily(&mut self, to: Pid, letter: Letter) {
-        self.ipc.remote_out += 1;
-        self.route_lazily(to, NocMsg::Ipc(IpcMsg::Deliver { to, letter }));
+        let deliver = NocMsg::Ipc(IpcMsg::Deliver { to, letter });
+        if lazy {
+            self.route_lazily(to, deliver);
+        } else {
+            self.route(to, deliver);
+        }
     }
 
     /// A message from another kernel for `to`, which runs here.
