@@ -175,6 +175,9 @@ int32_t __atoll_ipc_send(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_send");
 int32_t __atoll_ipc_sendnb(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendnb");
 int32_t __atoll_ipc_senda(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_senda");
 int32_t __atoll_ipc_senda_more(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_senda_more");
+int32_t __atoll_ipc_senda_body(atoll_pid_t to, void *msg, const void *body, uint32_t len)
+    ATOLL_IMPORT_("ipc_senda_body");
+int32_t __atoll_ipc_body(void *buf, uint32_t len) ATOLL_IMPORT_("ipc_body");
 int32_t __atoll_ipc_sendrec(atoll_pid_t to, void *msg) ATOLL_IMPORT_("ipc_sendrec");
 int32_t __atoll_ipc_receive(atoll_pid_t from, void *msg, int32_t *status)
     ATOLL_IMPORT_("ipc_receive");
@@ -423,6 +426,20 @@ static inline int atoll_migrate_to(int kernel)
  *                           for them, to share one write. It goes at the
  *                           latest when the caller next waits or its slice
  *                           ends.
+ *   ipc_senda_body(to, &m, body, len)
+ *                           ipc_senda with up to ATOLL_BODY_MAX bytes that
+ *                           travel with the letter, copied at the call (one
+ *                           crossing to another node, where a grant and a
+ *                           copy take three). The receiver finds their
+ *                           length in IPC_STATUS_BODY(status) and takes them
+ *                           with ipc_body. Besides ATOLL_ASYNC_WINDOW
+ *                           letters, a sender may have ATOLL_BODY_WINDOW
+ *                           bytes of bodies untaken by one receiver (and one
+ *                           letter, however large): past that EAGAIN, as
+ *                           above. len > ATOLL_BODY_MAX: EMSGSIZE.
+ *   ipc_body(buf, len)      copies the first len bytes (at most all) of the
+ *                           body of the message received last; they stay
+ *                           until the next receive. ENOMSG if it has none.
  *   ipc_receivenb(from, &m, &status)
  *                           receives as ipc_receive if a notification or a
  *                           waiting sender is there, else fails with
@@ -462,9 +479,15 @@ static inline int atoll_migrate_to(int kernel)
 #define SENDNB 5
 #define SENDA 16
 #define IPC_STATUS_CALL(status) ((status) & 0xFF)
+/* Bytes of the received message's body (ipc_senda_body), 0 if none. */
+#define IPC_STATUS_BODY(status) ((uint32_t)(status) >> 8)
 
 /* Letters of ipc_senda one sender may have untaken by one receiver. */
 #define ATOLL_ASYNC_WINDOW 64
+/* The largest body of a letter, and the bytes of bodies one sender may have
+ * untaken by one receiver (beyond one letter's). */
+#define ATOLL_BODY_MAX (64 * 1024)
+#define ATOLL_BODY_WINDOW (256 * 1024)
 
 /* m_type of a notification. */
 #define NOTIFY_MESSAGE 0x1000
@@ -517,6 +540,18 @@ static inline int ipc_senda(atoll_pid_t to, message *m)
 static inline int ipc_senda_more(atoll_pid_t to, message *m)
 {
     return __atoll_ipc_senda_more(to, m);
+}
+
+static inline int ipc_senda_body(atoll_pid_t to, message *m, const void *body, size_t len)
+{
+    if (len > ATOLL_BODY_MAX)
+        return EMSGSIZE;
+    return __atoll_ipc_senda_body(to, m, body, (uint32_t)len);
+}
+
+static inline int ipc_body(void *buf, size_t len)
+{
+    return __atoll_ipc_body(buf, len > ATOLL_BODY_MAX ? ATOLL_BODY_MAX : (uint32_t)len);
 }
 
 static inline int ipc_sendrec(atoll_pid_t to, message *m)

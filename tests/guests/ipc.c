@@ -9,8 +9,10 @@
  *
  *   pingpong N        sendrec and send/receive with sequence numbers
  *   senda N           N asynchronous letters, in order, through a full
- *                     window (EAGAIN, then a notification); EINVAL to
- *                     oneself; late EDEADSRCDST from an ended receiver
+ *                     window (EAGAIN, then a notification), some with
+ *                     bodies of 1 byte to ATOLL_BODY_MAX; EINVAL to
+ *                     oneself, EMSGSIZE and EFAULT for bad bodies; late
+ *                     EDEADSRCDST from an ended receiver
  *   restored-sender   a child sends letters to this process; the test
  *                     checkpoints and restores the child meanwhile: every
  *                     letter must come, in order
@@ -129,6 +131,44 @@ static int child_echo(void)
  * increasing order and all from one sender, stored in *sender; returns how
  * many came. From ANY: a receive from the sender by name would fail while
  * the sender is a checkpoint file. */
+/* The body of letter i of the letter scenarios: a quarter of them carry
+ * one, of a few sizes, and one in 5000 the largest there is. */
+static size_t body_len(int i)
+{
+    static const size_t sizes[] = {1, 52, 300, 1000, 4096};
+    if (i % 5000 == 1)
+        return ATOLL_BODY_MAX;
+    return i % 4 == 1 ? sizes[(i / 4) % 5] : 0;
+}
+
+static uint8_t body_byte(int i, size_t k)
+{
+    return (uint8_t)(i * 31 + (int)k);
+}
+
+static uint8_t body[ATOLL_BODY_MAX];
+
+/* Checks the body of letter i, just received with `status`. */
+static void check_body(int i, int status)
+{
+    size_t len = body_len(i);
+    CHECK(IPC_STATUS_BODY(status) == len);
+    if (len == 0) {
+        EXPECT(ipc_body(body, 1), ENOMSG);
+        return;
+    }
+    /* A short buffer takes the first bytes; a long one the whole body. */
+    memset(body, 0, len);
+    EXPECT(ipc_body(body, 1), 0);
+    CHECK(body[0] == body_byte(i, 0) && (len == 1 || body[1] == 0));
+    EXPECT(ipc_body(body, sizeof body), 0);
+    for (size_t k = 0; k < len; k++)
+        if (body[k] != body_byte(i, k)) {
+            fprintf(stderr, "ipc: letter %d: body byte %zu is wrong\n", i, k);
+            exit(1);
+        }
+}
+
 static int take_letters(int n, atoll_pid_t *sender)
 {
     int count = 0, last = -1;
@@ -142,6 +182,7 @@ static int take_letters(int n, atoll_pid_t *sender)
             fprintf(stderr, "ipc: letter %d came after %d\n", m.m1_i1, last);
             exit(1);
         }
+        check_body(m.m1_i1, status);
         CHECK(*sender == 0 || m.m_source == *sender);
         *sender = m.m_source;
         last = m.m1_i1;
@@ -421,14 +462,20 @@ static void pingpong(long n)
     reap(echo, 0);
 }
 
-/* Sends `m` asynchronously (with ipc_senda_more if `more`), waiting for
- * room as a window that is full says: a notification from `to` once a
- * letter has been taken. Returns what the send that was not EAGAIN
- * returned. */
+/* Sends letter `m`, numbered m1_i1, asynchronously (with ipc_senda_more if
+ * `more`, with ipc_senda_body if its number has a body), waiting for room
+ * as a window that is full says: a notification from `to` once a letter
+ * has been taken. Returns what the send that was not EAGAIN returned. */
 static int senda_waiting(atoll_pid_t to, message *m, bool more, long *full)
 {
+    static uint8_t out[ATOLL_BODY_MAX];
+    size_t len = body_len(m->m1_i1);
+    for (size_t k = 0; k < len; k++)
+        out[k] = body_byte(m->m1_i1, k);
     int err;
-    while ((err = more ? ipc_senda_more(to, m) : ipc_senda(to, m)) == EAGAIN) {
+    while ((err = len > 0   ? ipc_senda_body(to, m, out, len)
+                  : more    ? ipc_senda_more(to, m)
+                            : ipc_senda(to, m)) == EAGAIN) {
         ++*full;
         message n;
         int status = 0;
@@ -506,6 +553,10 @@ static void senda(long n)
     EXPECT(ipc_senda(SELF, &m), EINVAL);
     EXPECT(ipc_senda(atoll_getpid(), &m), EINVAL);
     EXPECT(ipc_senda_more(atoll_getpid(), &m), EINVAL);
+    EXPECT(ipc_senda_body(atoll_getpid(), &m, body, 1), EINVAL);
+    EXPECT(ipc_senda_body(atoll_getpid(), &m, body, ATOLL_BODY_MAX + 1), EMSGSIZE);
+    EXPECT(__atoll_ipc_senda_body(atoll_getpid(), &m, body, ATOLL_BODY_MAX + 1), EMSGSIZE);
+    EXPECT(__atoll_ipc_senda_body(atoll_getpid(), &m, (void *)-16, 32), EFAULT);
 
     char count[24];
     snprintf(count, sizeof count, "%ld", n);

@@ -4,6 +4,7 @@ use atoll_abi::Pid;
 use serde::{Deserialize, Serialize};
 
 use crate::message::CallKind;
+use crate::state::BodyAt;
 
 /// An IPC call the kernel serves. Addresses are in the caller's linear
 /// memory and were checked when the call was made.
@@ -37,8 +38,14 @@ pub enum IpcCall {
     /// `senda`): never blocks, so a process is never seen in this call.
     /// `more`: the caller sends more letters at once (`ipc_senda_more`),
     /// which may share one write to another node, as `MSG_MORE` does for
-    /// a socket.
-    SendA { to: Pid, msg: u32, more: bool },
+    /// a socket. `body`: bytes of the caller's memory that travel with the
+    /// letter (`ipc_senda_body`), at most [`BODY_MAX`](crate::BODY_MAX).
+    SendA {
+        to: Pid,
+        msg: u32,
+        more: bool,
+        body: Option<BodyAt>,
+    },
 }
 
 /// Where a `sendrec` stands.

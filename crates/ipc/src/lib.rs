@@ -24,4 +24,7 @@ pub use call::{CopyAddr, CopyRequest, CopySide, IpcCall, Phase};
 pub use domain::{DomainError, DomainId, DomainInfo, DomainOp, DomainTable};
 pub use grant::{Access, Grant, GrantTable, MAX_GRANTS};
 pub use message::{CallKind, Message, MESSAGE_SIZE, NOTIFY_MESSAGE, PAYLOAD_OFFSET, PAYLOAD_SIZE};
-pub use state::{AsyncIn, AsyncOut, IpcState, IpcStats, PidSet, WaitingSender, ASYNC_WINDOW};
+pub use state::{
+    AsyncIn, AsyncOut, BodyAt, EarlyLetter, IpcState, IpcStats, PidSet, WaitingSender,
+    ASYNC_BODY_WINDOW, ASYNC_WINDOW, BODY_MAX,
+};

@@ -75,9 +75,10 @@ pub enum CallKind {
 }
 
 impl CallKind {
-    /// The value written to the receiver's status word.
-    pub fn status(self) -> u32 {
-        self as u32
+    /// The value written to the receiver's status word: the call, and the
+    /// length of the message's body above it (`IPC_STATUS_BODY`).
+    pub fn status(self, body: Option<&[u8]>) -> u32 {
+        self as u32 | (body.map_or(0, <[u8]>::len) as u32) << 8
     }
 }
 

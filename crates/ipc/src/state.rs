@@ -2,6 +2,7 @@
 //! notifications, blocked senders and grants are the same after a move.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Range;
 
 use atoll_abi::{Errno, Pid};
 use serde::{Deserialize, Serialize};
@@ -39,6 +40,9 @@ pub struct IpcState {
     /// letters after the checkpoint was taken, so the first letter that
     /// comes from each sets where that sender's numbering stands.
     pub async_resync: bool,
+    /// The body of the message it received last (`ipc_senda_body`), kept
+    /// for `ipc_body` until its next receive.
+    pub body: Option<Vec<u8>>,
 }
 
 impl IpcState {
@@ -56,6 +60,7 @@ impl IpcState {
             async_out: BTreeMap::new(),
             async_in: BTreeMap::new(),
             async_resync: false,
+            body: None,
         }
     }
 
@@ -234,6 +239,16 @@ impl<'de> Deserialize<'de> for PidSet {
 /// queue holds at most this many letters per sender).
 pub const ASYNC_WINDOW: u32 = 64;
 
+/// The largest body a letter carries (`ipc_senda_body`): a frame that holds
+/// the control lane between two nodes for tens of microseconds at most, as
+/// Open MPI's eager limit over TCP.
+pub const BODY_MAX: usize = 64 << 10;
+
+/// Bytes of bodies one sender may have untaken by one receiver (besides
+/// one letter's, however large): with [`ASYNC_WINDOW`], what a sender can
+/// make a receiver's kernel keep for it.
+pub const ASYNC_BODY_WINDOW: usize = 256 << 10;
+
 /// What a sender knows of its asynchronous sends to one receiver.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AsyncOut {
@@ -248,6 +263,37 @@ pub struct AsyncOut {
     /// `senda` failed with `EAGAIN`: notify the sender, as from the
     /// receiver, when a letter is taken.
     pub want: bool,
+    /// The body bytes of each letter in flight, oldest first (they are
+    /// taken in order), and their sum.
+    pub bodies: VecDeque<u32>,
+    pub body_bytes: usize,
+}
+
+impl AsyncOut {
+    /// Whether one more letter, with `body` bytes, fits in the windows.
+    pub fn has_room(&self, body: usize) -> bool {
+        self.in_flight < ASYNC_WINDOW
+            && (self.in_flight == 0 || body == 0 || self.body_bytes + body <= ASYNC_BODY_WINDOW)
+    }
+
+    /// One more letter, with `body` bytes, is in flight.
+    pub fn sent(&mut self, body: usize) {
+        self.in_flight += 1;
+        self.bodies.push_back(body as u32);
+        self.body_bytes += body;
+    }
+
+    /// The oldest `count` letters in flight were taken (or refused).
+    pub fn taken(&mut self, count: u32) {
+        self.in_flight = self.in_flight.saturating_sub(count);
+        for _ in 0..count {
+            self.body_bytes -= self.bodies.pop_front().unwrap_or(0) as usize;
+        }
+        if self.in_flight == 0 {
+            self.bodies.clear();
+            self.body_bytes = 0;
+        }
+    }
 }
 
 /// What a receiver knows of one sender's asynchronous letters.
@@ -257,26 +303,34 @@ pub struct AsyncIn {
     pub next: u64,
     /// Letters that came before one sent earlier (a route around a
     /// migration can be shorter): held, in order, until it comes.
-    pub early: Vec<(u64, Message)>,
+    pub early: Vec<EarlyLetter>,
+}
+
+/// A letter held until its turn.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EarlyLetter {
+    pub seq: u64,
+    pub msg: Message,
+    pub body: Option<Vec<u8>>,
 }
 
 impl AsyncIn {
-    /// Keeps letter `seq` until its turn; `false` if it is already here.
-    pub fn hold(&mut self, seq: u64, msg: Message) -> bool {
-        match self.early.binary_search_by_key(&seq, |&(s, _)| s) {
+    /// Keeps a letter until its turn; `false` if it is already here.
+    pub fn hold(&mut self, letter: EarlyLetter) -> bool {
+        match self.early.binary_search_by_key(&letter.seq, |l| l.seq) {
             Ok(_) => false,
             Err(i) => {
-                self.early.insert(i, (seq, msg));
+                self.early.insert(i, letter);
                 true
             }
         }
     }
 
-    /// The held letter whose turn it is now, if it came, with its number;
-    /// the turn passes to the one after it.
-    pub fn take_next(&mut self) -> Option<(u64, Message)> {
+    /// The held letter whose turn it is now, if it came; the turn passes
+    /// to the one after it.
+    pub fn take_next(&mut self) -> Option<EarlyLetter> {
         match self.early.first() {
-            Some(&(seq, _)) if seq == self.next => {
+            Some(l) if l.seq == self.next => {
                 self.next += 1;
                 Some(self.early.remove(0))
             }
@@ -284,6 +338,9 @@ impl AsyncIn {
         }
     }
 }
+
+/// Where a letter's body lies in its sender's memory, checked at the call.
+pub type BodyAt = Range<u32>;
 
 /// A sender blocked on this process. Its message stays in its own memory
 /// while both run on one kernel (`msg: None`: one copy, at delivery); it is
@@ -295,6 +352,8 @@ pub struct WaitingSender {
     /// The sender's call number (`IpcState::seq`), to match its answer.
     pub seq: u64,
     pub msg: Option<Message>,
+    /// A letter's body (`ipc_senda_body`).
+    pub body: Option<Vec<u8>>,
 }
 
 impl WaitingSender {
@@ -325,20 +384,48 @@ mod tests {
 
     #[test]
     fn early_letters_wait_for_their_turn_and_come_once() {
-        let letter = |n: u8| Message::from_bytes(&[n; crate::MESSAGE_SIZE]);
+        let letter = |n: u8| EarlyLetter {
+            seq: u64::from(n),
+            msg: Message::from_bytes(&[n; crate::MESSAGE_SIZE]),
+            body: (n == 3).then(|| vec![n; 1000]),
+        };
         let mut a = AsyncIn::default();
-        assert!(a.hold(3, letter(3)));
-        assert!(a.hold(1, letter(1)));
-        assert!(!a.hold(3, letter(3)), "a duplicate is not held twice");
+        assert!(a.hold(letter(3)));
+        assert!(a.hold(letter(1)));
+        assert!(!a.hold(letter(3)), "a duplicate is not held twice");
         assert_eq!(a.take_next(), None, "letter 0 has not come");
         a.next = 1;
-        assert_eq!(a.take_next(), Some((1, letter(1))));
+        assert_eq!(a.take_next(), Some(letter(1)));
         assert_eq!(a.next, 2, "the turn passes on");
         assert_eq!(a.take_next(), None, "letter 2 has not come");
         a.next = 3;
-        assert_eq!(a.take_next(), Some((3, letter(3))));
+        assert_eq!(a.take_next(), Some(letter(3)), "with its body");
         assert_eq!(a.next, 4);
         assert!(a.early.is_empty());
+    }
+
+    #[test]
+    fn bodies_in_flight_are_bounded_but_one_always_goes() {
+        let mut out = AsyncOut::default();
+        assert!(out.has_room(BODY_MAX), "a first letter goes, however large");
+        out.sent(BODY_MAX);
+        for _ in 0..(ASYNC_BODY_WINDOW / BODY_MAX - 1) {
+            assert!(out.has_room(BODY_MAX));
+            out.sent(BODY_MAX);
+        }
+        assert!(!out.has_room(1), "the bytes window is full");
+        assert!(out.has_room(0), "a letter without a body still goes");
+        out.sent(0);
+        out.taken(1);
+        assert_eq!(out.body_bytes, ASYNC_BODY_WINDOW - BODY_MAX);
+        assert!(out.has_room(BODY_MAX), "the oldest letter's bytes came back");
+        out.taken(u32::MAX);
+        assert_eq!((out.in_flight, out.body_bytes), (0, 0));
+        assert!(out.bodies.is_empty());
+        for _ in 0..ASYNC_WINDOW {
+            out.sent(0);
+        }
+        assert!(!out.has_room(0), "the letters window is full");
     }
 
     #[test]
@@ -378,6 +465,7 @@ mod tests {
                 kind: CallKind::Send,
                 seq: u64::from(slot),
                 msg: None,
+                body: None,
             });
         }
         assert_eq!(s.take_sender(Some(pid(1))).unwrap().from, pid(1));

@@ -309,12 +309,23 @@ impl NocMsg {
     /// Whether its bulk bytes may overtake, or be overtaken by, other bulk
     /// bytes between the same two kernels ([`atoll_noc::Endpoint::send_bulk_unordered`]):
     /// a copy between processes and a remote file op or its answer, each
-    /// awaited alone by its process. A migration's frames keep their order.
+    /// awaited alone by its process, and a letter's body (letters are
+    /// numbered, and taken in order wherever they come from). A
+    /// migration's frames keep their order.
     pub fn bulk_order_free(&self) -> bool {
+        use crate::ipc::{IpcMsg, Letter};
         matches!(
             self,
-            NocMsg::Ipc(crate::ipc::IpcMsg::CopyWrite { .. })
-                | NocMsg::File { .. }
+            NocMsg::Ipc(
+                IpcMsg::CopyWrite { .. }
+                    | IpcMsg::Deliver {
+                        letter: Letter {
+                            kind: atoll_ipc::CallKind::SendA,
+                            ..
+                        },
+                        ..
+                    }
+            ) | NocMsg::File { .. }
                 | NocMsg::FileDone { .. }
         )
     }

@@ -50,7 +50,9 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 ///     that have no name (`FileFd::ghost`).
 /// 15: an asynchronous send says whether more letters follow it
 ///     (`IpcCall::SendA::more`).
-const VERSION: u16 = 15;
+/// 16: letters may carry a body (`IpcCall::SendA::body`, held with the
+///     letter, `IpcState::body` once received).
+const VERSION: u16 = 16;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

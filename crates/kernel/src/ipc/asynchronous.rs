@@ -12,7 +12,8 @@
 //!   come early ([`AsyncIn`]), in the receiver's UArea, so they move with
 //!   it.
 //! - **Bounds.** A sender may have [`ASYNC_WINDOW`] letters to one receiver
-//!   untaken; past that `senda` fails with `EAGAIN`. Each letter taken (or
+//!   untaken, and [`ASYNC_BODY_WINDOW`] bytes of their bodies (beyond one
+//!   letter's); past that `senda` fails with `EAGAIN`. Each letter taken (or
 //!   refused) is confirmed to its sender ([`IpcMsg::AsyncTaken`]), and a
 //!   sender that was refused for want of room is notified, as if by the
 //!   receiver, when there is room again. A letter that cannot be delivered
@@ -29,11 +30,12 @@
 //! [`IpcState::restored`]: atoll_ipc::IpcState::restored
 //! [`AsyncIn`]: atoll_ipc::AsyncIn
 //! [`ASYNC_WINDOW`]: atoll_ipc::ASYNC_WINDOW
+//! [`ASYNC_BODY_WINDOW`]: atoll_ipc::ASYNC_BODY_WINDOW
 
 use std::collections::BTreeMap;
 
 use atoll_abi::{Errno, Pid};
-use atoll_ipc::{AsyncIn, CallKind, WaitingSender, ASYNC_WINDOW};
+use atoll_ipc::{AsyncIn, BodyAt, CallKind, EarlyLetter, WaitingSender};
 use atoll_process::{IpcCaller, IpcOutcome};
 
 use super::{read_message, IpcMsg, Letter};
@@ -42,7 +44,8 @@ use crate::msg::NocMsg;
 
 impl Kernel {
     /// `senda` of the message at `addr` to `to`, by the running process;
-    /// `more`: more letters follow at once
+    /// `more`: more letters follow at once; `body`: bytes of its memory
+    /// that go with the letter
     /// ([`IpcCall::SendA`](atoll_ipc::IpcCall::SendA)).
     pub(super) fn send_async(
         &mut self,
@@ -50,6 +53,7 @@ impl Kernel {
         to: Pid,
         addr: u32,
         more: bool,
+        body: Option<BodyAt>,
     ) -> IpcOutcome {
         let here = self.procs.contains_key(&to);
         if here && self.domain_of(to) != me.ipc.domain {
@@ -57,19 +61,21 @@ impl Kernel {
             self.ipc.denied += 1;
             return IpcOutcome::Done(Err(Errno::CallDenied));
         }
+        let body_len = body.as_ref().map_or(0, |b| b.len());
         let out = me.ipc.async_out.entry(to).or_default();
         if let Some(e) = out.error.take() {
             return IpcOutcome::Done(Err(e));
         }
-        if out.in_flight >= ASYNC_WINDOW {
+        if !out.has_room(body_len) {
             out.want = true;
             return IpcOutcome::Done(Err(Errno::Again));
         }
         let seq = out.next;
         out.next += 1;
-        out.in_flight += 1;
+        out.sent(body_len);
         let mut msg = read_message(me.memory, addr);
         msg.set_source(me.pid);
+        let body = body.map(|b| me.memory[b.start as usize..b.end as usize].to_vec());
         me.ipc.stats.sent += 1;
         let mut letter = Letter {
             from: me.pid,
@@ -82,17 +88,18 @@ impl Kernel {
         };
         if here {
             self.ipc.local += 1;
-            self.letter_arrived(to, letter);
+            self.letter_arrived(to, letter, body);
         } else {
             letter.confirms = self.unconfirmed_from(to);
-            self.post(to, letter, more);
+            self.post(to, letter, body, more);
         }
         IpcOutcome::Done(Ok(()))
     }
 
-    /// A letter for `to`, which runs here: accepted if it is the next one
-    /// of its sender (with those held behind it), else held until it is.
-    pub(super) fn letter_arrived(&mut self, to: Pid, letter: Letter) {
+    /// A letter (with its `body`, if any) for `to`, which runs here:
+    /// accepted if it is the next one of its sender (with those held
+    /// behind it), else held until it is.
+    pub(super) fn letter_arrived(&mut self, to: Pid, letter: Letter, body: Option<Vec<u8>>) {
         if letter.confirms > 0 {
             self.letters_confirmed(to, letter.from, letter.confirms, Ok(()));
         }
@@ -111,27 +118,37 @@ impl Kernel {
             *early = AsyncIn::default();
         }
         if seq != early.next {
-            if seq < early.next || !early.hold(seq, letter.msg) {
+            let held = EarlyLetter {
+                seq,
+                msg: letter.msg,
+                body,
+            };
+            if seq < early.next || !early.hold(held) {
                 tracing::warn!(kernel = %self.id, %to, %from, seq, "a letter came twice");
             }
             return;
         }
         early.next += 1;
-        let mut letter = letter;
+        let (mut letter, mut body) = (letter, body);
         loop {
-            self.accept_letter(to, letter);
+            self.accept_letter(to, letter, body);
             let held = self
                 .ipc_state(to)
                 .and_then(|s| s.async_in.get_mut(&from))
                 .and_then(AsyncIn::take_next);
-            let Some((seq, msg)) = held else { return };
-            letter = Letter { seq, msg, ..letter };
+            let Some(next) = held else { return };
+            letter = Letter {
+                seq: next.seq,
+                msg: next.msg,
+                ..letter
+            };
+            body = next.body;
         }
     }
 
     /// A letter whose turn it is: handed to `to` if it waits for it, else
     /// queued behind its senders. A letter across domains is refused.
-    fn accept_letter(&mut self, to: Pid, letter: Letter) {
+    fn accept_letter(&mut self, to: Pid, letter: Letter, body: Option<Vec<u8>>) {
         let Letter {
             from,
             domain,
@@ -144,7 +161,7 @@ impl Kernel {
             return self.letters_taken(from, to, 1, Err(Errno::CallDenied));
         }
         if self.admits(to, from, false) {
-            self.hand_over(to, from, CallKind::SendA, &msg);
+            self.hand_over(to, from, CallKind::SendA, &msg, body);
             return self.letters_taken(from, to, 1, Ok(()));
         }
         if let Some(s) = self.ipc_state(to) {
@@ -153,6 +170,7 @@ impl Kernel {
                 kind: CallKind::SendA,
                 seq,
                 msg: Some(msg),
+                body,
             });
         }
     }
@@ -232,7 +250,7 @@ impl Kernel {
         let Some(out) = s.async_out.get_mut(&receiver) else {
             return;
         };
-        out.in_flight = out.in_flight.saturating_sub(count);
+        out.taken(count);
         if let Err(e) = result {
             out.error.get_or_insert(e);
         }

@@ -164,7 +164,12 @@ impl KernelLink for Kernel {
                 let copied = self.copy(&mut me, call, req);
                 self.answer_waiting(&mut me, copied)
             }
-            IpcCall::SendA { to, msg, more } => self.send_async(&mut me, to, msg, more),
+            IpcCall::SendA {
+                to,
+                msg,
+                more,
+                body,
+            } => self.send_async(&mut me, to, msg, more, body),
         }
     }
 
@@ -179,7 +184,7 @@ impl Kernel {
         match msg {
             IpcMsg::Deliver { to, letter } => {
                 self.ipc.remote_in += 1;
-                self.deliver_remote(to, letter);
+                self.deliver_remote(to, letter, bulk);
             }
             IpcMsg::Notify {
                 to,

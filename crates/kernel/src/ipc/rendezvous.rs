@@ -34,6 +34,7 @@ impl Kernel {
                     msg,
                     confirms: 0,
                 },
+                None,
                 false,
             );
             if reply && kind != CallKind::SendRec {
@@ -49,7 +50,7 @@ impl Kernel {
         if self.admits(to, me.pid, reply) {
             self.ipc.local += 1;
             me.ipc.stats.sent += 1;
-            self.hand_over(to, me.pid, kind, &msg);
+            self.hand_over(to, me.pid, kind, &msg, None);
             return match call {
                 IpcCall::SendRec { to, msg, .. } => IpcOutcome::Block(IpcCall::SendRec {
                     to,
@@ -68,29 +69,31 @@ impl Kernel {
                 kind,
                 seq,
                 msg: None,
+                body: None,
             });
         }
         self.walk(to, Probe::new(me.pid, seq, true));
         IpcOutcome::Block(call)
     }
 
-    /// Sends `letter` to `to`, which runs on another kernel. `lazy`: more
-    /// letters follow at once, and to another node it waits to share
-    /// their write.
-    pub(super) fn post(&mut self, to: Pid, letter: Letter, lazy: bool) {
+    /// Sends `letter` (and its body, which travels as the packet's bulk)
+    /// to `to`, which runs on another kernel. `lazy`: more letters follow
+    /// at once, and to another node it waits to share their write.
+    pub(super) fn post(&mut self, to: Pid, letter: Letter, body: Option<Vec<u8>>, lazy: bool) {
         self.ipc.remote_out += 1;
         let deliver = NocMsg::Ipc(IpcMsg::Deliver { to, letter });
-        if lazy {
-            self.route_lazily(to, deliver);
-        } else {
-            self.route(to, deliver);
+        match body {
+            Some(body) => self.route_bulk(to, deliver, body),
+            None if lazy => self.route_lazily(to, deliver),
+            None => self.route(to, deliver),
         }
     }
 
-    /// A message from another kernel for `to`, which runs here.
-    pub(super) fn deliver_remote(&mut self, to: Pid, letter: Letter) {
+    /// A message from another kernel for `to`, which runs here; only a
+    /// letter of `senda` has a `body`.
+    pub(super) fn deliver_remote(&mut self, to: Pid, letter: Letter, body: Option<Vec<u8>>) {
         if letter.kind == CallKind::SendA {
-            return self.letter_arrived(to, letter);
+            return self.letter_arrived(to, letter, body);
         }
         let Letter {
             from,
@@ -106,7 +109,7 @@ impl Kernel {
             return self.answer(from, seq, Err(Errno::CallDenied));
         }
         if self.admits(to, from, reply) {
-            self.hand_over(to, from, kind, &msg);
+            self.hand_over(to, from, kind, &msg, None);
             if !reply || kind == CallKind::SendRec {
                 self.answer_taken(from, seq, kind);
             }
@@ -121,6 +124,7 @@ impl Kernel {
                 kind,
                 seq,
                 msg: Some(msg),
+                body: None,
             });
         }
         self.walk(to, Probe::new(from, seq, true));
@@ -211,8 +215,10 @@ impl Kernel {
     ) -> IpcOutcome {
         let taken = if let Some(source) = me.ipc.take_notification(from) {
             self.ipc.notifications += 1;
+            me.ipc.body = None;
             Some((Message::notification(source), CallKind::Notify))
-        } else if let Some(w) = me.ipc.take_sender(from) {
+        } else if let Some(mut w) = me.ipc.take_sender(from) {
+            me.ipc.body = w.body.take();
             let msg = match w.msg {
                 Some(m) => m,
                 None => {
@@ -237,7 +243,7 @@ impl Kernel {
         if let Some((msg, kind)) = taken {
             me.memory[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(msg.as_bytes());
             me.memory[status as usize..status as usize + 4]
-                .copy_from_slice(&kind.status().to_le_bytes());
+                .copy_from_slice(&kind.status(me.ipc.body.as_deref()).to_le_bytes());
             me.ipc.stats.received += 1;
             return IpcOutcome::Done(Ok(()));
         }
@@ -278,9 +284,16 @@ impl Kernel {
         }
     }
 
-    /// Gives `receiver` (blocked receiving here) its message, and makes it
-    /// runnable.
-    pub(super) fn hand_over(&mut self, receiver: Pid, from: Pid, kind: CallKind, msg: &Message) {
+    /// Gives `receiver` (blocked receiving here) its message, and its body
+    /// if it is a letter with one, and makes it runnable.
+    pub(super) fn hand_over(
+        &mut self,
+        receiver: Pid,
+        from: Pid,
+        kind: CallKind,
+        msg: &Message,
+        body: Option<Vec<u8>>,
+    ) {
         let Some((addr, status)) = (match self.ipc_call(receiver) {
             Some(&IpcCall::Receive { msg, status, .. }) => Some((msg, Some(status))),
             Some(&IpcCall::SendRec { msg, .. }) => Some((msg, None)),
@@ -300,9 +313,11 @@ impl Kernel {
         let mem = r.container.memory_mut();
         mem[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(msg.as_bytes());
         if let Some(status) = status {
-            mem[status as usize..status as usize + 4].copy_from_slice(&kind.status().to_le_bytes());
+            mem[status as usize..status as usize + 4]
+                .copy_from_slice(&kind.status(body.as_deref()).to_le_bytes());
         }
         let u = r.container.uarea_mut();
+        u.ipc.body = body;
         u.ipc.stats.received += 1;
         if kind == CallKind::SendRec {
             u.ipc.owed.insert(from);
@@ -347,7 +362,7 @@ impl Kernel {
         if matches!(self.ipc_call(to), Some(IpcCall::Receive { from: want, .. }) if want.is_none_or(|w| w == from))
         {
             self.ipc.notifications += 1;
-            self.hand_over(to, from, CallKind::Notify, &Message::notification(from));
+            self.hand_over(to, from, CallKind::Notify, &Message::notification(from), None);
         } else if let Some(s) = self.ipc_state(to) {
             s.notifications.insert(from);
             self.ipc.notifications += 1;

@@ -14,7 +14,8 @@
 
 use atoll_abi::{Errno, Pid};
 use atoll_ipc::{
-    Access, CallKind, CopyAddr, CopyRequest, CopySide, Grant, IpcCall, Phase, MESSAGE_SIZE,
+    Access, BodyAt, CallKind, CopyAddr, CopyRequest, CopySide, Grant, IpcCall, Phase, BODY_MAX,
+    MESSAGE_SIZE,
 };
 use wasmtime::{Caller, Linker};
 
@@ -43,13 +44,27 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
     linker.func_wrap(
         M,
         "ipc_senda",
-        |c: Caller<'_, ProcCtx>, to: i64, msg: u32| senda(c, to, msg, false),
+        |c: Caller<'_, ProcCtx>, to: i64, msg: u32| senda(c, to, msg, false, None),
     )?;
     linker.func_wrap(
         M,
         "ipc_senda_more",
-        |c: Caller<'_, ProcCtx>, to: i64, msg: u32| senda(c, to, msg, true),
+        |c: Caller<'_, ProcCtx>, to: i64, msg: u32| senda(c, to, msg, true, None),
     )?;
+    linker.func_wrap(
+        M,
+        "ipc_senda_body",
+        |c: Caller<'_, ProcCtx>, to: i64, msg: u32, body: u32, len: u32| {
+            senda(c, to, msg, false, Some(body..body.wrapping_add(len)))
+        },
+    )?;
+    linker.func_wrap(M, "ipc_body", |mut c: Caller<'_, ProcCtx>, at: u32, len: u32| {
+        with_memory(&mut c, |mem, ctx| {
+            let body = ctx.uarea.ipc.body.as_deref().ok_or(Errno::NoMsg)?;
+            let n = body.len().min(len as usize);
+            mem.write(at, &body[..n])
+        })
+    })?;
     linker.func_wrap(
         M,
         "ipc_sendrec",
@@ -219,18 +234,36 @@ fn send(c: &mut Caller<'_, ProcCtx>, to: i64, msg: u32, kind: CallKind) -> wasmt
 
 /// `senda`: queues the message for `to` and returns. A letter the kernel
 /// cannot deliver is reported by the next `senda` to the same process.
-/// `more`: more letters follow at once.
-fn senda(mut c: Caller<'_, ProcCtx>, to: i64, msg: u32, more: bool) -> wasmtime::Result<i32> {
+/// `more`: more letters follow at once. `body`: bytes that travel with it.
+fn senda(
+    mut c: Caller<'_, ProcCtx>,
+    to: i64,
+    msg: u32,
+    more: bool,
+    body: Option<BodyAt>,
+) -> wasmtime::Result<i32> {
     kernel_call(&mut c, |mem, ctx| {
         check_bound(ctx)?;
         let to = endpoint(ctx, to)?;
         message_at(mem, msg)?;
+        if let Some(body) = &body {
+            let len = body.end.wrapping_sub(body.start);
+            if len as usize > BODY_MAX {
+                return Err(Errno::MsgSize);
+            }
+            mem.slice(body.start, len)?;
+        }
         // It would be one's own to take; a process that wants to tell
         // itself something can notify itself.
         if to == ctx.uarea.pid {
             return Err(Errno::Inval);
         }
-        Ok(KernelCall::Ipc(IpcCall::SendA { to, msg, more }))
+        Ok(KernelCall::Ipc(IpcCall::SendA {
+            to,
+            msg,
+            more,
+            body,
+        }))
     })
 }
 
