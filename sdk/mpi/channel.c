@@ -26,6 +26,8 @@ struct queued {
     struct queued *next;
     int32_t kind;
     struct wire w;
+    void *body; /* its body, copied; NULL if none */
+    size_t len;
 };
 
 struct peer {
@@ -47,13 +49,17 @@ void mpi_channel_open(void)
 /* Hands one message to the runtime; false if the window to `to` is full.
  * `more`: another follows at once, and may share its write to another
  * node. */
-static bool try_send(int to, int32_t kind, const struct wire *w, bool more)
+static bool try_send(int to, int32_t kind, const struct wire *w, bool more, const void *body,
+                     size_t len)
 {
     message m;
     m.m_source = 0;
     m.m_type = kind;
     memcpy(m.m_u.m_payload, w, sizeof *w);
-    int err = more ? ipc_senda_more(mpi_world[to].pid, &m) : ipc_senda(mpi_world[to].pid, &m);
+    atoll_pid_t pid = mpi_world[to].pid;
+    int err = body != NULL ? ipc_senda_body(pid, &m, body, len)
+              : more       ? ipc_senda_more(pid, &m)
+                           : ipc_senda(pid, &m);
     if (err == EAGAIN)
         return false;
     if (err != 0)
@@ -61,15 +67,21 @@ static bool try_send(int to, int32_t kind, const struct wire *w, bool more)
     return true;
 }
 
-void mpi_channel_send(int to, int32_t kind, const struct wire *w, bool more)
+void mpi_channel_send(int to, int32_t kind, const struct wire *w, const void *body, size_t len)
 {
     struct peer *p = &peers[to];
-    if (p->first == NULL && try_send(to, kind, w, more))
+    if (p->first == NULL && try_send(to, kind, w, false, body, len))
         return;
     struct queued *q = mpi_alloc(sizeof *q);
     q->next = NULL;
     q->kind = kind;
     q->w = *w;
+    q->body = NULL;
+    q->len = len;
+    if (body != NULL) {
+        q->body = mpi_alloc(len > 0 ? len : 1);
+        memcpy(q->body, body, len);
+    }
     if (p->last != NULL)
         p->last->next = q;
     else
@@ -89,12 +101,13 @@ static void flush(void)
     while (*link != NULL) {
         struct peer *p = *link;
         int to = (int)(p - peers);
-        while (p->first != NULL &&
-               try_send(to, p->first->kind, &p->first->w, p->first->next != NULL)) {
-            struct queued *q = p->first;
+        struct queued *q;
+        while ((q = p->first) != NULL &&
+               try_send(to, q->kind, &q->w, q->next != NULL, q->body, q->len)) {
             p->first = q->next;
             if (p->first == NULL)
                 p->last = NULL;
+            free(q->body);
             free(q);
         }
         if (p->first == NULL) {

@@ -32,17 +32,16 @@ enum {
     KIND_RTS,                /* large payload: read it through the grant */
     KIND_FIN,                /* the receiver has copied a KIND_RTS payload */
     KIND_HELLO,              /* MPI_Init: a rank introduces itself to rank 0 */
-    KIND_MORE,               /* the next bytes of the sender's last KIND_EAGER */
+    KIND_BODY,               /* mid-sized payload: in the message's body */
 };
 
 /* Bytes of payload a message carries after its envelope. */
 #define EAGER_MAX 40
-/* Largest payload sent eagerly: its first EAGER_MAX bytes in the KIND_EAGER,
- * the rest in KIND_MORE messages right behind it (ATOLL_PAYLOAD_SIZE bytes
- * each): six messages at most. Within a node six cost as much as a
- * rendezvous's three crossings; to another node they share one write and
- * cost a quarter of it (docs/mpi.md). */
-#define EAGER_CHUNKED_MAX (EAGER_MAX + 5 * ATOLL_PAYLOAD_SIZE)
+/* Largest payload sent eagerly in a KIND_BODY, the body of one message
+ * (ipc_senda_body): one crossing where a rendezvous takes three. From 41
+ * bytes on it is faster everywhere than the payload cut into messages
+ * (docs/mpi.md). */
+#define EAGER_BODY_MAX ATOLL_BODY_MAX
 
 /* The 52-byte payload of a message between ranks. */
 struct wire {
@@ -178,7 +177,6 @@ struct unexpected {
     int ctx, tag, len;
     uint32_t grant, sreq, sync;
     struct atoll_mpi_request *self_send; /* from oneself: the send */
-    int missing;       /* KIND_EAGER: bytes still to come in KIND_MORE */
     uint8_t data[];    /* KIND_EAGER: the payload */
 };
 
@@ -200,8 +198,9 @@ int mpi_unexpected_count(void);
 void mpi_channel_open(void);
 /* Sends a message of `kind` to world rank `to` (never oneself); never
  * blocks: what cannot go now waits in memory for the progress engine.
- * `more`: another message to `to` follows at once (ipc_senda_more). */
-void mpi_channel_send(int to, int32_t kind, const struct wire *w, bool more);
+ * `body`, `len`: the message's body (ipc_senda_body), copied if it must
+ * wait; NULL, 0 for none. */
+void mpi_channel_send(int to, int32_t kind, const struct wire *w, const void *body, size_t len);
 /* Moves messages: delivers queued ones, takes arrived ones and hands them
  * to mpi_arrived(). With `block`, waits for at least one event. */
 void mpi_progress(bool block);
@@ -213,7 +212,8 @@ bool mpi_sends_held(void);
 
 /* ------------------------------------------------------------- p2p.c */
 
-/* A message from world rank `from` (the progress engine's callback). */
+/* A message from world rank `from` (the progress engine's callback); its
+ * body, if it has one, is ipc_body's until the next receive. */
 void mpi_arrived(int from, int32_t kind, const struct wire *w);
 /* Point-to-point on raw bytes, for collectives (context ctx). */
 int mpi_isend_bytes(const void *buf, size_t len, int dest_world, int tag, int ctx,

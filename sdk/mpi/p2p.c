@@ -2,10 +2,10 @@
  * p2p.c - point-to-point: sends, receives and their requests.
  *
  * Protocols (docs/mpi.md):
- *   eager       up to EAGER_MAX bytes travel inside the 64-byte message, and
- *               up to EAGER_CHUNKED_MAX with the rest in KIND_MORE messages
- *               right behind it (a pair's messages keep their order); the
- *               send is complete as soon as it is handed to the channel.
+ *   eager       up to EAGER_MAX bytes travel inside the 64-byte message
+ *               (KIND_EAGER), and up to EAGER_BODY_MAX in its body
+ *               (KIND_BODY); the send is complete as soon as it is handed
+ *               to the channel.
  *   rendezvous  larger payloads, and every synchronous send: the sender
  *               grants the payload to the receiver and sends KIND_RTS; the
  *               receiver, once a receive matches, copies it with one
@@ -30,10 +30,10 @@ static int grants_held;
 /* A message waiting for a grant, or behind one that is. */
 struct held {
     struct held *next;
-    int32_t kind;                   /* KIND_EAGER, KIND_MORE (payload copied) or KIND_RTS */
+    int32_t kind;                   /* KIND_EAGER (payload copied), KIND_BODY or KIND_RTS */
     struct wire w;
     struct atoll_mpi_request *send; /* KIND_RTS: its send, and the payload */
-    const void *payload;
+    const void *payload;            /* KIND_BODY: a copy, freed once sent */
     size_t len;
 };
 
@@ -60,7 +60,7 @@ static bool issue_rts(struct atoll_mpi_request *s, int dest_world, struct wire *
         grants_held++;
     }
     w->u.rts.grant = s->grant;
-    mpi_channel_send(dest_world, KIND_RTS, w, false);
+    mpi_channel_send(dest_world, KIND_RTS, w, NULL, 0);
     return true;
 }
 
@@ -83,14 +83,20 @@ static void hold(int dest_world, int32_t kind, const struct wire *w, struct atol
 }
 
 /* Sends a message that needs no grant, or holds it behind those that wait
- * for one (`behind`). */
+ * for one (`behind`), with a copy of its body if it has one. */
 static void send_or_hold(int dest_world, int32_t kind, const struct wire *w, bool behind,
-                         bool more)
+                         const void *body, size_t len)
 {
-    if (behind)
-        hold(dest_world, kind, w, NULL, NULL, 0);
-    else
-        mpi_channel_send(dest_world, kind, w, more);
+    if (!behind) {
+        mpi_channel_send(dest_world, kind, w, body, len);
+        return;
+    }
+    void *copy = NULL;
+    if (body != NULL) {
+        copy = mpi_alloc(len);
+        memcpy(copy, body, len);
+    }
+    hold(dest_world, kind, w, NULL, copy, len);
 }
 
 /* Sends held messages, in order per destination, while grants last. */
@@ -102,8 +108,11 @@ static void release_held(void)
             if (h->kind == KIND_RTS) {
                 if (!issue_rts(h->send, d, &h->w, h->payload, h->len))
                     return;
+            } else if (h->kind == KIND_BODY) {
+                mpi_channel_send(d, h->kind, &h->w, h->payload, h->len);
+                free((void *)h->payload);
             } else {
-                mpi_channel_send(d, h->kind, &h->w, false);
+                mpi_channel_send(d, h->kind, &h->w, NULL, 0);
             }
             held_head[d] = h->next;
             held_count--;
@@ -152,52 +161,6 @@ static struct atoll_mpi_request *null_request(enum req_kind kind, struct atoll_m
 
 /* ------------------------------------------------------------ receive */
 
-/* A KIND_EAGER from one rank whose KIND_MORE messages are still coming: the
- * next ones from that rank are its bytes. */
-struct filling {
-    uint8_t *to;      /* a receive's landing, or an unexpected message's data */
-    size_t at;        /* bytes arrived */
-    size_t cap;       /* bytes `to` holds (a receive may be shorter: truncation) */
-    size_t len;       /* bytes of the whole payload; 0: nothing is filling */
-    int tag;
-    struct atoll_mpi_request *recv; /* the receive it completes, if matched */
-    struct unexpected *u;           /* else the unexpected message it fills */
-};
-
-static struct filling *filling; /* [world size], made on first use */
-
-static void received(struct atoll_mpi_request *r, int src_world, int tag, size_t len);
-
-/* Starts filling a payload of `len` bytes from `from` into `to`. */
-static void start_filling(int from, struct filling f)
-{
-    if (filling == NULL) {
-        filling = mpi_alloc(sizeof *filling * (size_t)mpi_world_size);
-        memset(filling, 0, sizeof *filling * (size_t)mpi_world_size);
-    }
-    filling[from] = f;
-}
-
-/* The next `n` bytes of the payload `from` is filling; the receive it
- * fills completes with the last of them. */
-static void fill(int from, const uint8_t *bytes, size_t n)
-{
-    struct filling *f = &filling[from];
-    if (f->at < f->cap)
-        memcpy(f->to + f->at, bytes, f->at + n <= f->cap ? n : f->cap - f->at);
-    f->at += n;
-    if (f->u != NULL)
-        f->u->missing -= (int)n;
-    if (f->at < f->len)
-        return;
-    struct atoll_mpi_request *r = f->recv;
-    int tag = f->tag;
-    size_t len = f->len;
-    memset(f, 0, sizeof *f);
-    if (r != NULL)
-        received(r, from, tag, len);
-}
-
 /* A receive has its payload in `landing`: fill its status and unpack. */
 static void received(struct atoll_mpi_request *r, int src_world, int tag, size_t len)
 {
@@ -228,7 +191,7 @@ static void pull(struct atoll_mpi_request *r, int from, int tag, size_t len, uin
     struct wire fin;
     memset(&fin, 0, sizeof fin);
     fin.u.fin.sreq = sreq;
-    mpi_channel_send(from, KIND_FIN, &fin, false);
+    mpi_channel_send(from, KIND_FIN, &fin, NULL, 0);
     received(r, from, tag, len);
 }
 
@@ -246,13 +209,7 @@ static void meet_self(struct atoll_mpi_request *r, struct atoll_mpi_request *s, 
 
 static void take_unexpected(struct atoll_mpi_request *r, struct unexpected *u)
 {
-    if (u->kind == KIND_EAGER && u->missing > 0) {
-        /* Part of it is still coming: the rest goes straight to r. */
-        size_t arrived = (size_t)(u->len - u->missing);
-        memcpy(r->landing, u->data, arrived < r->capacity ? arrived : r->capacity);
-        start_filling(u->src_world, (struct filling){r->landing, arrived, r->capacity,
-                                                     (size_t)u->len, u->tag, r, NULL});
-    } else if (u->kind == KIND_EAGER) {
+    if (u->kind == KIND_EAGER) {
         size_t n = (size_t)u->len < r->capacity ? (size_t)u->len : r->capacity;
         memcpy(r->landing, u->data, n);
         received(r, u->src_world, u->tag, (size_t)u->len);
@@ -262,6 +219,38 @@ static void take_unexpected(struct atoll_mpi_request *r, struct unexpected *u)
         pull(r, u->src_world, u->tag, (size_t)u->len, u->grant, u->sreq);
     }
     free(u);
+}
+
+/* Copies the body of the message just received, `len` bytes of a KIND_BODY
+ * payload, or the first `cap` of them. */
+static void take_body(void *to, size_t len, size_t cap)
+{
+    size_t n = len < cap ? len : cap;
+    int err = n > 0 ? ipc_body(to, n) : 0;
+    if (err != 0)
+        mpi_fatal("taking a message's body", err);
+}
+
+/* A KIND_BODY: into the receive it matches, or kept as an unexpected eager
+ * message. */
+static void body_arrived(int from, const struct wire *w)
+{
+    size_t len = (size_t)w->len;
+    struct atoll_mpi_request *r = mpi_take_posted(w->ctx, from, w->tag);
+    if (r != NULL) {
+        take_body(r->landing, len, r->capacity);
+        received(r, from, w->tag, len);
+        return;
+    }
+    struct unexpected *u = mpi_alloc(sizeof *u + len);
+    memset(u, 0, sizeof *u);
+    u->kind = KIND_EAGER;
+    u->src_world = from;
+    u->ctx = w->ctx;
+    u->tag = w->tag;
+    u->len = w->len;
+    take_body(u->data, len, len);
+    mpi_add_unexpected(u);
 }
 
 void mpi_arrived(int from, int32_t kind, const struct wire *w)
@@ -282,36 +271,27 @@ void mpi_arrived(int from, int32_t kind, const struct wire *w)
             release_held();
         return;
     }
-    if (kind == KIND_MORE) {
-        struct filling *f = filling != NULL ? &filling[from] : NULL;
-        if (f == NULL || f->len == 0)
-            mpi_fatal("a rank sent the rest of a message it did not start", EIO);
-        size_t left = f->len - f->at;
-        fill(from, (const uint8_t *)w, left < ATOLL_PAYLOAD_SIZE ? left : ATOLL_PAYLOAD_SIZE);
+    if (kind != KIND_EAGER && kind != KIND_BODY && kind != KIND_RTS)
+        return; /* a late KIND_HELLO, or noise: nothing to match */
+    if (w->len < 0 || (kind == KIND_EAGER && w->len > EAGER_MAX) ||
+        (kind == KIND_BODY && w->len > EAGER_BODY_MAX))
+        mpi_fatal("a rank sent a damaged message", EIO);
+    if (kind == KIND_BODY) {
+        body_arrived(from, w);
         return;
     }
-    if (kind != KIND_EAGER && kind != KIND_RTS)
-        return; /* a late KIND_HELLO, or noise: nothing to match */
-    if (w->len < 0 || (kind == KIND_EAGER && w->len > EAGER_CHUNKED_MAX))
-        mpi_fatal("a rank sent a damaged message", EIO);
-    /* A KIND_EAGER's first bytes; the rest follow in KIND_MORE. */
-    size_t head = (size_t)w->len < EAGER_MAX ? (size_t)w->len : EAGER_MAX;
+    size_t len = (size_t)w->len;
     struct atoll_mpi_request *r = mpi_take_posted(w->ctx, from, w->tag);
     if (r != NULL) {
-        if (kind == KIND_EAGER && (size_t)w->len <= EAGER_MAX) {
-            size_t n = head < r->capacity ? head : r->capacity;
-            memcpy(r->landing, w->u.data, n);
-            received(r, from, w->tag, head);
-        } else if (kind == KIND_EAGER) {
-            start_filling(from, (struct filling){r->landing, 0, r->capacity, (size_t)w->len,
-                                                 w->tag, r, NULL});
-            fill(from, w->u.data, head);
+        if (kind == KIND_EAGER) {
+            memcpy(r->landing, w->u.data, len < r->capacity ? len : r->capacity);
+            received(r, from, w->tag, len);
         } else {
             pull(r, from, w->tag, (size_t)w->len, w->u.rts.grant, w->u.rts.sreq);
         }
         return;
     }
-    size_t extra = kind == KIND_EAGER ? (size_t)w->len : 0;
+    size_t extra = kind == KIND_EAGER ? len : 0;
     struct unexpected *u = mpi_alloc(sizeof *u + extra);
     u->kind = kind;
     u->src_world = from;
@@ -322,14 +302,7 @@ void mpi_arrived(int from, int32_t kind, const struct wire *w)
     u->sreq = kind == KIND_RTS ? w->u.rts.sreq : 0;
     u->sync = kind == KIND_RTS ? w->u.rts.sync : 0;
     u->self_send = NULL;
-    u->missing = 0;
-    if (kind == KIND_EAGER) {
-        memcpy(u->data, w->u.data, head);
-        if (extra > head) {
-            u->missing = (int)(extra - head);
-            start_filling(from, (struct filling){u->data, head, extra, extra, w->tag, NULL, u});
-        }
-    }
+    memcpy(u->data, w->u.data, extra);
     mpi_add_unexpected(u);
 }
 
@@ -374,7 +347,7 @@ static struct atoll_mpi_request *start_send(const void *payload, size_t len, voi
     struct atoll_mpi_request *s = new_request(REQ_SEND, comm);
     s->packed = owned;
     s->status.MPI_ERROR = MPI_SUCCESS;
-    bool eager = !sync && len <= EAGER_CHUNKED_MAX;
+    bool eager = !sync && len <= EAGER_BODY_MAX;
     if (dest_world == mpi_world_rank) {
         s->self_payload = payload;
         s->self_len = len;
@@ -408,18 +381,13 @@ static struct atoll_mpi_request *start_send(const void *payload, size_t len, voi
     w.tag = tag;
     w.len = (int)len;
     bool behind = held_head != NULL && held_head[dest_world] != NULL;
+    if (eager && len <= EAGER_MAX) {
+        memcpy(w.u.data, payload, len);
+        send_or_hold(dest_world, KIND_EAGER, &w, behind, NULL, 0);
+    } else if (eager) {
+        send_or_hold(dest_world, KIND_BODY, &w, behind, payload, len);
+    }
     if (eager) {
-        size_t head = len < EAGER_MAX ? len : EAGER_MAX;
-        memcpy(w.u.data, payload, head);
-        /* The KIND_MORE messages follow at once: they share one write. */
-        send_or_hold(dest_world, KIND_EAGER, &w, behind, head < len);
-        for (size_t at = head; at < len; at += ATOLL_PAYLOAD_SIZE) {
-            size_t n = len - at < ATOLL_PAYLOAD_SIZE ? len - at : ATOLL_PAYLOAD_SIZE;
-            struct wire more;
-            memset(&more, 0, sizeof more);
-            memcpy(&more, (const uint8_t *)payload + at, n);
-            send_or_hold(dest_world, KIND_MORE, &more, behind, at + n < len);
-        }
         free(s->packed);
         s->packed = NULL;
         complete(s);

@@ -19,9 +19,9 @@ static unsigned char pattern(int from, int size, int i)
     return (unsigned char)(from * 31 + size * 7 + i);
 }
 
-/* Sizes on both sides of the 40-byte limit of one message, of each further
- * 52-byte message, and of the 300-byte eager limit, up to 1 MiB. */
-static const int sizes[] = {0, 1, 39, 40, 41, 92, 93, 144, 145, 299, 300, 301, 4096, 100000, 1 << 20};
+/* Sizes on both sides of the 40-byte limit of one message and of the
+ * 64 KiB limit of a message's body (the eager limits), up to 1 MiB. */
+static const int sizes[] = {0, 1, 39, 40, 41, 300, 4096, 65535, 65536, 65537, 100000, 1 << 20};
 #define NSIZES (int)(sizeof sizes / sizeof sizes[0])
 
 static void ring(void)
@@ -165,6 +165,31 @@ static void outstanding(void)
     }
 }
 
+/* Eager messages of 64 KiB, many at once before their receives: the
+ * runtime's window of bodies fills, and the rest wait in the sender until
+ * the receiver takes some. */
+static void flood(void)
+{
+    enum { N = 24, LEN = 16384 };
+    int right = (test_rank + 1) % test_size, left = (test_rank - 1 + test_size) % test_size;
+    int *out = malloc(sizeof(int) * N * LEN), *in = malloc(sizeof(int) * LEN);
+    MPI_Request r[N];
+    for (int t = 0; t < N; t++) {
+        for (int i = 0; i < LEN; i++)
+            out[t * LEN + i] = test_rank * 7 + t * 13 + i;
+        OK(MPI_Isend(out + t * LEN, LEN, MPI_INT, right, t, MPI_COMM_WORLD, &r[t]));
+    }
+    move();
+    for (int t = 0; t < N; t++) {
+        OK(MPI_Recv(in, LEN, MPI_INT, left, t, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        for (int i = 0; i < LEN; i++)
+            CHECK(in[i] == left * 7 + t * 13 + i);
+    }
+    OK(MPI_Waitall(N, r, MPI_STATUSES_IGNORE));
+    free(out);
+    free(in);
+}
+
 /* A synchronous send is not complete before its receive is posted. */
 static void synchronous(void)
 {
@@ -240,11 +265,15 @@ static void more_sends_than_grants(void)
     static int out[N][BIG];
     static MPI_Request r[N];
     for (int t = 0; t < N; t++) {
-        /* Every seventh message is small enough to go eager. */
+        /* Every seventh message goes eager; the others are synchronous,
+         * so rendezvous, each holding a grant until its receive. */
         int n = t % 7 == 0 ? 2 : BIG;
         for (int i = 0; i < n; i++)
             out[t][i] = test_rank * 1000000 + t * 10 + i % 10;
-        OK(MPI_Isend(out[t], n, MPI_INT, right, 9, MPI_COMM_WORLD, &r[t]));
+        if (t % 7 == 0)
+            OK(MPI_Isend(out[t], n, MPI_INT, right, 9, MPI_COMM_WORLD, &r[t]));
+        else
+            OK(MPI_Issend(out[t], n, MPI_INT, right, 9, MPI_COMM_WORLD, &r[t]));
     }
     move();
     int in[BIG];
@@ -266,10 +295,10 @@ static void truncation(void)
     MPI_Comm c;
     OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
     OK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
-    int out[100], in[100];
-    for (int i = 0; i < 100; i++)
+    static int out[20000], in[20000];
+    for (int i = 0; i < 20000; i++)
         out[i] = i;
-    static const int lens[] = {10, 30, 100}; /* eager, eager in 3 messages, rendezvous */
+    static const int lens[] = {10, 30, 20000}; /* eager in the message, in its body, rendezvous */
     for (int l = 0; l < 3; l++) {
         int n = lens[l];
         if (test_rank == 0) {
@@ -486,6 +515,7 @@ int main(int argc, char **argv)
     move();
     tags();
     outstanding();
+    flood();
     more_sends_than_grants();
     move();
     synchronous();
