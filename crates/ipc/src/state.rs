@@ -418,7 +418,10 @@ mod tests {
         out.sent(0);
         out.taken(1);
         assert_eq!(out.body_bytes, ASYNC_BODY_WINDOW - BODY_MAX);
-        assert!(out.has_room(BODY_MAX), "the oldest letter's bytes came back");
+        assert!(
+            out.has_room(BODY_MAX),
+            "the oldest letter's bytes came back"
+        );
         out.taken(u32::MAX);
         assert_eq!((out.in_flight, out.body_bytes), (0, 0));
         assert!(out.bodies.is_empty());

@@ -362,7 +362,13 @@ impl Kernel {
         if matches!(self.ipc_call(to), Some(IpcCall::Receive { from: want, .. }) if want.is_none_or(|w| w == from))
         {
             self.ipc.notifications += 1;
-            self.hand_over(to, from, CallKind::Notify, &Message::notification(from), None);
+            self.hand_over(
+                to,
+                from,
+                CallKind::Notify,
+                &Message::notification(from),
+                None,
+            );
         } else if let Some(s) = self.ipc_state(to) {
             s.notifications.insert(from);
             self.ipc.notifications += 1;

@@ -90,8 +90,8 @@ struct Tls {
 
 impl Conn {
     /// Takes over a handshaken stream whose frames are at most `max`
-    /// bytes, its socket watched by `watch` (`always`: never polled by
-    /// kernels). Runs inside the links' runtime.
+    /// bytes, its socket watched by `watch` (`always`: armed even while
+    /// kernels poll it). Runs inside the links' runtime.
     ///
     /// # Errors
     /// The socket could not be watched.
@@ -169,6 +169,27 @@ impl Conn {
         self.write(&mut tls, parts)
     }
 
+    /// Sends one frame made of `parts` on the calling thread, unless a
+    /// frame is half written ([`send_all`](Self::send_all)): then returns
+    /// `false`, having sent nothing. Each piece goes out as soon as it is
+    /// encrypted, so that the peer decrypts the start of a large frame
+    /// while its end is being encrypted; what the socket does not take is
+    /// left to the task.
+    ///
+    /// # Errors
+    /// The connection failed (now or before), with why.
+    pub(super) fn try_send(&self, parts: &[&[u8]]) -> Result<bool, String> {
+        let mut tls = self.lock()?;
+        if tls.open {
+            return Ok(false);
+        }
+        self.mark_busy();
+        for piece in parts.iter().flat_map(|p| p.chunks(WRITE_CHUNK)) {
+            self.write(&mut tls, &[piece])?;
+        }
+        Ok(true)
+    }
+
     /// Writes the lazy frames that wait ([`send`](Self::send)), if any.
     pub(super) fn flush(&self) {
         if self.lazy.load(Ordering::Acquire) {
@@ -181,6 +202,11 @@ impl Conn {
     /// Whether kernels poll the connection now ([`super::watch`]).
     pub(super) fn polled(&self) -> bool {
         self.ears.polled()
+    }
+
+    /// Whether a frame went out or came in lately ([`super::watch`]).
+    pub(super) fn talking(&self) -> bool {
+        self.ears.talking()
     }
 
     /// Reads what the socket holds now on the calling thread, and hands

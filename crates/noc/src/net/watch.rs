@@ -18,7 +18,10 @@
 //!   arms them again;
 //! - a connection's task asks to hear of bytes ([`Watch::want`]) before it
 //!   waits for them; the event disarms the socket until it asks again;
-//! - bulk connections are never disarmed: kernels do not read them.
+//! - bulk connections are never disarmed: a migration's stream is the
+//!   links' thread's to read. Kernels that poll read those that talk
+//!   too, first come first served (a copy a process waits for comes on
+//!   one).
 //!
 //! A socket is therefore armed, or firing, or polled by a kernel that is
 //! polling now: nothing that arrives waits for a reader. Arming and

@@ -58,13 +58,17 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
             senda(c, to, msg, false, Some(body..body.wrapping_add(len)))
         },
     )?;
-    linker.func_wrap(M, "ipc_body", |mut c: Caller<'_, ProcCtx>, at: u32, len: u32| {
-        with_memory(&mut c, |mem, ctx| {
-            let body = ctx.uarea.ipc.body.as_deref().ok_or(Errno::NoMsg)?;
-            let n = body.len().min(len as usize);
-            mem.write(at, &body[..n])
-        })
-    })?;
+    linker.func_wrap(
+        M,
+        "ipc_body",
+        |mut c: Caller<'_, ProcCtx>, at: u32, len: u32| {
+            with_memory(&mut c, |mem, ctx| {
+                let body = ctx.uarea.ipc.body.as_deref().ok_or(Errno::NoMsg)?;
+                let n = body.len().min(len as usize);
+                mem.write(at, &body[..n])
+            })
+        },
+    )?;
     linker.func_wrap(
         M,
         "ipc_sendrec",
