@@ -33,7 +33,7 @@ struct held {
     int32_t kind;                   /* KIND_EAGER (payload copied), KIND_BODY or KIND_RTS */
     struct wire w;
     struct atoll_mpi_request *send; /* KIND_RTS: its send, and the payload */
-    const void *payload;            /* KIND_BODY: a copy, freed once sent */
+    const void *payload;            /* KIND_BODY: a copy of it, freed once sent */
     size_t len;
 };
 
@@ -108,11 +108,9 @@ static void release_held(void)
             if (h->kind == KIND_RTS) {
                 if (!issue_rts(h->send, d, &h->w, h->payload, h->len))
                     return;
-            } else if (h->kind == KIND_BODY) {
+            } else {
                 mpi_channel_send(d, h->kind, &h->w, h->payload, h->len);
                 free((void *)h->payload);
-            } else {
-                mpi_channel_send(d, h->kind, &h->w, NULL, 0);
             }
             held_head[d] = h->next;
             held_count--;

@@ -5,6 +5,8 @@
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -181,7 +183,7 @@ fn a_client_without_a_certificate_or_speaking_garbage_is_dropped() {
     // TLS that trusts our CA but presents no certificate.
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca).unwrap();
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -328,9 +330,9 @@ fn concurrent_senders_and_large_frames_never_interleave() {
     // The receiver stalls at its first message, so that the senders find
     // the sockets full and leave the rest to the connections' tasks.
     let (tx, r1) = std::sync::mpsc::channel();
-    let stalled = std::sync::atomic::AtomicBool::new(false);
+    let stalled = AtomicBool::new(false);
     let deliver = Box::new(move |to, m: Incoming<String>| {
-        if !stalled.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        if !stalled.swap(true, Ordering::Relaxed) {
             thread::sleep(Duration::from_millis(300));
         }
         tx.send((to, m)).unwrap();
@@ -344,7 +346,7 @@ fn concurrent_senders_and_large_frames_never_interleave() {
         join: Some(l0.me().addr),
     };
     let _l1 = Links::start(config, deliver, Box::new(|_| ())).unwrap();
-    let l0 = std::sync::Arc::new(l0);
+    let l0 = Arc::new(l0);
     let k = KernelId::new;
     const MESSAGES: usize = 2000;
     const IMAGES: usize = 12;
@@ -400,15 +402,26 @@ fn concurrent_senders_and_large_frames_never_interleave() {
     assert!(r1.try_recv().is_err(), "nothing more, nothing twice");
 }
 
+/// A kernel's thread polling `links` until `done`, by spells as kernels
+/// do between their slices: the links' thread and the pollers take turns.
+fn poll_in_spells(links: Arc<Links<String>>, done: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        while !done.load(Ordering::Relaxed) {
+            links.polling(true);
+            for _ in 0..1000 {
+                links.poll();
+            }
+            links.polling(false);
+            thread::yield_now();
+        }
+    })
+}
+
 /// Idle kernels read the control connections themselves (`Uplink::poll`)
 /// while the links' thread reads them too: every frame is handed over
 /// once, in its sender's order, whoever read it.
 #[test]
 fn frames_read_by_polling_kernels_arrive_once_and_in_order() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    use std::time::Duration;
-
     let dir = tempfile::tempdir().unwrap();
     let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
     let (l0, _r0) = links(ids.next().unwrap(), 1, None);
@@ -416,21 +429,7 @@ fn frames_read_by_polling_kernels_arrive_once_and_in_order() {
     let l1 = Arc::new(l1);
     let done = Arc::new(AtomicBool::new(false));
     let pollers: Vec<_> = (0..2)
-        .map(|_| {
-            let (l1, done) = (l1.clone(), done.clone());
-            thread::spawn(move || {
-                // Polling by spells, as kernels do between their slices:
-                // the links' thread and the pollers take turns.
-                while !done.load(Ordering::Relaxed) {
-                    l1.polling(true);
-                    for _ in 0..1000 {
-                        l1.poll();
-                    }
-                    l1.polling(false);
-                    thread::yield_now();
-                }
-            })
-        })
+        .map(|_| poll_in_spells(l1.clone(), done.clone()))
         .collect();
     let k = KernelId::new;
     let mut sent = 0usize;
@@ -510,26 +509,11 @@ fn a_few_unordered_bulk_bytes_overtake_a_large_transfer() {
 /// keep their order, and every one arrives whole, once.
 #[test]
 fn unordered_bulk_frames_never_cut_into_ordered_ones() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-
     let (_dir, l0, l1, r1) = two_nodes();
     let (l0, l1) = (Arc::new(l0), Arc::new(l1));
     let k = KernelId::new;
     let done = Arc::new(AtomicBool::new(false));
-    let poller = {
-        let (l1, done) = (l1.clone(), done.clone());
-        thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                l1.polling(true);
-                for _ in 0..1000 {
-                    l1.poll();
-                }
-                l1.polling(false);
-                thread::yield_now();
-            }
-        })
-    };
+    let poller = poll_in_spells(l1.clone(), done.clone());
     const ROUNDS: usize = 40;
     let copier = {
         let l0 = l0.clone();

@@ -419,9 +419,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
                  latency of Open MPI's shared memory (target: at most 1.5x)"
             ),
             "atoll: each message is one asynchronous send (ipc_senda), handed at once to a \
-             rank waiting in receive, else queued at it; up to 300 bytes go eagerly (40 in the \
-             first message, the rest in up to five 52-byte messages behind it, which share one \
-             write to another node), more by rendezvous, one grant-checked copy"
+             rank waiting in receive, else queued at it; up to 64 KiB go eagerly (40 bytes in \
+             the message, more in its body: ipc_senda_body), more by rendezvous, one \
+             grant-checked copy"
                 .into(),
             "Open MPI 4.1: mpirun -n N --mca pml ob1 --mca btl self,vader | self,tcp; it \
              polls its shared memory; an atoll rank polls the NoC inside its receive while \
