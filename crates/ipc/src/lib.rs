@@ -25,6 +25,6 @@ pub use domain::{DomainError, DomainId, DomainInfo, DomainOp, DomainTable};
 pub use grant::{Access, Grant, GrantTable, MAX_GRANTS};
 pub use message::{CallKind, Message, MESSAGE_SIZE, NOTIFY_MESSAGE, PAYLOAD_OFFSET, PAYLOAD_SIZE};
 pub use state::{
-    AsyncIn, AsyncOut, BodyAt, EarlyLetter, IpcState, IpcStats, PidSet, WaitingSender,
+    body_fits, AsyncIn, AsyncOut, BodyAt, EarlyLetter, IpcState, IpcStats, PidSet, WaitingSender,
     ASYNC_BODY_WINDOW, ASYNC_WINDOW, BODY_MAX,
 };

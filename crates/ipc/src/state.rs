@@ -244,6 +244,16 @@ pub const ASYNC_WINDOW: u32 = 64;
 /// Open MPI's eager limit over TCP.
 pub const BODY_MAX: usize = 64 << 10;
 
+/// Whether a letter may carry a body of `len` bytes: checked by the
+/// sender's host call and again by a receiving kernel, for a letter that
+/// came from another node.
+pub fn body_fits(len: usize) -> Result<(), Errno> {
+    if len > BODY_MAX {
+        return Err(Errno::MsgSize);
+    }
+    Ok(())
+}
+
 /// Bytes of bodies one sender may have untaken by one receiver (besides
 /// one letter's, however large): with [`ASYNC_WINDOW`], what a sender can
 /// make a receiver's kernel keep for it.
@@ -402,6 +412,13 @@ mod tests {
         assert_eq!(a.take_next(), Some(letter(3)), "with its body");
         assert_eq!(a.next, 4);
         assert!(a.early.is_empty());
+    }
+
+    #[test]
+    fn a_body_is_at_most_body_max() {
+        assert_eq!(body_fits(0), Ok(()));
+        assert_eq!(body_fits(BODY_MAX), Ok(()));
+        assert_eq!(body_fits(BODY_MAX + 1), Err(Errno::MsgSize));
     }
 
     #[test]

@@ -35,7 +35,7 @@
 use std::collections::BTreeMap;
 
 use atoll_abi::{Errno, Pid};
-use atoll_ipc::{AsyncIn, BodyAt, CallKind, EarlyLetter, WaitingSender};
+use atoll_ipc::{body_fits, AsyncIn, BodyAt, CallKind, EarlyLetter, WaitingSender};
 use atoll_process::{IpcCaller, IpcOutcome};
 
 use super::{read_message, IpcMsg, Letter};
@@ -147,7 +147,9 @@ impl Kernel {
     }
 
     /// A letter whose turn it is: handed to `to` if it waits for it, else
-    /// queued behind its senders. A letter across domains is refused.
+    /// queued behind its senders. A letter across domains is refused, and
+    /// so is one whose body no sender's kernel would have sent (it came
+    /// from another node).
     fn accept_letter(&mut self, to: Pid, letter: Letter, body: Option<Vec<u8>>) {
         let Letter {
             from,
@@ -159,6 +161,11 @@ impl Kernel {
         if domain.is_none() || self.domain_of(to) != domain {
             self.ipc.denied += 1;
             return self.letters_taken(from, to, 1, Err(Errno::CallDenied));
+        }
+        if let Err(e) = body_fits(body.as_ref().map_or(0, Vec::len)) {
+            tracing::warn!(kernel = %self.id, %to, %from, "a letter's body is too large: refused");
+            self.ipc.denied += 1;
+            return self.letters_taken(from, to, 1, Err(e));
         }
         if self.admits(to, from, false) {
             self.hand_over(to, from, CallKind::SendA, &msg, body);

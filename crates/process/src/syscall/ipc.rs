@@ -14,7 +14,7 @@
 
 use atoll_abi::{Errno, Pid};
 use atoll_ipc::{
-    Access, BodyAt, CallKind, CopyAddr, CopyRequest, CopySide, Grant, IpcCall, Phase, BODY_MAX,
+    body_fits, Access, BodyAt, CallKind, CopyAddr, CopyRequest, CopySide, Grant, IpcCall, Phase,
     MESSAGE_SIZE,
 };
 use wasmtime::{Caller, Linker};
@@ -252,9 +252,7 @@ fn senda(
         message_at(mem, msg)?;
         if let Some(body) = &body {
             let len = body.end.wrapping_sub(body.start);
-            if len as usize > BODY_MAX {
-                return Err(Errno::MsgSize);
-            }
+            body_fits(len as usize)?;
             mem.slice(body.start, len)?;
         }
         // It would be one's own to take; a process that wants to tell
