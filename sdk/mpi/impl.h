@@ -50,7 +50,7 @@ struct wire {
     int32_t len; /* bytes of the whole payload */
     union {
         uint8_t data[EAGER_MAX];      /* KIND_EAGER */
-        struct {                      /* KIND_RTS */
+        struct {                      /* KIND_RTS, and KIND_BODY (no grant) */
             uint32_t grant;           /* the sender's grant over the payload */
             uint32_t sreq;            /* the sender's request, for KIND_FIN */
             uint32_t sync;            /* 1: MPI_Ssend/Issend */

@@ -5,11 +5,14 @@
  *   eager       up to EAGER_MAX bytes travel inside the 64-byte message
  *               (KIND_EAGER), and up to EAGER_BODY_MAX in its body
  *               (KIND_BODY); the send is complete as soon as it is handed
- *               to the channel.
- *   rendezvous  larger payloads, and every synchronous send: the sender
- *               grants the payload to the receiver and sends KIND_RTS; the
- *               receiver, once a receive matches, copies it with one
- *               safecopy and answers KIND_FIN, which completes the send.
+ *               to the channel. A synchronous send of up to EAGER_BODY_MAX
+ *               goes in a KIND_BODY too, marked `sync`: the receiver
+ *               answers KIND_FIN when a receive matches it, which
+ *               completes the send.
+ *   rendezvous  larger payloads: the sender grants the payload to the
+ *               receiver and sends KIND_RTS; the receiver, once a receive
+ *               matches, copies it with one safecopy and answers KIND_FIN,
+ *               which completes the send.
  * A rank's messages to itself take the same paths without IPC.
  *
  * Grants: each rendezvous send holds one until its FIN, and atoll gives a
@@ -92,7 +95,7 @@ static void send_or_hold(int dest_world, int32_t kind, const struct wire *w, boo
         return;
     }
     void *copy = NULL;
-    if (body != NULL) {
+    if (body != NULL && len > 0) {
         copy = mpi_alloc(len);
         memcpy(copy, body, len);
     }
@@ -176,6 +179,15 @@ static void received(struct atoll_mpi_request *r, int src_world, int tag, size_t
     complete(r);
 }
 
+/* Tells rank `to` that a receive took its send `sreq`. */
+static void answer_fin(int to, uint32_t sreq)
+{
+    struct wire fin;
+    memset(&fin, 0, sizeof fin);
+    fin.u.fin.sreq = sreq;
+    mpi_channel_send(to, KIND_FIN, &fin, NULL, 0);
+}
+
 /* Copies a KIND_RTS payload of another rank into the receive. */
 static void pull(struct atoll_mpi_request *r, int from, int tag, size_t len, uint32_t grant,
                  uint32_t sreq)
@@ -186,10 +198,7 @@ static void pull(struct atoll_mpi_request *r, int from, int tag, size_t len, uin
         if (err != 0)
             mpi_fatal("copying a message from a rank", err);
     }
-    struct wire fin;
-    memset(&fin, 0, sizeof fin);
-    fin.u.fin.sreq = sreq;
-    mpi_channel_send(from, KIND_FIN, &fin, NULL, 0);
+    answer_fin(from, sreq);
     received(r, from, tag, len);
 }
 
@@ -210,6 +219,8 @@ static void take_unexpected(struct atoll_mpi_request *r, struct unexpected *u)
     if (u->kind == KIND_EAGER) {
         size_t n = (size_t)u->len < r->capacity ? (size_t)u->len : r->capacity;
         memcpy(r->landing, u->data, n);
+        if (u->sync)
+            answer_fin(u->src_world, u->sreq);
         received(r, u->src_world, u->tag, (size_t)u->len);
     } else if (u->self_send != NULL) {
         meet_self(r, u->self_send, u->tag);
@@ -230,13 +241,15 @@ static void take_body(void *to, size_t len, size_t cap)
 }
 
 /* A KIND_BODY: into the receive it matches, or kept as an unexpected eager
- * message. */
+ * message; a synchronous send's is answered with KIND_FIN once matched. */
 static void body_arrived(int from, const struct wire *w)
 {
     size_t len = (size_t)w->len;
     struct atoll_mpi_request *r = mpi_take_posted(w->ctx, from, w->tag);
     if (r != NULL) {
         take_body(r->landing, len, r->capacity);
+        if (w->u.rts.sync)
+            answer_fin(from, w->u.rts.sreq);
         received(r, from, w->tag, len);
         return;
     }
@@ -247,6 +260,8 @@ static void body_arrived(int from, const struct wire *w)
     u->ctx = w->ctx;
     u->tag = w->tag;
     u->len = w->len;
+    u->sync = w->u.rts.sync;
+    u->sreq = w->u.rts.sreq;
     take_body(u->data, len, len);
     mpi_add_unexpected(u);
 }
@@ -382,13 +397,17 @@ static struct atoll_mpi_request *start_send(const void *payload, size_t len, voi
     if (eager && len <= EAGER_MAX) {
         memcpy(w.u.data, payload, len);
         send_or_hold(dest_world, KIND_EAGER, &w, behind, NULL, 0);
-    } else if (eager) {
+    } else if (len <= EAGER_BODY_MAX) {
+        /* Synchronous: complete when the receiver's FIN says it matched. */
+        w.u.rts.sreq = sync ? (uint32_t)(uintptr_t)s : 0;
+        w.u.rts.sync = sync;
         send_or_hold(dest_world, KIND_BODY, &w, behind, payload, len);
     }
-    if (eager) {
+    if (len <= EAGER_BODY_MAX) {
         free(s->packed);
         s->packed = NULL;
-        complete(s);
+        if (!sync)
+            complete(s);
         return s;
     }
     w.u.rts.sreq = (uint32_t)(uintptr_t)s;

@@ -193,23 +193,31 @@ static void flood(void)
 /* A synchronous send is not complete before its receive is posted. */
 static void synchronous(void)
 {
-    int v = 5, go = 1;
-    if (test_rank == 0) {
-        MPI_Request r;
-        OK(MPI_Issend(&v, 1, MPI_INT, 1, 1, MPI_COMM_WORLD, &r));
-        int flag = 1;
-        for (int i = 0; i < 20; i++)
-            OK(MPI_Test(&r, &flag, MPI_STATUS_IGNORE));
-        CHECK(!flag);
-        OK(MPI_Send(&go, 1, MPI_INT, 1, 2, MPI_COMM_WORLD));
-        OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
-        OK(MPI_Ssend(&v, 1, MPI_INT, 1, 3, MPI_COMM_WORLD));
-    } else if (test_rank == 1) {
-        OK(MPI_Recv(&go, 1, MPI_INT, 0, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-        move();
-        OK(MPI_Recv(&v, 1, MPI_INT, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-        CHECK(v == 5);
-        OK(MPI_Recv(&v, 1, MPI_INT, 0, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    /* In a message's body, and by rendezvous. */
+    static const int lens[] = {1, 20000};
+    static int v[20000];
+    for (int l = 0; l < 2; l++) {
+        int n = lens[l], go = 1;
+        if (test_rank == 0) {
+            v[n - 1] = 6 + l;
+            v[0] = 5;
+            MPI_Request r;
+            OK(MPI_Issend(v, n, MPI_INT, 1, 1, MPI_COMM_WORLD, &r));
+            int flag = 1;
+            for (int i = 0; i < 20; i++)
+                OK(MPI_Test(&r, &flag, MPI_STATUS_IGNORE));
+            CHECK(!flag);
+            OK(MPI_Send(&go, 1, MPI_INT, 1, 2, MPI_COMM_WORLD));
+            OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+            OK(MPI_Ssend(v, n, MPI_INT, 1, 3, MPI_COMM_WORLD));
+        } else if (test_rank == 1) {
+            OK(MPI_Recv(&go, 1, MPI_INT, 0, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            move();
+            memset(v, 0, sizeof v);
+            OK(MPI_Recv(v, n, MPI_INT, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            CHECK(v[0] == 5 && v[n - 1] == (n == 1 ? 5 : 6 + l));
+            OK(MPI_Recv(v, n, MPI_INT, 0, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        }
     }
 }
 
@@ -252,39 +260,31 @@ static void any_and_all(void)
     }
 }
 
-/*
- * More large sends outstanding than a rank has grants (1024): the sends
- * past the library's budget wait for grants to come back, and eager
- * messages sent after them to the same rank wait behind them, so the
- * receiver still sees every message in the order it was sent.
- */
+/* More rendezvous sends outstanding than the library keeps grants for:
+ * past the library's budget, sends wait for grants to come back, and eager
+ * messages behind them wait too (the order between a pair). The sends
+ * share one buffer, each a different length. */
 static void more_sends_than_grants(void)
 {
-    enum { N = 2500, BIG = 16 };
+    enum { N = 1200, BIG = 16400 }; /* 65,600 bytes: above the eager limit */
     int right = (test_rank + 1) % test_size, left = (test_rank - 1 + test_size) % test_size;
-    static int out[N][BIG];
+    static int out[BIG], in[BIG];
     static MPI_Request r[N];
+    for (int i = 0; i < BIG; i++)
+        out[i] = test_rank * 1000000 + i;
     for (int t = 0; t < N; t++) {
-        /* Every seventh message goes eager; the others are synchronous,
-         * so rendezvous, each holding a grant until its receive. */
-        int n = t % 7 == 0 ? 2 : BIG;
-        for (int i = 0; i < n; i++)
-            out[t][i] = test_rank * 1000000 + t * 10 + i % 10;
-        if (t % 7 == 0)
-            OK(MPI_Isend(out[t], n, MPI_INT, right, 9, MPI_COMM_WORLD, &r[t]));
-        else
-            OK(MPI_Issend(out[t], n, MPI_INT, right, 9, MPI_COMM_WORLD, &r[t]));
+        /* Every seventh message goes eager. */
+        int n = t % 7 == 0 ? 2 : BIG - t % 5;
+        OK(MPI_Isend(out, n, MPI_INT, right, 9, MPI_COMM_WORLD, &r[t]));
     }
     move();
-    int in[BIG];
     for (int t = 0; t < N; t++) {
         MPI_Status st;
         OK(MPI_Recv(in, BIG, MPI_INT, left, 9, MPI_COMM_WORLD, &st));
-        int n = t % 7 == 0 ? 2 : BIG, got;
+        int n = t % 7 == 0 ? 2 : BIG - t % 5, got;
         OK(MPI_Get_count(&st, MPI_INT, &got));
         CHECK(got == n);
-        for (int i = 0; i < n; i++)
-            CHECK(in[i] == left * 1000000 + t * 10 + i % 10);
+        CHECK(in[0] == left * 1000000 && in[n - 1] == left * 1000000 + n - 1);
     }
     OK(MPI_Waitall(N, r, MPI_STATUSES_IGNORE));
 }
