@@ -9,8 +9,12 @@
  *   Reduce                   binomial tree (commutative operations; a
  *                            non-commutative one reduces to rank 0 in rank
  *                            order, then goes to the root)
- *   Allreduce                recursive doubling when P is a power of two,
- *                            else Reduce to rank 0 + Bcast
+ *   Allreduce                recursive doubling when P is a power of two
+ *                            (from HALVING_MIN bytes, with a commutative
+ *                            operation: Rabenseifner's recursive halving,
+ *                            each rank reducing a 1/P share, then
+ *                            recursive doubling of the shares), else
+ *                            Reduce to rank 0 + Bcast
  *   Gather(v), Scatter(v)    linear: the root posts all transfers at once
  *   Allgather(v)             ring (P - 1 steps)
  *   Alltoall(v)              pairwise exchange (P - 1 steps)
@@ -21,6 +25,10 @@
 #include <string.h>
 
 #include "impl.h"
+
+/* From this many bytes an Allreduce over a power of two of ranks halves
+ * (docs/mpi.md: it moves and reduces less than doubling from about here). */
+#define HALVING_MIN (64 * 1024)
 
 enum {
     TAG_BARRIER = 1, TAG_BCAST, TAG_REDUCE, TAG_ALLREDUCE, TAG_GATHER, TAG_SCATTER,
@@ -233,6 +241,40 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type,
     return MPI_SUCCESS;
 }
 
+/* Rabenseifner's Allreduce over a power of two of ranks, for a commutative
+ * `op` on the packed `home` (count elements, len bytes): recursive halving
+ * leaves each rank the reduction of one share of the elements, then
+ * recursive doubling gathers the shares, in the order they were split. */
+static void allreduce_halving(void *home, size_t len, int count, MPI_Datatype t, MPI_Op op,
+                              MPI_Comm c)
+{
+    size_t esz = len / (size_t)count;
+    uint8_t *buf = home, *in = mpi_alloc((size_t)(count / 2 + 1) * esz);
+    int lo = 0, hi = count, steps = 0;
+    int los[32], mids[32], his[32];
+    for (int mask = c->size >> 1; mask > 0; mask >>= 1, steps++) {
+        int partner = c->rank ^ mask, mid = lo + (hi - lo) / 2;
+        bool lower = c->rank < partner; /* keeps [lo, mid), sends [mid, hi) */
+        int keep = lower ? lo : mid, keep_end = lower ? mid : hi;
+        int give = lower ? mid : lo, give_end = lower ? hi : mid;
+        los[steps] = lo, mids[steps] = mid, his[steps] = hi;
+        csendrecv(buf + (size_t)give * esz, (size_t)(give_end - give) * esz, partner, in,
+                  (size_t)(keep_end - keep) * esz, partner, TAG_ALLREDUCE, c);
+        mpi_reduce_local(in, buf + (size_t)keep * esz, keep_end - keep, t, op);
+        lo = keep, hi = keep_end;
+    }
+    for (int mask = 1; mask < c->size; mask <<= 1) {
+        int s = --steps, partner = c->rank ^ mask;
+        bool lower = c->rank < partner; /* holds [lo, mid) of level s */
+        int other = lower ? mids[s] : los[s], other_end = lower ? his[s] : mids[s];
+        csendrecv(buf + (size_t)lo * esz, (size_t)(hi - lo) * esz, partner,
+                  buf + (size_t)other * esz, (size_t)(other_end - other) * esz, partner,
+                  TAG_ALLREDUCE, c);
+        lo = los[s], hi = his[s];
+    }
+    free(in);
+}
+
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op,
                   MPI_Comm comm)
 {
@@ -249,7 +291,10 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype ty
     else
         home = recvbuf;
     int size = comm->size;
-    if ((size & (size - 1)) == 0) {
+    bool power_of_two = (size & (size - 1)) == 0;
+    if (power_of_two && size > 1 && op->commute && len >= HALVING_MIN && count >= size) {
+        allreduce_halving(home, len, count, type, op, comm);
+    } else if (power_of_two) {
         void *cur = home, *other = mpi_alloc(len);
         for (int mask = 1; mask < size; mask <<= 1) {
             int partner = comm->rank ^ mask;

@@ -92,6 +92,19 @@ static void reductions(MPI_Comm c, int rank, int size)
         }
         move();
     }
+    /* Large enough to be reduced in shares (recursive halving) over a
+     * power of two of ranks, with a count the ranks do not divide. */
+    enum { BIG = 50001 };
+    static int big_in[BIG], big_out[BIG];
+    for (int o = 0; o < 2; o++) {
+        MPI_Op op = o == 0 ? MPI_SUM : MPI_MAX;
+        for (int i = 0; i < BIG; i++)
+            big_in[i] = input(op, rank, i);
+        memset(big_out, 0, sizeof big_out);
+        OK(MPI_Allreduce(big_in, big_out, BIG, MPI_INT, op, c));
+        for (int i = 0; i < BIG; i++)
+            CHECK(big_out[i] == reference(op, size, i));
+    }
     /* Doubles, and MPI_IN_PLACE at the root of a Reduce. */
     double d = rank + 0.5, sum = 0;
     OK(MPI_Allreduce(&d, &sum, 1, MPI_DOUBLE, MPI_SUM, c));
