@@ -296,8 +296,9 @@ impl AsyncOut {
     /// The oldest `count` letters in flight were taken (or refused).
     pub fn taken(&mut self, count: u32) {
         self.in_flight = self.in_flight.saturating_sub(count);
-        for _ in 0..count {
-            self.body_bytes -= self.bodies.pop_front().unwrap_or(0) as usize;
+        let taken = (count as usize).min(self.bodies.len());
+        for len in self.bodies.drain(..taken) {
+            self.body_bytes -= len as usize;
         }
         if self.in_flight == 0 {
             self.bodies.clear();
