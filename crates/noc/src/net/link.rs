@@ -582,23 +582,24 @@ impl<M: Serialize> Links<M> {
             Err(e) => return unreachable(msg, e.to_string()),
         };
         let parts = [&head[..], bulk.as_deref().unwrap_or_default()];
-        let written = match &attached.queue {
-            Some(_) if pace == Pace::Unordered && tail <= INLINE_BULK => {
-                attached.conn.try_send(&parts)
-            }
-            Some(_) => Ok(false),
-            None => attached
+        let Some(queue) = &attached.queue else {
+            return attached
                 .conn
                 .send(&parts, pace == Pace::Lazy)
-                .map(|()| true),
+                .or_else(|why| unreachable(msg, why));
         };
-        match (written, &attached.queue) {
-            (Ok(true), _) => Ok(()),
-            (Ok(false), Some(queue)) => queue
+        let inline = pace == Pace::Unordered && tail <= INLINE_BULK;
+        let written = if inline {
+            attached.conn.try_send(&parts)
+        } else {
+            Ok(false)
+        };
+        match written {
+            Ok(true) => Ok(()),
+            Ok(false) => queue
                 .send(Outgoing { head, bulk })
                 .or_else(|_| unreachable(msg, "its connection closed".into())),
-            (Ok(false), None) => unreachable!("a control frame is always written"),
-            (Err(why), _) => unreachable(msg, why),
+            Err(why) => unreachable(msg, why),
         }
     }
 }

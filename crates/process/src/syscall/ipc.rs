@@ -55,7 +55,7 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
         M,
         "ipc_senda_body",
         |c: Caller<'_, ProcCtx>, to: i64, msg: u32, body: u32, len: u32| {
-            senda(c, to, msg, false, Some(body..body.wrapping_add(len)))
+            senda(c, to, msg, false, Some((body, len)))
         },
     )?;
     linker.func_wrap(
@@ -238,23 +238,27 @@ fn send(c: &mut Caller<'_, ProcCtx>, to: i64, msg: u32, kind: CallKind) -> wasmt
 
 /// `senda`: queues the message for `to` and returns. A letter the kernel
 /// cannot deliver is reported by the next `senda` to the same process.
-/// `more`: more letters follow at once. `body`: bytes that travel with it.
+/// `more`: more letters follow at once. `body`: the address and length of
+/// bytes that travel with it.
 fn senda(
     mut c: Caller<'_, ProcCtx>,
     to: i64,
     msg: u32,
     more: bool,
-    body: Option<BodyAt>,
+    body: Option<(u32, u32)>,
 ) -> wasmtime::Result<i32> {
     kernel_call(&mut c, |mem, ctx| {
         check_bound(ctx)?;
         let to = endpoint(ctx, to)?;
         message_at(mem, msg)?;
-        if let Some(body) = &body {
-            let len = body.end.wrapping_sub(body.start);
-            body_fits(len as usize)?;
-            mem.slice(body.start, len)?;
-        }
+        let body: Option<BodyAt> = match body {
+            Some((at, len)) => {
+                body_fits(len as usize)?;
+                mem.slice(at, len)?;
+                Some(at..at + len)
+            }
+            None => None,
+        };
         // It would be one's own to take; a process that wants to tell
         // itself something can notify itself.
         if to == ctx.uarea.pid {
