@@ -4,9 +4,10 @@
 #   make guests   examples/, tests/guests/ and bench/guests/ -> build/wasm/NAME.wasm,
 #                 the MPI programs of tests/mpi/ and bench/mpi/ (with sdk/bin/atoll-mpicc),
 #                 HPL -> build/wasm/hpl.wasm (from Debian's hpcc source, fetched once)
-#                 and bzip2 -> build/wasm/bzip2.wasm (Debian's bzip2 source, fetched once)
+#                 bzip2 -> build/wasm/bzip2.wasm (Debian's bzip2 source, fetched once)
+#                 and QuickJS -> build/wasm/qjs.wasm (Debian's quickjs source, fetched once)
 #   make native   build/native/{mergesort,spawn_native,true,ipc_linux,swarm_native,fileio,
-#                 place_native,balance,flood,bzip2} (gcc -O2),
+#                 place_native,balance,flood,bzip2,qjs} (gcc -O2),
 #                 and bench/mpi/NAME.c -> NAME_mpi and HPL -> hpl_mpi (Open MPI's mpicc,
 #                 Debian's reference BLAS) when mpicc is installed
 #   make all      both (the default)
@@ -53,7 +54,7 @@ NATIVE_CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 NATIVE := $(NATIVE_DIR)/mergesort $(NATIVE_DIR)/spawn_native $(NATIVE_DIR)/true \
           $(NATIVE_DIR)/ipc_linux $(NATIVE_DIR)/swarm_native $(NATIVE_DIR)/fileio \
           $(NATIVE_DIR)/place_native $(NATIVE_DIR)/balance $(NATIVE_DIR)/flood \
-          $(NATIVE_DIR)/threadbench $(NATIVE_DIR)/bzip2
+          $(NATIVE_DIR)/threadbench $(NATIVE_DIR)/bzip2 $(NATIVE_DIR)/qjs
 # The MPI benchmarks' native side, with Open MPI (scripts/setup.sh installs it).
 MPICC ?= mpicc
 ifneq ($(shell command -v $(MPICC) 2>/dev/null),)
@@ -89,9 +90,25 @@ BZIP2_SOURCES := $(addprefix $(BZIP2_DIR)/,blocksort.c huffman.c crctable.c rand
 BZIP2_WASI_FLAGS := -w -D_WASI_EMULATED_SIGNAL -D_WASI_EMULATED_PROCESS_CLOCKS \
 	-D'fchmod(fd,mode)=0' -D'fchown(fd,uid,gid)=0'
 
+# QuickJS 2025-04-26, unmodified, as Debian ships it, with bench/qjs/qjs.c as
+# its main (the engine and `print`): atoll's largest real program, about
+# 800 KiB of wasm, for timing a module's first run (`atoll bench prepare`).
+# Its C stack is 1 MiB (bench/qjs/qjs.c says why the engine uses less);
+# wasi-libc declares malloc_usable_size in <malloc.h>, which QuickJS
+# includes only on Linux; bench/qjs/include stands in for <setjmp.h>.
+QJS_TARBALL := quickjs_2025.04.26.orig.tar.xz
+QJS_URL := http://deb.debian.org/debian/pool/main/q/quickjs/$(QJS_TARBALL)
+QJS_SHA256 := ec81da5b3249ed648dbc7df4a1654988910e66a118d9b71cb63534216efcfbbe
+QJS_DIR := $(BUILD)/quickjs-2025.04.26
+QJS_UNPACKED := $(QJS_DIR)/.unpacked
+QJS_SOURCES := bench/qjs/qjs.c $(addprefix $(QJS_DIR)/,quickjs.c libregexp.c libunicode.c \
+	cutils.c dtoa.c)
+QJS_FLAGS := -w -DCONFIG_VERSION='"2025-04-26"' -I $(QJS_DIR)
+QJS_STACK := -Wl,-z,stack-size=1048576
+
 .PHONY: all guests native clean
 all: guests native
-guests: $(GUESTS) $(MPI_GUESTS) $(WASM_DIR)/hpl.wasm $(WASM_DIR)/bzip2.wasm
+guests: $(GUESTS) $(MPI_GUESTS) $(WASM_DIR)/hpl.wasm $(WASM_DIR)/bzip2.wasm $(WASM_DIR)/qjs.wasm
 native: $(NATIVE)
 
 # One rule per source directory; make picks the one whose source exists.
@@ -125,7 +142,7 @@ define fetch_debian_source
 	@$(if $(atoll_q),printf '  FETCH   %s\n' '$(1)')
 	$(atoll_q)curl -fsSL --retry 3 -o $(BUILD)/$(2).part '$(1)'
 	$(atoll_q)echo '$(3)  $(BUILD)/$(2).part' | sha256sum -c --quiet
-	$(atoll_q)rm -rf $(4) && tar -xzf $(BUILD)/$(2).part -C $(BUILD)
+	$(atoll_q)rm -rf $(4) && tar -xf $(BUILD)/$(2).part -C $(BUILD)
 	$(atoll_q)rm $(BUILD)/$(2).part && touch $(4)/.unpacked
 endef
 
@@ -134,6 +151,17 @@ $(HPCC_UNPACKED):
 
 $(BZIP2_UNPACKED):
 	$(call fetch_debian_source,$(BZIP2_URL),$(BZIP2_TARBALL),$(BZIP2_SHA256),$(BZIP2_DIR))
+
+$(QJS_UNPACKED):
+	$(call fetch_debian_source,$(QJS_URL),$(QJS_TARBALL),$(QJS_SHA256),$(QJS_DIR))
+
+$(WASM_DIR)/qjs.wasm: $(QJS_UNPACKED) bench/qjs/qjs.c bench/qjs/include/setjmp.h $(ATOLL_SDK_DEPS) \
+		Makefile | $(WASM_DIR)
+	$(call atoll_compile,$@,$(QJS_SOURCES),$(QJS_FLAGS) -pthread -include malloc.h \
+		-I bench/qjs/include -lm $(QJS_STACK))
+
+$(NATIVE_DIR)/qjs: $(QJS_UNPACKED) bench/qjs/qjs.c Makefile | $(NATIVE_DIR)
+	$(call native_compile,$@,$(QJS_SOURCES),-lm -pthread,$(NATIVE_CC) $(QJS_FLAGS) -D_GNU_SOURCE)
 
 $(WASM_DIR)/bzip2.wasm: $(BZIP2_UNPACKED) $(ATOLL_SDK_DEPS) Makefile | $(WASM_DIR)
 	$(call atoll_compile,$@,$(BZIP2_SOURCES),$(BZIP2_WASI_FLAGS) -lwasi-emulated-signal \

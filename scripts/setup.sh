@@ -9,14 +9,14 @@
 #   iproute2                                                 `ip netns`: cluster tests on separate hosts; `tc`: the 10 Gbit/s link of `atoll bench cluster`
 #   openmpi-bin, libopenmpi-dev                              `atoll bench mpi`: the same MPI C sources natively
 #   libblas-dev                                              Debian's reference BLAS, for the native HPL
-#   curl, ca-certificates                                    the Makefile fetches HPCC's source (HPL) from Debian
+#   curl, ca-certificates, xz-utils                          the Makefile fetches HPCC's, bzip2's and QuickJS's sources from Debian
 #   chromium-headless-shell                                  the dashboard's tests drive a real browser
 #
 # Safe to run again: it installs only what is missing. Needs root (or sudo)
 # only when something is missing.
 set -euo pipefail
 
-packages=(clang-16 lld-16 llvm-16 wasi-libc libclang-rt-16-dev-wasm32 binaryen gcc make libc6-dev fonts-dejavu-core iproute2 openmpi-bin libopenmpi-dev libblas-dev curl ca-certificates chromium-headless-shell)
+packages=(clang-16 lld-16 llvm-16 wasi-libc libclang-rt-16-dev-wasm32 binaryen gcc make libc6-dev fonts-dejavu-core iproute2 openmpi-bin libopenmpi-dev libblas-dev curl ca-certificates xz-utils chromium-headless-shell)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

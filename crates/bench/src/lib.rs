@@ -21,6 +21,7 @@ mod compress;
 mod console;
 mod ipc;
 mod jobs;
+mod js;
 mod mergesort;
 mod migrate;
 mod mpi;
@@ -70,6 +71,8 @@ enum Which {
     Mergesort(mergesort::Args),
     /// bzip2 (Debian's source) compressing and decompressing: native vs plain wasm vs prepared wasm
     Compress(compress::Args),
+    /// QuickJS (Debian's source) running a JavaScript workload: native vs plain wasm vs prepared wasm
+    Js(js::Args),
     /// Time to a module's first run: prepare + compile, cold, vs wasmtime compiling it as it is
     Prepare(prepare::Args),
     /// Minix IPC (IPC1-3, COPY1-2) vs pipes, FIFOs, mqueues, sockets, eventfd, futex, shm
@@ -98,6 +101,7 @@ impl Which {
             Which::Spawn(_) => "spawn",
             Which::Mergesort(_) => "mergesort",
             Which::Compress(_) => "compress",
+            Which::Js(_) => "js",
             Which::Prepare(_) => "prepare",
             Which::Ipc(_) => "ipc",
             Which::Migrate(_) => "migrate",
@@ -136,6 +140,7 @@ pub fn run(cache: &Path, a: BenchArgs) -> anyhow::Result<()> {
         Which::Spawn(s) => emit(&spawn::run(ctx, &a.build, s)?, json, record),
         Which::Mergesort(m) => emit(&mergesort::run(ctx, &a.build, m)?, json, record),
         Which::Compress(c) => emit(&compress::run(ctx, &a.build, c)?, json, record),
+        Which::Js(j) => emit(&js::run(ctx, &a.build, j)?, json, record),
         Which::Prepare(p) => emit(&prepare::run(ctx, &a.build, p)?, json, record),
         Which::Ipc(i) => emit(&ipc::run(ctx, &a.build, i)?, json, record),
         Which::Migrate(m) => emit(&migrate::run(ctx, &a.build, m)?, json, record),
@@ -159,6 +164,7 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         schema::<Report>("bench-spawn"),
         schema::<Report>("bench-mergesort"),
         schema::<Report>("bench-compress"),
+        schema::<Report>("bench-js"),
         schema::<Report>("bench-prepare"),
         schema::<ipc::IpcReport>("bench-ipc"),
         schema::<migrate::MigrateReport>("bench-migrate"),

@@ -16,7 +16,7 @@ use crate::Context;
 #[derive(clap::Args)]
 pub struct Args {
     /// Modules under build/wasm to load, by name
-    #[arg(long, value_delimiter = ',', default_value = "mergesort,bzip2,hpl")]
+    #[arg(long, value_delimiter = ',', default_value = "mergesort,bzip2,hpl,qjs")]
     modules: Vec<String>,
     /// Loads of each; the median is reported
     #[arg(long, default_value_t = 5)]

@@ -1,7 +1,7 @@
 //! One program timed three ways in the same run: native (gcc -O2), plain
 //! wasm (`--no-prepare`) and prepared, migratable wasm. This is what
 //! preparation costs a real program, measured against what a user would
-//! run instead. The benchmarks that use it (`mergesort`, `compress`) say
+//! run instead. The benchmarks that use it (`mergesort`, `compress`, `js`) say
 //! what the program does; this module refuses to report times for runs
 //! whose results differ.
 

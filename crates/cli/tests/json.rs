@@ -84,6 +84,7 @@ fn recorded_benchmark_results_fit_their_schemas() {
         "spawn",
         "mergesort",
         "compress",
+        "js",
         "prepare",
         "ipc",
         "migrate",

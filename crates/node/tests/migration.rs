@@ -104,6 +104,32 @@ fn a_compute_program_migrated_100_times_mid_run_prints_what_an_unmigrated_run_pr
 }
 
 #[test]
+fn a_javascript_engine_migrated_mid_script_prints_what_native_quickjs_prints() {
+    // QuickJS (build/wasm/qjs.wasm, 800 KiB): an interpreter's deep,
+    // call-heavy frames and a heap the garbage collector keeps churning,
+    // captured mid-script; its lines must be those of QuickJS built natively.
+    let native = std::process::Command::new(support::built("native/qjs"))
+        .arg(support::repo().join("bench/qjs/workload.js"))
+        .arg("6")
+        .output()
+        .unwrap();
+    assert!(native.status.success(), "{native:?}");
+    let node = node(2);
+    let mut spec = on(job("qjs", &["/js/workload.js", "6"]), 0);
+    spec.preopens = vec![format!("{}::/js", support::repo().join("bench/qjs").display())
+        .parse()
+        .unwrap()];
+    for mode in MODES {
+        let (pid, out, done) = start(&node, &spec);
+        wait_for_lines(&out, 1);
+        let (moved, status) = keep_migrating(&node, pid, &done, 2, &[mode], usize::MAX);
+        assert_eq!(status, Some(0), "{mode}: {}", out.stderr());
+        assert!(moved >= 3, "{mode}: only {moved} migrations");
+        assert_eq!(out.stdout().as_bytes(), native.stdout, "{mode}");
+    }
+}
+
+#[test]
 fn pre_copy_misses_no_block_a_program_writes_while_it_is_copied() {
     let mut config = config(2);
     // Small enough that the 1 MiB working set takes pre-copy rounds.
