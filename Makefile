@@ -92,7 +92,8 @@ BZIP2_WASI_FLAGS := -w -D_WASI_EMULATED_SIGNAL -D_WASI_EMULATED_PROCESS_CLOCKS \
 
 # QuickJS 2025-04-26, unmodified, as Debian ships it, with bench/qjs/qjs.c as
 # its main (the engine and `print`): atoll's largest real program, about
-# 800 KiB of wasm, for timing a module's first run (`atoll bench prepare`).
+# 800 KiB of wasm: an interpreter against its native build (`atoll bench js`)
+# and a large module's first run (`atoll bench prepare`).
 # Its C stack is 1 MiB (bench/qjs/qjs.c says why the engine uses less);
 # wasi-libc declares malloc_usable_size in <malloc.h>, which QuickJS
 # includes only on Linux; bench/qjs/include stands in for <setjmp.h>.

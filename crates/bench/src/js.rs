@@ -34,9 +34,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
     let wasm = std::path::absolute(artifact(build, "wasm/qjs.wasm")?)?;
     let script = std::path::absolute(&a.script)?;
     anyhow::ensure!(script.is_file(), "{}: no such script", script.display());
-    let (Some(dir), Some(file)) = (script.parent(), script.file_name()) else {
-        anyhow::bail!("{}: not a file", script.display());
-    };
+    // An absolute path to a file has both.
+    let (dir, file) = (script.parent().unwrap(), script.file_name().unwrap());
     let in_guest = format!("{GUEST_DIR}/{}", file.to_string_lossy());
     let node = atoll_node::Node::start(super::bench_node(ctx, Some(1)))?;
     let rounds = a.rounds.to_string();
@@ -48,9 +47,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<Report> {
         }],
         ..job_on_kernel0(
             wasm.clone(),
-            ["qjs", &in_guest, &rounds]
-                .map(String::from)
-                .to_vec(),
+            ["qjs", &in_guest, &rounds].map(String::from).to_vec(),
         )
     };
     node.runtime().load_file(&wasm, false)?;

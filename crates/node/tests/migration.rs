@@ -116,9 +116,11 @@ fn a_javascript_engine_migrated_mid_script_prints_what_native_quickjs_prints() {
     assert!(native.status.success(), "{native:?}");
     let node = node(2);
     let mut spec = on(job("qjs", &["/js/workload.js", "6"]), 0);
-    spec.preopens = vec![format!("{}::/js", support::repo().join("bench/qjs").display())
-        .parse()
-        .unwrap()];
+    spec.preopens = vec![
+        format!("{}::/js", support::repo().join("bench/qjs").display())
+            .parse()
+            .unwrap(),
+    ];
     for mode in MODES {
         let (pid, out, done) = start(&node, &spec);
         wait_for_lines(&out, 1);
