@@ -62,6 +62,15 @@
 //! An import that stops the process for another reason than a yield (a
 //! blocking system call) does the same; when rewound, it does its work
 //! instead of unwinding again.
+//!
+//! Each of those four functions only sets Asyncify's two globals (and checks
+//! that `current <= end`), and preparation exports both:
+//! [`ASYNCIFY_STATE_GLOBAL`] and [`ASYNCIFY_DATA_GLOBAL`]. A runtime may set
+//! them itself instead: `start_unwind(data)` is `data = data; state =
+//! UNWINDING`, `start_rewind(data)` is `data = data; state = REWINDING`, and
+//! both stops are `state = NORMAL`. atoll's runtime does, because each call
+//! into the guest costs an entry into and an exit from wasm, four of them
+//! per stop and resume.
 
 /// Exported mutable `i32` global, initialised to 0. The host sets it to 1 to
 /// make the next safepoint call [`SAFEPOINT_NAME`]; the host clears it.
@@ -94,7 +103,7 @@ pub const GLOBAL_EXPORT_PREFIX: &str = "atoll_global_";
 pub const PREPARED_SECTION: &str = "atoll.prepared";
 
 /// Version tag at the start of the [`PREPARED_SECTION`] payload.
-pub const PREPARED_VERSION: &str = "v5";
+pub const PREPARED_VERSION: &str = "v6";
 
 /// The exported function the runtime starts a process with (WASI command).
 pub const START_EXPORT: &str = "_start";
@@ -126,6 +135,14 @@ pub const ASYNCIFY_STOP_REWIND: &str = "asyncify_stop_rewind";
 
 /// `asyncify_get_state() -> i32`: one of the `ASYNCIFY_STATE_*` values.
 pub const ASYNCIFY_GET_STATE: &str = "asyncify_get_state";
+
+/// Exported mutable `i32` global: Asyncify's state, one of the
+/// `ASYNCIFY_STATE_*` values (what [`ASYNCIFY_GET_STATE`] returns).
+pub const ASYNCIFY_STATE_GLOBAL: &str = "atoll_asyncify_state";
+
+/// Exported mutable `i32` global: the address of Asyncify's data header
+/// while it unwinds or rewinds.
+pub const ASYNCIFY_DATA_GLOBAL: &str = "atoll_asyncify_data";
 
 /// [`ASYNCIFY_GET_STATE`] value: running normally.
 pub const ASYNCIFY_STATE_NORMAL: i32 = 0;

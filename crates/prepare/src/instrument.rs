@@ -20,8 +20,9 @@ use walrus::{
 };
 
 use crate::conventions::{
-    global_export_name, AREA_DIRTY_GLOBAL, GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT, SAFEPOINT_MODULE,
-    SAFEPOINT_NAME, START_EXPORT, TABLE_EXPORT, YIELD_GLOBAL,
+    global_export_name, AREA_DIRTY_GLOBAL, ASYNCIFY_DATA_GLOBAL, ASYNCIFY_STATE_GLOBAL,
+    GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT, SAFEPOINT_MODULE, SAFEPOINT_NAME, START_EXPORT,
+    TABLE_EXPORT, YIELD_GLOBAL,
 };
 use crate::{reserve, PrepareError};
 
@@ -125,6 +126,8 @@ fn check_reserved_names(module: &Module) -> Result<(), PrepareError> {
         name == YIELD_GLOBAL
             || name == AREA_DIRTY_GLOBAL
             || name == TABLE_EXPORT
+            || name == ASYNCIFY_STATE_GLOBAL
+            || name == ASYNCIFY_DATA_GLOBAL
             || name.starts_with(GLOBAL_EXPORT_PREFIX)
             || name.starts_with(ASYNCIFY_EXPORT_PREFIX)
     };

@@ -45,7 +45,10 @@
 //!    to the same point (rewind). Every import may unwind, so every system
 //!    call is a safepoint too. Asyncify optimises the functions it
 //!    instruments (see [`Options::optimize`]); the others are left as clang
-//!    made them.
+//!    made them. Asyncify's state and data globals, which binaryen keeps
+//!    internal, are then exported ([`conventions::ASYNCIFY_STATE_GLOBAL`]),
+//!    so that the runtime can stop and resume a process without calling
+//!    into it.
 //! 7. **Mark the result** with a custom section `atoll.prepared` whose payload
 //!    is `v1 <sha256 of the input>`, so that preparing twice is a no-op and a
 //!    prepared module names its source.
@@ -133,8 +136,9 @@ pub fn prepare(module: &[u8], options: &Options) -> Result<Vec<u8>, PrepareError
     let started = std::time::Instant::now();
     let without_dwarf = sections::strip_debug(module).map_err(PrepareError::Malformed)?;
     let instrumented = instrument::instrument(&without_dwarf)?;
-    let mut prepared = wasm_opt::asyncify(&instrumented, options)?;
-    wasm_opt::check_output(&prepared)?;
+    let asyncified = wasm_opt::asyncify(&instrumented, options)?;
+    wasm_opt::check_output(&asyncified)?;
+    let mut prepared = wasm_opt::export_asyncify_globals(&asyncified)?;
     let mark = format!("{PREPARED_VERSION} {source}");
     sections::append_custom(&mut prepared, PREPARED_SECTION, mark.as_bytes());
     tracing::info!(

@@ -111,6 +111,48 @@ pub(crate) fn append_custom(module: &mut Vec<u8>, name: &str, data: &[u8]) {
     module.extend_from_slice(&payload);
 }
 
+/// Section id of the export section.
+const EXPORT: u8 = 7;
+
+/// `module` with `globals` (name, global index) added to its export section.
+///
+/// # Errors
+/// If the module's framing is broken or it has no export section (every
+/// prepared module has one: `_start`, `memory`).
+pub(crate) fn add_global_exports(
+    module: &[u8],
+    globals: &[(&str, u32)],
+) -> Result<Vec<u8>, String> {
+    const GLOBAL_KIND: u8 = 3;
+    let mut out = Vec::with_capacity(module.len() + 64);
+    out.extend_from_slice(&HEADER);
+    let mut found = false;
+    for section in sections(module)? {
+        if section.id != EXPORT {
+            out.extend_from_slice(section.bytes);
+            continue;
+        }
+        found = true;
+        let (count, entries) = read_u32(section.payload).ok_or("bad export count")?;
+        let mut payload = Vec::with_capacity(section.payload.len() + 64);
+        write_u32(&mut payload, count + len_u32(globals.len()));
+        payload.extend_from_slice(entries);
+        for (name, index) in globals {
+            write_u32(&mut payload, len_u32(name.len()));
+            payload.extend_from_slice(name.as_bytes());
+            payload.push(GLOBAL_KIND);
+            write_u32(&mut payload, *index);
+        }
+        out.push(EXPORT);
+        write_u32(&mut out, len_u32(payload.len()));
+        out.extend_from_slice(&payload);
+    }
+    if !found {
+        return Err("the module has no export section".into());
+    }
+    Ok(out)
+}
+
 /// A length as the u32 the binary format stores. Lengths come from a module
 /// that fits the format (< 4 GiB) plus a few dozen bytes of ours.
 fn len_u32(len: usize) -> u32 {
@@ -186,5 +228,36 @@ mod tests {
         );
         assert!(sections(b"\0asm\x01\0\0\0\x01").is_err(), "missing size");
         assert_eq!(sections(&HEADER).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn globals_are_added_to_the_exports() {
+        let module = wat::parse_str(
+            r#"(module (global (mut i32) (i32.const 0)) (global $g (mut i32) (i32.const 7))
+                 (func (export "f")))"#,
+        )
+        .unwrap();
+        let out = add_global_exports(&module, &[("g", 1), ("h", 0)]).unwrap();
+        wasmparser::Validator::new().validate_all(&out).unwrap();
+        let mut exports = Vec::new();
+        for payload in wasmparser::Parser::new(0).parse_all(&out) {
+            if let wasmparser::Payload::ExportSection(r) = payload.unwrap() {
+                for e in r {
+                    let e = e.unwrap();
+                    exports.push((e.name.to_owned(), e.kind, e.index));
+                }
+            }
+        }
+        use wasmparser::ExternalKind::{Func, Global};
+        assert_eq!(
+            exports,
+            [
+                ("f".into(), Func, 0),
+                ("g".into(), Global, 1),
+                ("h".into(), Global, 0)
+            ]
+        );
+        let no_exports = wat::parse_str("(module)").unwrap();
+        assert!(add_global_exports(&no_exports, &[("g", 0)]).is_err());
     }
 }

@@ -1,11 +1,15 @@
-//! Step 5 of preparation: binaryen's Asyncify (and optimisation), run as the
-//! `wasm-opt` program over temporary files.
+//! Step 6 of preparation: binaryen's Asyncify (and optimisation), run as the
+//! `wasm-opt` program over temporary files, and its globals exported.
 
 use std::io::ErrorKind;
 use std::process::Command;
 
-use wasmparser::{Validator, WasmFeatures};
+use wasmparser::{ExternalKind, Operator, Parser, Payload, TypeRef, Validator, WasmFeatures};
 
+use crate::conventions::{
+    ASYNCIFY_DATA_GLOBAL, ASYNCIFY_GET_STATE, ASYNCIFY_START_UNWIND, ASYNCIFY_STATE_GLOBAL,
+};
+use crate::sections::add_global_exports;
 use crate::{Options, PrepareError};
 
 /// Features enabled on top of those the module's `target_features` section
@@ -92,4 +96,128 @@ pub(crate) fn check_output(wasm: &[u8]) -> Result<(), PrepareError> {
                 "binaryen wrote a module that does not validate: {e}"
             ))
         })
+}
+
+/// Exports Asyncify's two globals, its state and the address of its data,
+/// as [`ASYNCIFY_STATE_GLOBAL`] and [`ASYNCIFY_DATA_GLOBAL`]: the runtime
+/// starts and stops unwinds and rewinds by setting them, as binaryen's
+/// `asyncify_*` functions do, without a call into the guest for each.
+///
+/// binaryen keeps them internal, so they are found in its functions:
+/// `asyncify_get_state` is `global.get $state`, and
+/// `asyncify_start_unwind` sets `$data` from its parameter.
+pub(crate) fn export_asyncify_globals(wasm: &[u8]) -> Result<Vec<u8>, PrepareError> {
+    let unexpected =
+        |what: &str| PrepareError::Unsupported(format!("binaryen's Asyncify output: {what}"));
+    let malformed = |e: wasmparser::BinaryReaderError| PrepareError::Malformed(e.to_string());
+    let (mut imported_funcs, mut get_state, mut start_unwind) = (0, None, None);
+    let (mut state, mut data) = (None, None);
+    let mut body_index = 0;
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload.map_err(malformed)? {
+            Payload::ImportSection(imports) => {
+                for import in imports.into_imports() {
+                    if matches!(import.map_err(malformed)?.ty, TypeRef::Func(_)) {
+                        imported_funcs += 1;
+                    }
+                }
+            }
+            Payload::ExportSection(exports) => {
+                for export in exports {
+                    let export = export.map_err(malformed)?;
+                    match (export.name, export.kind) {
+                        (ASYNCIFY_GET_STATE, ExternalKind::Func) => get_state = Some(export.index),
+                        (ASYNCIFY_START_UNWIND, ExternalKind::Func) => {
+                            start_unwind = Some(export.index)
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Payload::CodeSectionEntry(body) => {
+                let index = imported_funcs + body_index;
+                body_index += 1;
+                if Some(index) != get_state && Some(index) != start_unwind {
+                    continue;
+                }
+                let mut previous = None;
+                for op in body.get_operators_reader().map_err(malformed)? {
+                    let op = op.map_err(malformed)?;
+                    match (&previous, &op) {
+                        (_, Operator::GlobalGet { global_index }) if Some(index) == get_state => {
+                            state = Some(*global_index)
+                        }
+                        (
+                            Some(Operator::LocalGet { local_index: 0 }),
+                            Operator::GlobalSet { global_index },
+                        ) if Some(index) == start_unwind => data = Some(*global_index),
+                        _ => {}
+                    }
+                    previous = Some(op);
+                }
+            }
+            _ => {}
+        }
+    }
+    let state = state.ok_or_else(|| unexpected("no state global in `asyncify_get_state`"))?;
+    let data = data.ok_or_else(|| unexpected("no data global in `asyncify_start_unwind`"))?;
+    if state == data {
+        return Err(unexpected("state and data are one global"));
+    }
+    add_global_exports(
+        wasm,
+        &[(ASYNCIFY_STATE_GLOBAL, state), (ASYNCIFY_DATA_GLOBAL, data)],
+    )
+    .map_err(PrepareError::Malformed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// binaryen's functions, as binaryen 108 writes them, with the state
+    /// global at index 1 and the data global at index 2.
+    const ASYNCIFIED: &str = r#"(module
+      (memory (export "memory") 1)
+      (global (mut i32) (i32.const 65536))
+      (global (mut i32) (i32.const 0))
+      (global (mut i32) (i32.const 0))
+      (func (export "asyncify_start_unwind") (param i32)
+        (global.set 1 (i32.const 1))
+        (global.set 2 (local.get 0)))
+      (func (export "asyncify_get_state") (result i32) (global.get 1)))"#;
+
+    fn exported_globals(wasm: &[u8]) -> Vec<(String, u32)> {
+        let mut out = Vec::new();
+        for payload in Parser::new(0).parse_all(wasm) {
+            if let Payload::ExportSection(r) = payload.unwrap() {
+                for e in r {
+                    let e = e.unwrap();
+                    if e.kind == ExternalKind::Global {
+                        out.push((e.name.to_owned(), e.index));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn finds_the_state_and_data_globals() {
+        let out = export_asyncify_globals(&wat::parse_str(ASYNCIFIED).unwrap()).unwrap();
+        assert_eq!(
+            exported_globals(&out),
+            [
+                (ASYNCIFY_STATE_GLOBAL.to_owned(), 1),
+                (ASYNCIFY_DATA_GLOBAL.to_owned(), 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_module_without_asyncify_is_refused() {
+        let plain = wat::parse_str(r#"(module (func (export "_start")))"#).unwrap();
+        let err = export_asyncify_globals(&plain).unwrap_err();
+        assert!(matches!(err, PrepareError::Unsupported(_)), "{err}");
+    }
 }

@@ -47,6 +47,9 @@ fn prepared_module_has_the_contract() {
         .count();
     assert_eq!(globals, 2);
 
+    for name in [ASYNCIFY_STATE_GLOBAL, ASYNCIFY_DATA_GLOBAL] {
+        assert!(matches!(export(name), ExternType::Global(_)), "{name}");
+    }
     for (name, params, results) in [
         (ASYNCIFY_START_UNWIND, 1, 0),
         (ASYNCIFY_STOP_UNWIND, 0, 0),
@@ -76,6 +79,70 @@ fn prepared_module_has_the_contract() {
     assert!(!is_prepared(&input));
     assert!(is_prepared(&output));
     assert_eq!(prepared_source(&output), Some(content_hash(&input)));
+}
+
+/// The exported Asyncify globals are the ones binaryen's functions set, so
+/// that a runtime may set them instead of calling those.
+#[test]
+fn asyncify_globals_are_the_ones_its_functions_set() {
+    let wasm = prepare(&wat::parse_str(LOOPY_WAT).unwrap(), &options()).unwrap();
+    let engine = Engine::default();
+    let module = Module::new(&engine, &wasm).unwrap();
+    let mut linker = wasmtime::Linker::new(&engine);
+    linker.func_wrap("env", "tick", || {}).unwrap();
+    linker
+        .func_wrap(SAFEPOINT_MODULE, SAFEPOINT_NAME, || {})
+        .unwrap();
+    let mut store = wasmtime::Store::new(&engine, ());
+    let instance = linker.instantiate(&mut store, &module).unwrap();
+    let global = |store: &mut wasmtime::Store<()>, name| {
+        let g = instance.get_global(&mut *store, name).unwrap();
+        assert_eq!(g.ty(&*store).mutability(), Mutability::Var, "{name}");
+        g.get(&mut *store).unwrap_i32()
+    };
+    let memory = instance.get_memory(&mut store, MEMORY_EXPORT).unwrap();
+    let area = asyncify_data_addr(memory.data_size(&store) as u64).unwrap();
+    let end = memory.data_size(&store) as u32;
+    let mut header = (area + ASYNCIFY_DATA_HEADER).to_le_bytes().to_vec();
+    header.extend_from_slice(&end.to_le_bytes());
+    memory.write(&mut store, area as usize, &header).unwrap();
+    let call = |store: &mut wasmtime::Store<()>, name, args: &[wasmtime::Val]| {
+        let f = instance.get_func(&mut *store, name).unwrap();
+        f.call(&mut *store, args, &mut []).unwrap();
+    };
+    assert_eq!(
+        global(&mut store, ASYNCIFY_STATE_GLOBAL),
+        ASYNCIFY_STATE_NORMAL
+    );
+    call(
+        &mut store,
+        ASYNCIFY_START_UNWIND,
+        &[wasmtime::Val::I32(area as i32)],
+    );
+    assert_eq!(
+        global(&mut store, ASYNCIFY_STATE_GLOBAL),
+        ASYNCIFY_STATE_UNWINDING
+    );
+    assert_eq!(global(&mut store, ASYNCIFY_DATA_GLOBAL), area as i32);
+    call(&mut store, ASYNCIFY_STOP_UNWIND, &[]);
+    assert_eq!(
+        global(&mut store, ASYNCIFY_STATE_GLOBAL),
+        ASYNCIFY_STATE_NORMAL
+    );
+    call(
+        &mut store,
+        ASYNCIFY_START_REWIND,
+        &[wasmtime::Val::I32(area as i32)],
+    );
+    assert_eq!(
+        global(&mut store, ASYNCIFY_STATE_GLOBAL),
+        ASYNCIFY_STATE_REWINDING
+    );
+    call(&mut store, ASYNCIFY_STOP_REWIND, &[]);
+    assert_eq!(
+        global(&mut store, ASYNCIFY_STATE_GLOBAL),
+        ASYNCIFY_STATE_NORMAL
+    );
 }
 
 /// The program sees its memory without the pages reserved for Asyncify, and
