@@ -25,7 +25,7 @@ use atoll_abi::KernelId;
 use quanta::Instant;
 use smallvec::SmallVec;
 
-use wasmtime::{Store, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
+use wasmtime::{Global, Store, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
 
 use crate::call::{CallState, IpcCaller, KernelCall, KernelLink, Reply, Yielding};
 use crate::clock::monotonic_ns;
@@ -814,7 +814,7 @@ fn run_alone(store: &mut Store<ProcCtx>, exports: &Exports) -> Slice {
             );
         };
         ctx.rewinding = true;
-        if let Err(e) = asyncify.start_rewind.call(&mut *store, area.addr as i32) {
+        if let Err(e) = asyncify.start_rewind(&mut *store, area.addr) {
             return Slice::Trapped(format!("cannot rewind the saved stack: {e:#}"));
         }
     } else {
@@ -902,7 +902,7 @@ fn enter(store: &mut Store<ProcCtx>, exports: &Exports, entry: Option<Entry>) ->
                 .asyncify
                 .as_ref()
                 .expect("only prepared modules unwind");
-            if let Err(e) = asyncify.stop_unwind.call(&mut *store, ()) {
+            if let Err(e) = asyncify.stop(&mut *store) {
                 return Stop::Trapped(format!("cannot finish unwinding: {e:#}"));
             }
             if let Stop::Exited(_) = stop {
@@ -1149,8 +1149,7 @@ fn switch_in(
     ctx.uarea.stack_area = Some(area);
     ctx.rewinding = true;
     asyncify
-        .start_rewind
-        .call(&mut *store, area.addr as i32)
+        .start_rewind(&mut *store, area.addr)
         .map_err(|e| format!("cannot rewind thread {tid}: {e:#}"))?;
     Ok(entry)
 }
@@ -1239,26 +1238,18 @@ fn bind_exports(
         .typed(&*store)
         .map_err(|_| wasmtime::format_err!("`_start` must take and return nothing"))?;
     let asyncify = if prepared {
-        let yield_flag = instance
-            .get_global(&mut *store, c::YIELD_GLOBAL)
-            .ok_or_else(|| wasmtime::format_err!("prepared module lacks `{}`", c::YIELD_GLOBAL))?;
+        let yield_flag = exported_global(store, instance, c::YIELD_GLOBAL)?;
         let globals = instance
             .exports(&mut *store)
             .filter(|e| e.name().starts_with(c::GLOBAL_EXPORT_PREFIX))
             .filter_map(|e| Some((e.name().to_owned(), e.into_global()?)))
             .collect::<Vec<_>>();
-        let area_dirty = instance
-            .get_global(&mut *store, c::AREA_DIRTY_GLOBAL)
-            .ok_or_else(|| {
-                wasmtime::format_err!("prepared module lacks `{}`", c::AREA_DIRTY_GLOBAL)
-            })?;
+        let area_dirty = exported_global(store, instance, c::AREA_DIRTY_GLOBAL)?;
         Some(Arc::new(Asyncify {
             yield_flag,
             area_dirty,
-            start_unwind: instance.get_typed_func(&mut *store, c::ASYNCIFY_START_UNWIND)?,
-            stop_unwind: instance.get_typed_func(&mut *store, c::ASYNCIFY_STOP_UNWIND)?,
-            start_rewind: instance.get_typed_func(&mut *store, c::ASYNCIFY_START_REWIND)?,
-            stop_rewind: instance.get_typed_func(&mut *store, c::ASYNCIFY_STOP_REWIND)?,
+            state: exported_global(store, instance, c::ASYNCIFY_STATE_GLOBAL)?,
+            data: exported_global(store, instance, c::ASYNCIFY_DATA_GLOBAL)?,
             globals,
         }))
     } else {
@@ -1271,6 +1262,17 @@ fn bind_exports(
         table,
         asyncify,
     })
+}
+
+/// A global that preparation exports as `name`.
+fn exported_global(
+    store: &mut Store<ProcCtx>,
+    instance: &wasmtime::Instance,
+    name: &str,
+) -> wasmtime::Result<Global> {
+    instance
+        .get_global(&mut *store, name)
+        .ok_or_else(|| wasmtime::format_err!("prepared module lacks `{name}`"))
 }
 
 /// The trap's reason, then the guest frames where it happened.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::ptr::NonNull;
 
 use atoll_abi::{KernelId, Pid};
-use wasmtime::{Global, Memory, StoreLimits, TypedFunc};
+use atoll_prepare::conventions as c;
+use wasmtime::{AsContextMut, Global, Memory, StoreLimits, TypedFunc, Val};
 
 use crate::call::{KernelLink, Reply};
 use crate::uarea::{ConsoleId, UArea};
@@ -108,6 +109,10 @@ pub struct ProcCtx {
     /// so while the size is the same the global need not be read (an
     /// unwind on the IPC path paid 4 % for reading it).
     pub(crate) area_dirty: Option<(u32, usize)>,
+    /// The address last written to Asyncify's data global: it changes
+    /// only when the memory grows, and a global's write is not free
+    /// ([`Asyncify::start_unwind`]).
+    pub(crate) asyncify_data: Option<u32>,
     /// The function threads last started in, typed
     /// ([`crate::container::thread_function`]).
     pub(crate) thread_function: Option<(u32, Arc<TypedFunc<i32, ()>>)>,
@@ -141,6 +146,7 @@ impl ProcCtx {
             thread_function: None,
             spare_stack: Vec::new(),
             area_dirty: None,
+            asyncify_data: None,
             link: None,
         }
     }
@@ -183,10 +189,58 @@ pub(crate) struct Asyncify {
     /// How much of the stack area may not be zero
     /// (`atoll_prepare::conventions::AREA_DIRTY_GLOBAL`).
     pub area_dirty: Global,
-    pub start_unwind: TypedFunc<i32, ()>,
-    pub stop_unwind: TypedFunc<(), ()>,
-    pub start_rewind: TypedFunc<i32, ()>,
-    pub stop_rewind: TypedFunc<(), ()>,
+    /// Asyncify's state and the address of its data
+    /// (`atoll_prepare::conventions::ASYNCIFY_STATE_GLOBAL`): setting them
+    /// is what binaryen's `asyncify_start_unwind` and the others do, without
+    /// the entry into wasm and the exit that calling them costs.
+    pub state: Global,
+    pub data: Global,
     /// `atoll_global_N` exports: every mutable global of the original module.
     pub globals: Vec<(String, Global)>,
+}
+
+impl Asyncify {
+    /// Starts unwinding the guest's stack into the stack area at `area`
+    /// (its header written): the host function must then return.
+    ///
+    /// A write of a global costs about half a call into wasm in wasmtime
+    /// 48 (it looks up the global's type each time), so the data address
+    /// is written only when it changed.
+    pub fn start_unwind(
+        &self,
+        store: impl AsContextMut<Data = ProcCtx>,
+        area: u32,
+    ) -> wasmtime::Result<()> {
+        self.start(store, area, c::ASYNCIFY_STATE_UNWINDING)
+    }
+
+    /// Starts rewinding the stack saved at `area`: the next call of the
+    /// export that unwound comes back into the host function that did.
+    pub fn start_rewind(
+        &self,
+        store: impl AsContextMut<Data = ProcCtx>,
+        area: u32,
+    ) -> wasmtime::Result<()> {
+        self.start(store, area, c::ASYNCIFY_STATE_REWINDING)
+    }
+
+    /// Ends an unwind (its export has returned) or a rewind (the host
+    /// function that unwound is reached again).
+    pub fn stop(&self, store: impl AsContextMut) -> wasmtime::Result<()> {
+        self.state.set(store, Val::I32(c::ASYNCIFY_STATE_NORMAL))
+    }
+
+    fn start(
+        &self,
+        mut store: impl AsContextMut<Data = ProcCtx>,
+        area: u32,
+        state: i32,
+    ) -> wasmtime::Result<()> {
+        let mut store = store.as_context_mut();
+        if store.data().asyncify_data != Some(area) {
+            self.data.set(&mut store, Val::I32(area as i32))?;
+            store.data_mut().asyncify_data = Some(area);
+        }
+        self.state.set(&mut store, Val::I32(state))
+    }
 }

@@ -162,8 +162,7 @@ fn unwind(caller: &mut Caller<'_, ProcCtx>) -> Result<(), Errno> {
         .write(&mut *caller, area.addr as usize, &area.header(0))
         .map_err(|_| Errno::Fault)?;
     asyncify
-        .start_unwind
-        .call(&mut *caller, area.addr as i32)
+        .start_unwind(&mut *caller, area.addr)
         .map_err(|_| Errno::Fault)
 }
 
@@ -184,7 +183,7 @@ pub(crate) fn take_reply(caller: &mut Caller<'_, ProcCtx>) -> wasmtime::Result<O
         .asyncify
         .clone()
         .expect("rewinding implies asyncify");
-    asyncify.stop_rewind.call(&mut *caller, ())?;
+    asyncify.stop(&mut *caller)?;
     // A thread whose turn in the kernel came makes its call now, afresh.
     Ok(Some(reply).filter(|r| *r != Reply::Retry))
 }
