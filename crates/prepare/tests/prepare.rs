@@ -114,35 +114,25 @@ fn asyncify_globals_are_the_ones_its_functions_set() {
         global(&mut store, ASYNCIFY_STATE_GLOBAL),
         ASYNCIFY_STATE_NORMAL
     );
-    call(
-        &mut store,
-        ASYNCIFY_START_UNWIND,
-        &[wasmtime::Val::I32(area as i32)],
-    );
-    assert_eq!(
-        global(&mut store, ASYNCIFY_STATE_GLOBAL),
-        ASYNCIFY_STATE_UNWINDING
-    );
-    assert_eq!(global(&mut store, ASYNCIFY_DATA_GLOBAL), area as i32);
-    call(&mut store, ASYNCIFY_STOP_UNWIND, &[]);
-    assert_eq!(
-        global(&mut store, ASYNCIFY_STATE_GLOBAL),
-        ASYNCIFY_STATE_NORMAL
-    );
-    call(
-        &mut store,
-        ASYNCIFY_START_REWIND,
-        &[wasmtime::Val::I32(area as i32)],
-    );
-    assert_eq!(
-        global(&mut store, ASYNCIFY_STATE_GLOBAL),
-        ASYNCIFY_STATE_REWINDING
-    );
-    call(&mut store, ASYNCIFY_STOP_REWIND, &[]);
-    assert_eq!(
-        global(&mut store, ASYNCIFY_STATE_GLOBAL),
-        ASYNCIFY_STATE_NORMAL
-    );
+    let at = [wasmtime::Val::I32(area as i32)];
+    for (func, args, state) in [
+        (ASYNCIFY_START_UNWIND, &at[..], ASYNCIFY_STATE_UNWINDING),
+        (ASYNCIFY_STOP_UNWIND, &[][..], ASYNCIFY_STATE_NORMAL),
+        (ASYNCIFY_START_REWIND, &at[..], ASYNCIFY_STATE_REWINDING),
+        (ASYNCIFY_STOP_REWIND, &[][..], ASYNCIFY_STATE_NORMAL),
+    ] {
+        call(&mut store, func, args);
+        assert_eq!(
+            global(&mut store, ASYNCIFY_STATE_GLOBAL),
+            state,
+            "after {func}"
+        );
+        assert_eq!(
+            global(&mut store, ASYNCIFY_DATA_GLOBAL),
+            area as i32,
+            "after {func}"
+        );
+    }
 }
 
 /// The program sees its memory without the pages reserved for Asyncify, and
