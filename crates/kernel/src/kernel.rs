@@ -33,6 +33,11 @@ use crate::runqueue::RunQueue;
 /// (it can only loop while a move is being recorded at the home kernel).
 const MAX_HOPS: u8 = 32;
 
+/// A kernel that has not worked for this long polls no more before it
+/// sleeps ([`Kernel::worked_lately`]): each kernel of an idle node of 64
+/// kernels polled 50 us after every tick of its timer, half a core in all.
+const IDLE_AFTER: Duration = Duration::from_millis(10);
+
 /// What a kernel is given when it starts.
 pub struct KernelParams {
     pub endpoint: Endpoint<Packet>,
@@ -182,6 +187,11 @@ pub(crate) struct Kernel {
     pub(crate) placement: Placement,
     pub(crate) slices: u64,
     messages: u64,
+    /// When this kernel last ran a process or served a message other than
+    /// the DQDT's: a kernel that worked lately polls before it sleeps, as
+    /// more work often follows within microseconds (a spawn, an answer);
+    /// one woken only by its own timers sleeps again at once.
+    worked_at: quanta::Instant,
     /// Live processes this kernel keeps at most; the others are dormant.
     pub(crate) live_budget: usize,
     /// This kernel's copy of the node's domain table.
@@ -258,6 +268,7 @@ impl Kernel {
             placement,
             slices: 0,
             messages: 0,
+            worked_at: quanta::Instant::now(),
             live_budget,
             domains: Arc::new(DomainTable::default()),
             quotas: Default::default(),
@@ -295,7 +306,7 @@ impl Kernel {
     fn run(mut self) {
         tracing::debug!(kernel = %self.id, "kernel started");
         loop {
-            self.noc.doorbell().take();
+            let rung = self.noc.doorbell().take();
             while let Some(c) = self.early_control.pop_front() {
                 if matches!(c, Control::Shutdown) {
                     tracing::debug!(kernel = %self.id, "kernel stopped");
@@ -317,10 +328,20 @@ impl Kernel {
                 self.messages += 1;
                 self.on_noc(from, packet);
             }
-            while let Some(m) = self.noc.try_recv() {
+            // Unrung, the inboxes are as the last drain left them, empty:
+            // a sender rings after it posts, and every `take` is followed
+            // by a drain. Scanning them anyway, a cache line per kernel of
+            // the node, was 8 % of a fork's time with 64 kernels.
+            let mut worked = false;
+            while let Some(m) = if rung {
+                self.noc.try_recv()
+            } else {
+                self.noc.try_recv_loopback()
+            } {
                 self.messages += 1;
                 let mut packet = m.msg;
                 packet.bulk = m.bulk;
+                worked |= !matches!(packet.msg, NocMsg::Dqdt(_));
                 self.on_noc(m.from, packet);
             }
             while !self.unsent.is_empty() {
@@ -337,6 +358,9 @@ impl Kernel {
             while let Ok(loaded) = self.loader.done.try_recv() {
                 self.on_loaded(loaded);
             }
+            if !self.procs.is_empty() {
+                self.placement.hurry();
+            }
             if self.placement.until_tick().is_zero() {
                 self.placement_tick();
             }
@@ -348,7 +372,11 @@ impl Kernel {
             }
             if let Some((pid, woken)) = next {
                 self.run_slice(pid, woken);
+                self.worked_at = quanta::Instant::now();
                 continue;
+            }
+            if worked {
+                self.worked_at = quanta::Instant::now();
             }
             if self.noc.has_loopback() {
                 continue;
@@ -380,7 +408,7 @@ impl Kernel {
     /// while this kernel has a core to itself ([`Doorbell::room_to_poll`]);
     /// otherwise spinning steals the core from another kernel.
     fn spin_before_sleep(&self) -> bool {
-        if self.spin.is_zero() {
+        if self.spin.is_zero() || !(self.awaits_answers() || self.worked_lately()) {
             return false;
         }
         let t = Instant::now();
@@ -397,6 +425,25 @@ impl Kernel {
         }
         self.noc.polling_remote(false);
         rung
+    }
+
+    /// Whether this kernel ran a process or served a message (other than
+    /// the DQDT's) within the last [`IDLE_AFTER`].
+    fn worked_lately(&self) -> bool {
+        self.worked_at.elapsed() < IDLE_AFTER
+    }
+
+    /// Whether anything here may be waiting for another kernel: a process
+    /// (one of its calls), a migration under way, a request of the node.
+    /// A kernel with none has no answer to catch early: unless it worked
+    /// lately it sleeps without polling, and it ticks seldom
+    /// ([`Placement::hurry`]).
+    pub(crate) fn awaits_answers(&self) -> bool {
+        !self.procs.is_empty()
+            || !self.departures.is_empty()
+            || !self.incoming.is_empty()
+            || !self.arrivals.is_empty()
+            || !self.pending.is_empty()
     }
 
     /// Writes the messages to other nodes that wait to share a write
@@ -1110,6 +1157,7 @@ impl Kernel {
             NocMsg::Module { hash } => self.on_module_bytes(hash, bulk),
             NocMsg::Dqdt(m) => {
                 self.placement.dqdt.on_msg(m, Instant::now());
+                self.placement.hurry();
                 // Fresh loads: an idle kernel need not wait for its tick.
                 if self.run_queue.len() == 0 {
                     self.steal();

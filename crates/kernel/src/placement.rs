@@ -1,6 +1,8 @@
 //! This kernel's part in placement (DESIGN.md, "Placement"): its share of
 //! the DQDT ([`atoll_placement::Dqdt`]), told its load every
-//! [`PERIOD`](atoll_placement::PERIOD); new processes placed by descending
+//! [`PERIOD`](atoll_placement::PERIOD) (every
+//! [`QUIET_PERIOD`](atoll_placement::QUIET_PERIOD) while it has nothing to
+//! do and knows of nothing to take); new processes placed by descending
 //! the tree, asking the host of a subtree off this kernel's path
 //! (`NocMsg::Place`) to go on; and the balancer, which moves runnable
 //! processes from the most to the least loaded child of each subtree this
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use atoll_abi::{KernelId, Pid};
 use atoll_migration::Mode;
-use atoll_placement::{Dqdt, Load, Shape, Step, Subtree, Toward, PERIOD};
+use atoll_placement::{Dqdt, Load, Shape, Step, Subtree, Toward, PERIOD, QUIET_PERIOD};
 
 use crate::kernel::Kernel;
 use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
@@ -123,6 +125,13 @@ impl Placement {
         self.next_tick
             .saturating_duration_since(quanta::Instant::now())
     }
+
+    /// Brings the next tick to at most a [`PERIOD`] after the last: a
+    /// process came, or loads were heard, which a quiet kernel's long
+    /// tick ([`QUIET_PERIOD`]) would tell the tree late.
+    pub(crate) fn hurry(&mut self) {
+        self.next_tick = self.next_tick.min(self.last_tick + PERIOD);
+    }
 }
 
 impl Kernel {
@@ -152,10 +161,13 @@ impl Kernel {
         p.busy_ns = 0;
         p.last_tick = tick;
         p.ticks = p.ticks.wrapping_add(1);
-        p.next_tick = tick + PERIOD;
         for (to, msg) in p.dqdt.tick(own, now) {
             self.send(to, NocMsg::Dqdt(msg));
         }
+        let quiet = !self.awaits_answers()
+            && self.placement.asked.is_empty()
+            && self.placement.dqdt.quiet();
+        self.placement.next_tick = tick + if quiet { QUIET_PERIOD } else { PERIOD };
         if self.placement.balance {
             if own.runnable == 0 {
                 self.steal();

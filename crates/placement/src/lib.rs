@@ -29,6 +29,6 @@ mod dqdt;
 mod load;
 pub mod tree;
 
-pub use dqdt::{Dqdt, DqdtMsg, Imbalance, Step, Toward, TreeEntry, PERIOD};
+pub use dqdt::{Dqdt, DqdtMsg, Imbalance, Step, Toward, TreeEntry, PERIOD, QUIET_PERIOD};
 pub use load::Load;
 pub use tree::{Shape, Subtree};
