@@ -11,6 +11,7 @@
 //! maps) as much.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -55,6 +56,8 @@ const HEAD: [&str; 6] = [
     "atoll's advantage",
 ];
 
+const IDLE_HEAD: [&str; 2] = ["idle node, kernels", "atoll, CPU (ms per s)"];
+
 #[derive(Serialize, JsonSchema)]
 pub struct PlacementReport {
     name: String,
@@ -65,7 +68,17 @@ pub struct PlacementReport {
     linux: Vec<Measured>,
     /// atoll, per operation, kernel count and target.
     atoll: Vec<Measured>,
+    /// What each node measured uses with nothing to run.
+    idle: Vec<Idle>,
     notes: Vec<String>,
+}
+
+/// A node of `kernels` kernels with no process: the CPU its threads use
+/// (kernels, ticker, loaders), in milliseconds per second of wall time.
+#[derive(Serialize, JsonSchema)]
+struct Idle {
+    kernels: u16,
+    cpu_ms_per_s: f64,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -106,7 +119,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
             samples_us: samples,
         });
     }
-    let mut atoll = Vec::new();
+    let (mut atoll, mut idle) = (Vec::new(), Vec::new());
     for &kernels in &a.kernels {
         progress::note(&format!("{kernels} kernels:"));
         progress::say(format!("bench placement: {kernels} kernels"));
@@ -116,6 +129,10 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
             targets.push(("remote", (kernels - 1).to_string()));
         }
         atoll.extend(measure(&node, &program, &a, 1, kernels, &targets)?);
+        idle.push(Idle {
+            kernels,
+            cpu_ms_per_s: idle_cpu_ms_per_s(),
+        });
         node.shutdown();
     }
     progress::note("two nodes:");
@@ -132,6 +149,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
         heap_kib: a.heap_kib,
         linux,
         atoll,
+        idle,
         notes: vec![
             format!(
                 "{} iterations per run, one at a time; the measuring process holds {} KiB of \
@@ -149,8 +167,45 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
             "Linux: fork+_exit+waitpid, fork+execv(build/native/true)+waitpid, fork of a \
              pause()d child+kill(SIGKILL)+waitpid; spawn is compared with fork+exec"
                 .into(),
+            format!(
+                "idle: after its runs, each node is left without a process for {} ms, then \
+                 the CPU time of this process (every thread of the node; getrusage) is read \
+                 over {} ms; Linux spends nothing on processes that do not exist",
+                IDLE_SETTLE.as_millis(),
+                IDLE_WINDOW.as_millis()
+            ),
         ],
     })
+}
+
+/// How long a node is left alone before its idle CPU is read, and over
+/// how long it is read.
+const IDLE_SETTLE: Duration = Duration::from_millis(500);
+const IDLE_WINDOW: Duration = Duration::from_secs(1);
+
+/// Milliseconds of CPU per second this process uses while it only sleeps:
+/// what the node it runs spends with nothing to do.
+fn idle_cpu_ms_per_s() -> f64 {
+    std::thread::sleep(IDLE_SETTLE);
+    let (cpu, t) = (process_cpu(), Instant::now());
+    std::thread::sleep(IDLE_WINDOW);
+    (process_cpu() - cpu).as_secs_f64() * 1e3 / t.elapsed().as_secs_f64()
+}
+
+/// The CPU time of this process so far, user and system, all threads.
+fn process_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `getrusage` fills in the `rusage` it is given; RUSAGE_SELF
+    // cannot fail.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let time = |tv: libc::timeval| {
+        Duration::from_secs(tv.tv_sec.max(0) as u64)
+            + Duration::from_micros(tv.tv_usec.max(0) as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// Every operation on `node` (`nodes` of `kernels` kernels), once per
@@ -201,6 +256,13 @@ impl PlacementReport {
             .map_or(f64::NAN, |m| m.median_us)
     }
 
+    fn idle_rows(&self) -> Vec<[String; 2]> {
+        self.idle
+            .iter()
+            .map(|i| [i.kernels.to_string(), format!("{:.1}", i.cpu_ms_per_s)])
+            .collect()
+    }
+
     fn rows(&self) -> Vec<[String; 6]> {
         self.atoll
             .iter()
@@ -232,6 +294,7 @@ impl Recorded for PlacementReport {
     fn table(&self) -> String {
         let mut s = format!("{} (us per operation)\n", self.name);
         s += &text_table(HEAD, &self.rows());
+        s += &text_table(IDLE_HEAD, &self.idle_rows());
         for n in &self.notes {
             s += &format!("  {n}\n");
         }
@@ -242,6 +305,8 @@ impl Recorded for PlacementReport {
         let mut s = page_head(&self.name, &self.command, &self.machine);
         s += "![placement](placement.png)\n\n";
         s += &md_table(HEAD, &self.rows());
+        s += "\n";
+        s += &md_table(IDLE_HEAD, &self.idle_rows());
         s += "\n";
         for n in &self.notes {
             s += &format!("- {n}\n");
