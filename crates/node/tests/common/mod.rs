@@ -192,6 +192,15 @@ impl JobSink for NullSink {
     fn exited(&mut self, _: Pid, _: i32) {}
 }
 
+/// Waits until the job has printed at least `lines` lines.
+pub fn wait_for_lines(out: &Output, lines: usize) {
+    let t = Instant::now();
+    while out.stdout().lines().count() < lines {
+        assert!(t.elapsed() < HANG, "no progress: {}", out.stdout());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Polls `ps` until `pred` holds for some process.
 pub fn wait_until(
     node: &Node,
