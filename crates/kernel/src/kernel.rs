@@ -187,11 +187,14 @@ pub(crate) struct Kernel {
     pub(crate) placement: Placement,
     pub(crate) slices: u64,
     messages: u64,
-    /// When this kernel last ran a process or served a message other than
-    /// the DQDT's: a kernel that worked lately polls before it sleeps, as
-    /// more work often follows within microseconds (a spawn, an answer);
-    /// one woken only by its own timers sleeps again at once.
+    /// When this kernel last ran out of work after running a process or
+    /// serving a message other than the DQDT's: a kernel that worked lately
+    /// polls before it sleeps, as more work often follows within
+    /// microseconds (a spawn, an answer); one woken only by its own timers
+    /// sleeps again at once.
     worked_at: quanta::Instant,
+    /// `slices` when `worked_at` was last set.
+    worked_slices: u64,
     /// Live processes this kernel keeps at most; the others are dormant.
     pub(crate) live_budget: usize,
     /// This kernel's copy of the node's domain table.
@@ -269,6 +272,7 @@ impl Kernel {
             slices: 0,
             messages: 0,
             worked_at: quanta::Instant::now(),
+            worked_slices: 0,
             live_budget,
             domains: Arc::new(DomainTable::default()),
             quotas: Default::default(),
@@ -372,10 +376,12 @@ impl Kernel {
             }
             if let Some((pid, woken)) = next {
                 self.run_slice(pid, woken);
-                self.worked_at = quanta::Instant::now();
                 continue;
             }
-            if worked {
+            // Read the clock here, as the kernel runs out of work, rather
+            // than after every slice: IPC on one kernel is a slice a message.
+            if worked || self.slices != self.worked_slices {
+                self.worked_slices = self.slices;
                 self.worked_at = quanta::Instant::now();
             }
             if self.noc.has_loopback() {
