@@ -14,15 +14,6 @@ use common::*;
 
 const MODES: [Mode; 2] = [Mode::Handover, Mode::Copy];
 
-fn k(index: u16) -> KernelId {
-    KernelId::new(0, index)
-}
-
-fn on(mut spec: JobSpec, kernel: u16) -> JobSpec {
-    spec.kernel = Some(KernelId::new(0, kernel));
-    spec
-}
-
 /// Runs a job to completion for the output a migrated run must match.
 fn reference(node: &Node, spec: &JobSpec) -> String {
     let (status, out) = run(node, spec);

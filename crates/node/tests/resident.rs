@@ -5,13 +5,9 @@
 
 mod common;
 
-use atoll_abi::{status, KernelId};
+use atoll_abi::status;
 use atoll_migration::Mode;
 use common::*;
-
-fn k(index: u16) -> KernelId {
-    KernelId::new(0, index)
-}
 
 /// Resident bytes of this process (the node's kernels run in it).
 fn resident_bytes() -> u64 {
@@ -28,11 +24,7 @@ fn a_kernel_gives_back_the_memory_of_a_process_that_moved_away() {
     // held the memory of every process that had passed through).
     const MIB: u64 = 64;
     let node = node(2);
-    let spec = {
-        let mut spec = job("dirty", &[&MIB.to_string(), "idle", "0"]);
-        spec.kernel = Some(k(0));
-        spec
-    };
+    let spec = on(job("dirty", &[&MIB.to_string(), "idle", "0"]), 0);
     let (pid, out, done) = start(&node, &spec);
     wait_for_lines(&out, 1);
     node.migrate(pid, k(1), Some(Mode::Copy)).unwrap();

@@ -9,13 +9,7 @@ use std::time::{Duration, Instant};
 
 use atoll_abi::{status, KernelId};
 use atoll_migration::Mode;
-use atoll_node::JobSpec;
 use common::*;
-
-fn on(mut spec: JobSpec, kernel: u16) -> JobSpec {
-    spec.kernel = Some(KernelId::new(0, kernel));
-    spec
-}
 
 fn wait_for(out: &Output, text: &str) {
     let t = Instant::now();

@@ -11,7 +11,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use atoll_abi::Pid;
+use atoll_abi::{KernelId, Pid};
 use atoll_noc::net::identity::{self, Identity};
 use atoll_noc::net::LinkConfig;
 use atoll_node::{JobSink, JobSpec, Node, NodeConfig};
@@ -190,6 +190,17 @@ pub struct NullSink;
 impl JobSink for NullSink {
     fn output(&mut self, _: Stream, _: &[u8]) {}
     fn exited(&mut self, _: Pid, _: i32) {}
+}
+
+/// Kernel `index` of node 0.
+pub fn k(index: u16) -> KernelId {
+    KernelId::new(0, index)
+}
+
+/// `spec` started on kernel `kernel` of node 0.
+pub fn on(mut spec: JobSpec, kernel: u16) -> JobSpec {
+    spec.kernel = Some(k(kernel));
+    spec
 }
 
 /// Waits until the job has printed at least `lines` lines.
