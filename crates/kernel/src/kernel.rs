@@ -404,6 +404,8 @@ impl Kernel {
             } else {
                 next_timer
             };
+            // Asleep, it needs the links' thread to hear other nodes.
+            self.noc.settle_remote();
             self.noc.doorbell().sleep(Some(timeout));
         }
     }

@@ -88,6 +88,14 @@ impl Doorbell {
             .is_none_or(|(awake, kernel)| awake.room_to_poll(*kernel))
     }
 
+    /// Whether every kernel of the owner's node is awake; always, if not
+    /// counted.
+    pub fn all_awake(&self) -> bool {
+        self.awake
+            .as_ref()
+            .is_none_or(|(awake, _)| awake.all_awake())
+    }
+
     fn count_awake(&self, awake: bool) {
         if let Some((counts, kernel)) = &self.awake {
             let count = counts.count(*kernel);
@@ -115,6 +123,7 @@ impl Doorbell {
 pub struct Awake {
     /// Per core if pinned, else one count for the node.
     counts: Box<[Padded]>,
+    kernels: usize,
     cores: usize,
     pinned: bool,
 }
@@ -138,9 +147,16 @@ impl Awake {
         };
         Awake {
             counts,
+            kernels,
             cores,
             pinned,
         }
+    }
+
+    /// Whether no kernel of the node sleeps (as far as the counts, read
+    /// without a lock, tell).
+    pub fn all_awake(&self) -> bool {
+        self.counts.iter().map(|c| c.0.load(Relaxed)).sum::<usize>() >= self.kernels
     }
 
     fn count(&self, kernel: u16) -> &AtomicUsize {
@@ -193,6 +209,25 @@ mod tests {
             std::thread::yield_now();
         }
         t
+    }
+
+    #[test]
+    fn a_node_is_all_awake_until_one_of_its_kernels_sleeps() {
+        for pinned in [false, true] {
+            let bells = node_bells(3, 2, pinned);
+            assert!(bells.iter().all(|b| b.all_awake()));
+            let sleeper = doze(&bells, 2);
+            // It counts itself asleep just after it says it sleeps.
+            let t = Instant::now();
+            while bells[0].all_awake() && t.elapsed() < Duration::from_secs(10) {
+                std::thread::yield_now();
+            }
+            assert!(bells.iter().all(|b| !b.all_awake()), "pinned: {pinned}");
+            bells[2].ring();
+            sleeper.join().expect("woke");
+            assert!(bells.iter().all(|b| b.all_awake()), "pinned: {pinned}");
+        }
+        assert!(Doorbell::default().all_awake());
     }
 
     #[test]

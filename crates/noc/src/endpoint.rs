@@ -63,6 +63,13 @@ pub trait Uplink<M>: Send + Sync {
     /// arrives on them.
     fn polling(&self, on: bool);
 
+    /// No kernel of this node polls now, and one is going to sleep or
+    /// every one is running a process: the connections the kernels
+    /// polled go back to the links' thread, which wakes for what comes
+    /// on them. (Stopping to poll leaves them to the kernels, which
+    /// usually poll again within microseconds.)
+    fn settle(&self);
+
     /// As [`send`](Self::send) with bulk bytes whose order against other
     /// bulk bytes between the same kernels does not matter: at most
     /// [`SMALL_BULK`] of them travel with the small messages, ahead of
@@ -406,10 +413,26 @@ impl<M> Endpoint<M> {
     /// This kernel starts (`true`) or stops polling the links to other
     /// nodes ([`Uplink::polling`]). Between the two it must call
     /// [`poll_remote`](Self::poll_remote) again and again: what arrives
-    /// meanwhile waits for it.
+    /// meanwhile waits for it. After the last kernel stops, the links'
+    /// thread gets the connections back only when a kernel goes to sleep
+    /// ([`settle_remote`](Self::settle_remote)), when one of the node
+    /// sleeps already, or at the quantum ticker's next tick.
     pub fn polling_remote(&self, on: bool) {
         if let Some(r) = &self.remote {
             r.uplink.polling(on);
+            // A kernel of this node that sleeps waits for the links'
+            // thread to wake it: the connections go back to it at once.
+            if !on && !self.doorbell().all_awake() {
+                r.uplink.settle();
+            }
+        }
+    }
+
+    /// This kernel goes to sleep: what arrives from other nodes must wake
+    /// it ([`Uplink::settle`]).
+    pub fn settle_remote(&self) {
+        if let Some(r) = &self.remote {
+            r.uplink.settle();
         }
     }
 

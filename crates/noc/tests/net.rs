@@ -587,8 +587,9 @@ fn a_lazy_frame_shares_the_next_write_or_goes_at_the_flush() {
 }
 
 /// While kernels poll, the links' thread leaves the talking connections
-/// to them; when the last stops, what came meanwhile and was not polled
-/// is read by the links' thread all the same.
+/// to them; once the last has stopped and one settles (a kernel going to
+/// sleep, or the quantum ticker's tick), what came meanwhile and was not
+/// polled is read by the links' thread all the same.
 #[test]
 fn what_comes_while_kernels_poll_is_read_by_them_or_after_them() {
     let (_dir, l0, l1, r1) = two_nodes();
@@ -616,6 +617,7 @@ fn what_comes_while_kernels_poll_is_read_by_them_or_after_them() {
             .unwrap();
         thread::sleep(Duration::from_millis(1));
         l1.polling(false);
+        l1.settle();
         assert_eq!(
             r1.recv_timeout(wait).unwrap().1.msg,
             format!("after {round}")

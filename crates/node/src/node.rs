@@ -15,7 +15,7 @@ use atoll_kernel::{
 };
 use atoll_migration::{MigrationReport, Mode};
 use atoll_noc::net::{LinkConfig, Links, Member};
-use atoll_noc::{Awake, Doorbell, Incoming, Noc, Remote};
+use atoll_noc::{Awake, Doorbell, Incoming, Noc, Remote, Uplink};
 use atoll_prepare::ContentHash;
 use atoll_process::{ConsoleId, Limits, Preopen, ProcessImage, Runtime, RuntimeConfig};
 
@@ -329,6 +329,14 @@ impl Node {
             ),
             Some(cluster) => {
                 let (links, remotes) = join(cluster, node).context("joining the cluster")?;
+                // While every kernel runs a process, none polls the links,
+                // and none goes to sleep to hand them back.
+                let weak = Arc::downgrade(&links);
+                runtime.on_tick(move || {
+                    if let Some(links) = weak.upgrade() {
+                        links.settle();
+                    }
+                });
                 (links.me().node, Some(links), remotes)
             }
         };

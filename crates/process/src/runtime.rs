@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use atoll_prepare::{content_hash, ContentHash, PrepareError};
@@ -212,6 +212,14 @@ impl Runtime {
 
     pub(crate) fn ticker(&self) -> &Ticker {
         &self.ticker
+    }
+
+    /// Runs `f` at every tick of the quantum ticker while a guest runs
+    /// (every [`RuntimeConfig::tick`]), on the ticker's thread: the node's
+    /// links hand back the connections no kernel polls then. Set once;
+    /// later calls are ignored.
+    pub fn on_tick(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.ticker.shared.on_tick.set(Box::new(f));
     }
 
     /// Kernel `index` has just been sent something: if it is running a
@@ -555,6 +563,8 @@ struct TickerShared {
     /// and leave guests thousands of times per millisecond under IPC.
     parked: AtomicBool,
     stop: AtomicBool,
+    /// Run at each tick while a guest runs ([`Runtime::on_tick`]).
+    on_tick: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// Idle ticks before the ticker parks: no guest ran for this many ticks.
@@ -579,6 +589,7 @@ impl Ticker {
             running: std::array::from_fn(|_| Lane::default()),
             parked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            on_tick: OnceLock::new(),
         });
         let s = shared.clone();
         let ticking = engine.clone();
@@ -591,6 +602,9 @@ impl Ticker {
                     if s.any_running() {
                         idle = 0;
                         ticking.increment_epoch();
+                        if let Some(f) = s.on_tick.get() {
+                            f();
+                        }
                         continue;
                     }
                     idle += 1;
@@ -660,6 +674,31 @@ mod tests {
             r#"(module (global i32 (i32.const {n})) (memory (export "memory") 1)
                  (func (export "_start")))"#
         )
+    }
+
+    #[test]
+    fn the_tick_hook_runs_while_a_guest_runs_and_not_after() {
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let counted = ticks.clone();
+        runtime.on_tick(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        let wait_for = |n: usize| {
+            let t = std::time::Instant::now();
+            while ticks.load(Ordering::SeqCst) < n && t.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            ticks.load(Ordering::SeqCst)
+        };
+        runtime.ticker().enter(0);
+        assert!(wait_for(3) >= 3, "the hook runs at each tick");
+        runtime.ticker().leave(0);
+        // No guest runs: the ticks that follow call nothing.
+        std::thread::sleep(Duration::from_millis(5));
+        let after = ticks.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(ticks.load(Ordering::SeqCst), after);
     }
 
     #[test]

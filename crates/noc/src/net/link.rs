@@ -448,6 +448,10 @@ where
         self.shared.watch.polling(on);
     }
 
+    fn settle(&self) {
+        self.shared.watch.settle();
+    }
+
     fn flush(&self) {
         if !self.shared.lazy.load(Ordering::Relaxed)
             || !self.shared.lazy.swap(false, Ordering::Acquire)

@@ -14,8 +14,18 @@
 //!
 //! - when a kernel starts polling and none was ([`Watch::polling`]), the
 //!   control connections that talk are disarmed, and kernels poll every
-//!   disarmed one ([`Watch::polled`]) until the last of them stops, which
-//!   arms them again;
+//!   disarmed one ([`Ears::polled`]) until the last of them stops and
+//!   they are armed again ([`Watch::settle`]). That is not at once: a
+//!   kernel stops polling whenever it runs a process, and a process that
+//!   answers a message and waits for the next one has the kernel polling
+//!   again a microsecond later. So they are armed when a kernel goes to
+//!   sleep, when the last poller stops while a kernel of the node sleeps
+//!   (it waits for the links' thread to wake it), or at the next tick of
+//!   the quantum ticker, which runs while a process does: a message for
+//!   a kernel that is running a process waits at most that tick (1 ms).
+//!   Arming at every stop and disarming at every start cost a cross-node
+//!   IPC2 round trip four `epoll_ctl` (strace of a node serving one: 2.5
+//!   a round trip before, 0.25 after);
 //! - a connection's task asks to hear of bytes ([`Watch::want`]) before it
 //!   waits for them; the event disarms the socket until it asks again;
 //! - bulk connections are never disarmed: a migration's stream is the
@@ -50,8 +60,13 @@ const TALKING: Duration = Duration::from_millis(2);
 pub(super) struct Watch {
     epoll: AsyncFd<OwnedFd>,
     /// Kernels polling now. Changed without the lock, which is taken when
-    /// it goes from 0 or to 0 (and then reads it again).
+    /// it goes from 0, and to settle (each then reads it again).
     pollers: AtomicUsize,
+    /// The last poller stopped and the sockets kernels polled are not
+    /// armed again yet: that waits for [`settle`](Self::settle), since a
+    /// kernel that stops polling to run a process usually polls again
+    /// microseconds later.
+    owed: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -100,6 +115,7 @@ impl Watch {
         Ok(Arc::new(Watch {
             epoll,
             pollers: AtomicUsize::new(0),
+            owed: AtomicBool::new(false),
             state: Mutex::new(State {
                 next_key: 0,
                 sockets: HashMap::new(),
@@ -136,22 +152,42 @@ impl Watch {
     }
 
     /// A kernel starts (`true`) or stops polling the connections. Only
-    /// the first to start and the last to stop take the lock: the sockets
-    /// are then set for the count as it is under the lock, so that of a
-    /// start and a stop that cross, the later sets them right.
+    /// the first to start takes the lock: the sockets are then set for
+    /// the count as it is under the lock, and a stop that crossed it
+    /// leaves the re-arming owed as any last stop does. The last to stop
+    /// only leaves the re-arming [`owed`](Self::owed): a kernel stops polling
+    /// whenever it runs a process, and arming every socket then, and
+    /// disarming it when the process blocks a microsecond later, took two
+    /// `epoll_ctl` a round trip on each side.
     pub(super) fn polling(&self, on: bool) {
-        let before = if on {
-            self.pollers.fetch_add(1, Ordering::AcqRel)
+        if on {
+            if self.pollers.fetch_add(1, Ordering::AcqRel) == 0 {
+                self.set(&mut self.state());
+            }
         } else {
             let before = self.pollers.fetch_sub(1, Ordering::AcqRel);
             debug_assert_ne!(before, 0, "a stop without a start");
-            before
-        };
-        if before != usize::from(!on) {
-            return;
+            if before == 1 {
+                self.owed.store(true, Ordering::Release);
+            }
         }
-        let mut state = self.state();
+    }
+
+    /// Arms again the sockets kernels polled, if none polls now: a kernel
+    /// is going to sleep, or a tick passed while every kernel ran a
+    /// process. Until then what arrives on them waits for a kernel to poll
+    /// or settle.
+    pub(super) fn settle(&self) {
+        if self.owed.load(Ordering::Acquire) && self.pollers.load(Ordering::Acquire) == 0 {
+            self.set(&mut self.state());
+        }
+    }
+
+    /// Sets the sockets for the count of pollers as it is now, under the
+    /// lock: disarmed for the kernels while any polls, armed otherwise.
+    fn set(&self, state: &mut State) {
         let on = self.pollers.load(Ordering::Acquire) > 0;
+        self.owed.store(false, Ordering::Release);
         for (&key, e) in &mut state.sockets {
             let Some(ears) = e.ears.upgrade() else {
                 continue;
@@ -277,5 +313,54 @@ impl Drop for Ears {
         if let Some(e) = state.sockets.remove(&self.key) {
             let _ = self.watch.ctl(libc::EPOLL_CTL_DEL, e.fd, self.key, false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// Whether the socket of `ears` is armed in the set, and polled by kernels.
+    fn armed_and_polled(watch: &Watch, ears: &Ears) -> (bool, bool) {
+        (watch.state().sockets[&ears.key].armed, ears.polled())
+    }
+
+    #[test]
+    fn a_kernel_that_stops_polling_leaves_the_socket_disarmed_until_one_settles() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .expect("runtime");
+        let _in_runtime = runtime.enter();
+        let watch = Watch::new().expect("epoll set");
+        let (socket, _peer) = UnixStream::pair().expect("socket pair");
+        let ears = watch.add(socket.as_raw_fd(), false).expect("added");
+        // Its task waits for bytes, armed, and a frame just went out.
+        {
+            let mut state = watch.state();
+            let e = state.sockets.get_mut(&ears.key).expect("added");
+            e.wanted = true;
+            e.armed = watch.ctl(libc::EPOLL_CTL_MOD, e.fd, ears.key, true).is_ok();
+        }
+        ears.mark_busy();
+        assert_eq!(armed_and_polled(&watch, &ears), (true, false));
+
+        watch.polling(true);
+        assert_eq!(armed_and_polled(&watch, &ears), (false, true));
+        // The kernel runs a process and polls again: nothing is armed
+        // between, and nobody may settle while it polls.
+        watch.polling(false);
+        assert_eq!(armed_and_polled(&watch, &ears), (false, true));
+        watch.polling(true);
+        watch.settle();
+        assert_eq!(armed_and_polled(&watch, &ears), (false, true));
+        // It stops and goes to sleep: the links' thread has it back.
+        watch.polling(false);
+        watch.settle();
+        assert_eq!(armed_and_polled(&watch, &ears), (true, false));
+        // Settling again, or with nothing owed, changes nothing.
+        watch.settle();
+        assert_eq!(armed_and_polled(&watch, &ears), (true, false));
     }
 }
