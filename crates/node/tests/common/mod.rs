@@ -163,8 +163,21 @@ pub fn start(node: &Node, spec: &JobSpec) -> (Pid, Output, Receiver<i32>) {
 
 pub fn run(node: &Node, spec: &JobSpec) -> (i32, Output) {
     let (_, out, rx) = start(node, spec);
-    let status = rx.recv_timeout(HANG).expect("job ends");
-    (status, out)
+    (ended(node, &rx, &out), out)
+}
+
+/// The status of a job started with [`start`]; if it does not end within
+/// [`HANG`], a panic that shows where every thread of the node's
+/// processes waits, and what the job printed.
+pub fn ended(node: &Node, done: &Receiver<i32>, out: &Output) -> i32 {
+    done.recv_timeout(HANG).unwrap_or_else(|_| {
+        panic!(
+            "the job never ended\nstdout: {}\nstderr: {}\nps: {:#?}",
+            out.stdout(),
+            out.stderr(),
+            node.ps()
+        )
+    })
 }
 
 /// Restores the checkpoint `file` as a job of its own on kernel `kernel`
