@@ -118,6 +118,9 @@ fn bad_pointers_in_system_calls_get_efault() {
 fn a_sleeping_process_holds_no_thread_and_can_be_killed() {
     let node = node(1);
     let (sleeper, _, done) = start(&node, &job("sleep", &["60000"]));
+    wait_until(&node, "the sleeper asleep", |p| {
+        p.pid == sleeper && p.state == "sleeping"
+    });
     // While it sleeps, the kernel runs others.
     let (status, _) = run(&node, &job("hello", &[]));
     assert_eq!(status, 0);
