@@ -89,19 +89,6 @@ int main(int argc, char **argv) {
     sem_init(&sem, 0, 0);
     pthread_mutex_lock(&held);
 
-    /* The child first: once the receiving thread is in its receive, it
-     * holds the process's one seat in the kernel (docs/threads.md, "Not
-     * there yet"), and a spawn would wait for a message that the child,
-     * not spawned, never sends. Threads are preempted at the end of
-     * their quantum, so on a loaded machine the receiver may run before
-     * main has spawned. */
-    char pid[24], wait[24];
-    snprintf(pid, sizeof pid, "%lld", (long long)atoll_getpid());
-    snprintf(wait, sizeof wait, "%ld", ms / 2);
-    char *child_argv[] = {argv[0], "child", pid, wait, 0};
-    atoll_pid_t child;
-    int spawned = alone ? -1 : atoll_spawn(0, child_argv, ATOLL_KERNEL_ANY, &child);
-
     pthread_t t[7];
     pthread_create(&t[0], 0, on_condition, (void *)1L);
     pthread_create(&t[1], 0, on_mutex, (void *)2L);
@@ -111,6 +98,13 @@ int main(int argc, char **argv) {
         pthread_create(&t[4], 0, receiving, 0);
     pthread_create(&t[5], 0, on_semaphore, (void *)5L);
     pthread_create(&t[6], 0, computing, 0);
+
+    char pid[24], wait[24];
+    snprintf(pid, sizeof pid, "%lld", (long long)atoll_getpid());
+    snprintf(wait, sizeof wait, "%ld", ms / 2);
+    char *child_argv[] = {argv[0], "child", pid, wait, 0};
+    atoll_pid_t child;
+    int spawned = alone ? -1 : atoll_spawn(0, child_argv, ATOLL_KERNEL_ANY, &child);
 
     sched_yield(); /* each thread runs to where it waits */
     printf("ready\n");

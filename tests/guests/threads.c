@@ -419,9 +419,6 @@ static void sleep_beside_the_kernel(void) {
     pthread_detach(receiving);
 }
 
-/* 12. fork copies the calling thread alone (POSIX): the child, which
- * forked from a thread other than the first, can make and join threads of
- * its own, while the parent's other thread still waits for the parent. */
 /* 12. Stacks: threads alive at once each have their own; a stack of the
  * default size is used again by the next thread once its thread has
  * ended, so creating and joining threads one after another does not grow
@@ -481,6 +478,9 @@ static void stacks(void) {
     check(ok && (long)r == 7, "a stack of the size asked for");
 }
 
+/* 13. fork copies the calling thread alone (POSIX): the child, which
+ * forked from a thread other than the first, can make and join threads of
+ * its own, while the parent's other thread still waits for the parent. */
 static sem_t release;
 
 static void *waiting(void *arg) {
@@ -515,7 +515,43 @@ static void fork_with_threads(void) {
     check((long)status == 0 && (long)waited == 3, "fork in a process with threads");
 }
 
-int main(void) {
+/* 14. A thread in a receive nobody has answered does not hold back
+ * another thread's prompt kernel call: here the spawn of the very process
+ * that sends the message it waits for. The receive gives way and is made
+ * again once the spawn is answered. */
+static void *receive_one(void *arg) {
+    (void)arg;
+    message m;
+    int status;
+    int rc = ipc_receive(ATOLL_ANY, &m, &status);
+    return (void *)(long)(rc == 0 ? m.m_type : -rc);
+}
+
+static void spawn_beside_a_receive(const char *self) {
+    pthread_t receiving;
+    pthread_create(&receiving, 0, receive_one, 0);
+    /* Main waits within the process: the receiver runs, into the kernel. */
+    struct timespec d = {0, 20 * 1000000L};
+    nanosleep(&d, 0);
+    char pid[24];
+    snprintf(pid, sizeof pid, "%lld", (long long)atoll_getpid());
+    char *argv[] = {(char *)self, "send", pid, 0};
+    atoll_pid_t child;
+    int spawned = atoll_spawn(0, argv, ATOLL_KERNEL_ANY, &child);
+    void *got = 0;
+    pthread_join(receiving, &got);
+    int status = -1;
+    if (spawned == 0)
+        atoll_wait(child, &status, 0);
+    check(spawned == 0 && (long)got == 43 && status == 0, "spawn beside a thread in a receive");
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "send") == 0) {
+        message m = {0};
+        m.m_type = 43;
+        return ipc_send(strtoll(argv[2], 0, 10), &m) != 0;
+    }
     create_and_join();
     detach();
     exits();
@@ -529,6 +565,7 @@ int main(void) {
     stacks();
     no_thread_holds_up_another();
     fork_with_threads();
+    spawn_beside_a_receive(argv[0]);
     /* Last: it leaves a thread in the kernel for good, and the other
      * threads' kernel calls would wait their turn behind it. */
     sleep_beside_the_kernel();

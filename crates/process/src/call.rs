@@ -97,6 +97,24 @@ impl KernelCall {
             KernelCall::Drain => "waiting for its console".into(),
         }
     }
+
+    /// Whether the kernel answers this call without waiting for another
+    /// process to act: a receive in the process's seat in the kernel may
+    /// give way to it ([`crate::threads::Threads::withdraw_receive`]).
+    /// `Wait`, `Input`, `Drain` and IPC may wait on the very process the
+    /// receive waits for.
+    pub fn is_prompt(&self) -> bool {
+        matches!(
+            self,
+            KernelCall::Spawn(_)
+                | KernelCall::Kill { .. }
+                | KernelCall::Bind { .. }
+                | KernelCall::Migrate { .. }
+                | KernelCall::File { .. }
+                | KernelCall::Fork { .. }
+                | KernelCall::Exec(_)
+        )
+    }
 }
 
 /// What to run in a new process (`Spawn`), or instead of this one's

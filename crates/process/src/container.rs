@@ -943,6 +943,9 @@ fn run_threads(store: &mut Store<ProcCtx>, exports: &Exports, mut stopped: Optio
         if let Some(now_ns) = threads.due(monotonic_ns) {
             threads.wake_due(now_ns);
         }
+        if threads.withdraw_receive(&ctx.uarea.call) {
+            ctx.uarea.call = CallState::Running;
+        }
         if let Some((tid, call)) = threads.next_in_line() {
             match call {
                 Some(call) => {

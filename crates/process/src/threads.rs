@@ -29,10 +29,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use atoll_ipc::IpcCall;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use crate::call::{KernelCall, Reply};
+use crate::call::{CallState, KernelCall, Reply};
 use crate::image::GlobalValue;
 
 /// A thread's number within its process: 1 for the thread that started
@@ -300,6 +301,39 @@ impl Threads {
         if let Some(t) = self.threads.get_mut(&tid) {
             t.state = ThreadState::InKernel;
         }
+    }
+
+    /// The thread in the seat, blocked in a receive that nothing has
+    /// answered yet (`seat_call`), gives the seat up if the first thread
+    /// in line makes a prompt call ([`KernelCall::is_prompt`]): it waits
+    /// in line behind it to make its receive again. Otherwise a spawn,
+    /// fork or kill would wait for a message that may never come, or
+    /// that only the process it would spawn sends. The kernel keeps no
+    /// more of a blocked receive than the call in the UArea (what it
+    /// records besides is tied to the call's sequence number, or also
+    /// holds for the receive made again), so the receive loses nothing.
+    /// Returns whether it did.
+    pub(crate) fn withdraw_receive(&mut self, seat_call: &CallState) -> bool {
+        let receiving = matches!(
+            seat_call,
+            CallState::Blocked(KernelCall::Ipc(IpcCall::Receive { .. }))
+        );
+        let prompt_in_line = self
+            .queued
+            .iter()
+            .find_map(|tid| match &self.threads.get(tid)?.state {
+                ThreadState::Waiting(Wait::Seat(call)) => Some(call.as_ref()),
+                _ => None,
+            })
+            .is_some_and(|call| call.is_some_and(KernelCall::is_prompt));
+        if !(receiving && prompt_in_line) {
+            return false;
+        }
+        let Some(tid) = self.seat.take() else {
+            return false;
+        };
+        self.wait(tid, Wait::Seat(None));
+        true
     }
 
     /// The thread in the kernel was answered: it runs now, out of the seat.
@@ -622,6 +656,42 @@ mod tests {
         t.resume_seat();
         assert_eq!(t.next_in_line(), Some((3, None)));
         assert!(!t.end(1) || t.len() == 2);
+    }
+
+    #[test]
+    fn a_receive_in_the_seat_gives_way_to_a_prompt_call_only() {
+        let receiving = CallState::Blocked(KernelCall::Ipc(IpcCall::Receive {
+            from: None,
+            msg: 0,
+            status: 0,
+        }));
+        let waiting = CallState::Blocked(KernelCall::Wait { pid: None });
+        let kill = KernelCall::Kill {
+            pid: atoll_abi::Pid::new(atoll_abi::KernelId::new(0, 0), 1, 0),
+            signal: 9,
+        };
+        let mut t = Threads::default();
+        t.spawn(Entry { func: 1, arg: 0 }).unwrap();
+        t.spawn(Entry { func: 1, arg: 0 }).unwrap();
+        t.take_seat(2);
+        // In line first, an IPC call (which may wait on the receive's
+        // sender) and a wait: the receive stays.
+        t.wait(3, Wait::Seat(None));
+        assert!(!t.withdraw_receive(&receiving));
+        assert_eq!(t.next_in_line(), None);
+        t.make_ready(3, Some(Reply::Retry));
+        t.wait(1, Wait::Seat(Some(KernelCall::Wait { pid: None })));
+        assert!(!t.withdraw_receive(&receiving));
+        t.make_ready(1, None);
+        // A prompt call first: the receiver goes in line behind it.
+        t.wait(1, Wait::Seat(Some(kill.clone())));
+        assert!(!t.withdraw_receive(&waiting), "only a receive gives way");
+        assert!(t.withdraw_receive(&receiving));
+        assert_eq!(t.seat(), None);
+        assert_eq!(t.next_in_line(), Some((1, Some(kill))));
+        t.take_seat(1);
+        t.resume_seat();
+        assert_eq!(t.next_in_line(), Some((2, None)), "to receive again");
     }
 
     #[test]
