@@ -314,10 +314,12 @@ impl Threads {
     /// holds for the receive made again), so the receive loses nothing.
     /// Returns whether it did.
     pub(crate) fn withdraw_receive(&mut self, seat_call: &CallState) -> bool {
-        let receiving = matches!(
+        if !matches!(
             seat_call,
             CallState::Blocked(KernelCall::Ipc(IpcCall::Receive { .. }))
-        );
+        ) {
+            return false;
+        }
         let prompt_in_line = self
             .queued
             .iter()
@@ -326,7 +328,7 @@ impl Threads {
                 _ => None,
             })
             .is_some_and(|call| call.is_some_and(KernelCall::is_prompt));
-        if !(receiving && prompt_in_line) {
+        if !prompt_in_line {
             return false;
         }
         let Some(tid) = self.seat.take() else {
