@@ -119,6 +119,7 @@ impl Kernel {
     }
 
     pub(super) fn copy_write(&mut self, copy: &CopyOrder, bytes: &[u8]) -> Result<(), Errno> {
+        check_length(copy, bytes)?;
         let dst = copy.req.dst;
         let to = self.resolve(copy, dst, Access::WRITE)? as usize;
         if !self.live(dst.pid, &[]) {
@@ -199,6 +200,7 @@ impl Kernel {
         bytes: &[u8],
         memory: &mut [u8],
     ) -> Result<(), Errno> {
+        check_length(copy, bytes)?;
         let (_, lent) = self
             .caller_ipc
             .as_ref()
@@ -208,6 +210,23 @@ impl Kernel {
         self.copied(copy);
         Ok(())
     }
+}
+
+/// Refuses bytes that are not as many as the copy asked for: the grants
+/// were checked for the copy's length, so a node that sent more would
+/// write past them (and fewer would leave a hole). Kernels never do; a
+/// frame from a faulty node might.
+fn check_length(copy: &CopyOrder, bytes: &[u8]) -> Result<(), Errno> {
+    if bytes.len() == copy.req.len as usize {
+        return Ok(());
+    }
+    tracing::warn!(
+        requester = %copy.requester,
+        "a copy of {} bytes came with {}: refused",
+        copy.req.len,
+        bytes.len()
+    );
+    Err(Errno::Io)
 }
 
 /// Where one side of a copy lies in the memory of its owner (whose IPC
@@ -239,5 +258,39 @@ fn locate(
     match (addr as usize).checked_add(len as usize) {
         Some(end) if end <= memory_bytes => Ok(addr),
         _ => Err(Errno::Fault),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use atoll_abi::KernelId;
+    use atoll_ipc::{CopyAddr, CopySide};
+
+    use super::*;
+
+    #[test]
+    fn bytes_that_do_not_match_the_copy_are_refused() {
+        let pid = Pid {
+            home: KernelId::new(0, 0),
+            slot: 1,
+            generation: 1,
+        };
+        let side = CopySide {
+            pid,
+            at: CopyAddr::Direct(0),
+        };
+        let copy = CopyOrder {
+            requester: pid,
+            domain: None,
+            seq: 1,
+            req: CopyRequest {
+                src: side,
+                dst: side,
+                len: 8,
+            },
+        };
+        assert_eq!(check_length(&copy, &[0; 8]), Ok(()));
+        assert_eq!(check_length(&copy, &[0; 9]), Err(Errno::Io));
+        assert_eq!(check_length(&copy, &[]), Err(Errno::Io));
     }
 }
