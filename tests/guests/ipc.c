@@ -765,6 +765,12 @@ static void grants(void)
     EXPECT(atoll_vcopy(g, out + BLOCK - 100, SELF, buf, 4096), EPERM);
     EXPECT(atoll_vcopy(SELF, buf, g, out, 64), EPERM);
     EXPECT(atoll_vcopy(g, in, SELF, buf, 64), EPERM);
+    /* Bytes another process may write are carried, not lent (the node's
+     * test counts one copy lent in all). */
+    uint32_t mine;
+    EXPECT(atoll_grant(g, buf, 64, CPF_WRITE, &mine), 0);
+    EXPECT(atoll_vcopy(SELF, buf, g, in, 64), 0);
+    EXPECT(atoll_revoke(mine), 0);
     m.m_type = 1;
     m.m1_i1 = BLOCK;
     EXPECT(ipc_sendrec(g, &m), 0);

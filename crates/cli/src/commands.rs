@@ -806,7 +806,7 @@ pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<7} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
+        "{:<7} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
         "KERNEL",
         "LOCAL",
         "REMOTE-OUT",
@@ -814,6 +814,7 @@ pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
         "IN-PLACE",
         "NOTIFY",
         "COPIES",
+        "LENT",
         "COPIED(KiB)",
         "ELOCKED",
         "EDEAD",
@@ -822,7 +823,7 @@ pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
     for r in &reports {
         let c = &r.ipc;
         println!(
-            "{:<7} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
+            "{:<7} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
             r.kernel.to_string(),
             c.local,
             c.remote_out,
@@ -830,6 +831,7 @@ pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
             c.in_place,
             c.notifications,
             c.copies,
+            c.lent,
             c.copied_bytes / 1024,
             c.locked,
             c.dead,

@@ -829,6 +829,11 @@ impl Kernel {
                 self.id
             );
         }
+        if !local {
+            if let Some(loan) = packet.lent.take() {
+                packet.bulk = Some(loan.bytes().to_vec());
+            }
+        }
         let sent = match packet.bulk.take() {
             None if packet.lazy => self.noc.send_lazy(to, packet),
             None => self.noc.send(to, packet),
@@ -1237,7 +1242,7 @@ impl Kernel {
                     self.answer_migration(reply_to, Err(why));
                 }
             }
-            NocMsg::Ipc(m) => self.on_ipc(m, packet.bulk),
+            NocMsg::Ipc(m) => self.on_ipc(m, packet.bulk, packet.lent),
             NocMsg::FileDone { .. } => self.on_file_done(pid, packet.bulk),
             NocMsg::Input { bytes, .. } => self.reply_if_blocked(
                 pid,

@@ -15,7 +15,7 @@ use atoll_ipc::{DomainId, DomainOp, DomainTable, IpcStats};
 use atoll_migration::{MigrationReport, Mode};
 use atoll_placement::{Subtree, TreeEntry};
 use atoll_prepare::ContentHash;
-use atoll_process::{ConsoleId, Container, HostFiles, Preopen, ProcessImage, Quota, Stream};
+use atoll_process::{ConsoleId, Container, HostFiles, Loan, Preopen, ProcessImage, Quota, Stream};
 
 use crate::homes::Kin;
 use serde::{Deserialize, Serialize};
@@ -68,7 +68,7 @@ impl ReplyTo {
 ///
 /// Between nodes the bulk bytes travel beside the packet (on the bulk
 /// connection), and a hand-over or host files never do: the kernel refuses
-/// them first.
+/// them first. Lent bytes are made bulk bytes before they leave.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Packet {
     /// Times the message has been forwarded while looking for its process.
@@ -76,6 +76,10 @@ pub struct Packet {
     pub msg: NocMsg,
     #[serde(skip)]
     pub bulk: Option<Vec<u8>>,
+    /// In place of `bulk` within a node: the bytes of a copy, read where
+    /// they lie in their process's memory ([`atoll_process::Loan`]).
+    #[serde(skip)]
+    pub lent: Option<Loan>,
     #[serde(skip)]
     pub handover: Option<Handover>,
     /// With a copy-mode move's last frame, within a node.
@@ -93,6 +97,7 @@ impl Packet {
             hops: 0,
             msg,
             bulk: None,
+            lent: None,
             handover: None,
             files: None,
             lazy: false,
@@ -508,6 +513,10 @@ pub struct IpcCounters {
     /// Copies finished here, and their bytes.
     pub copies: u64,
     pub copied_bytes: u64,
+    /// Of `copies`, those read where they lay in the memory of a process
+    /// of another kernel ([`atoll_process::Loan`]): one copy, not two.
+    #[serde(default)]
+    pub lent: u64,
     /// Calls that failed with ELOCKED, EDEADSRCDST and ECALLDENIED.
     pub locked: u64,
     pub dead: u64,

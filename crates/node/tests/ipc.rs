@@ -142,6 +142,15 @@ fn grants_rule_every_copy_of_sixteen_mebibytes() {
 }
 
 #[test]
+fn a_copy_to_another_kernel_reads_the_requesters_bytes_in_place() {
+    // Of the scenario's copies from the requester to a process of another
+    // kernel, one may be lent (ipc/copy.rs); the other is of bytes the
+    // requester granted another process to write, and must be carried.
+    let (lent, counters) = passes_counting(&node(3), &["grants", "other"], |c| c.lent);
+    assert_eq!(lent, 1, "{counters}");
+}
+
+#[test]
 fn ipc_across_domains_is_refused() {
     let node = node(3);
     node.domain_create("other", None).unwrap();

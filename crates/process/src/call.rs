@@ -10,10 +10,13 @@
 //! guest. Meanwhile the process holds no OS thread and no native stack, and
 //! can be serialized and moved.
 
+use std::ops::Range;
+
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{IpcCall, IpcState};
 
 use crate::fs::op::{FileAnswer, FileOp};
+use crate::loan::{Lender, Loan};
 use serde::{Deserialize, Serialize};
 
 /// Where the process stands with respect to the kernel.
@@ -208,6 +211,31 @@ pub struct IpcCaller<'a> {
     /// No other thread of the process could run while this one waits: the
     /// kernel may let the call wait in place rather than unwind.
     pub alone: bool,
+    pub(crate) lender: &'a Lender,
+}
+
+impl IpcCaller<'_> {
+    /// Lends the caller's bytes at `range` to another kernel of the node,
+    /// for a copy out of them that the caller now waits in ([`crate::loan`]);
+    /// `None` if something else could write them meanwhile (another thread
+    /// of the process, or a process the caller granted them to).
+    ///
+    /// # Safety
+    /// The caller must stay stopped in this call until the copy is
+    /// answered, and the copy must be answered only once the loan's bytes
+    /// have been read (or it has been dropped).
+    pub unsafe fn lend(&self, range: Range<usize>) -> Option<Loan> {
+        let (at, len) = (
+            u32::try_from(range.start).ok()?,
+            u32::try_from(range.len()).ok()?,
+        );
+        if !self.alone || self.ipc.grants.writable(at, len) {
+            return None;
+        }
+        // SAFETY: nothing but the caller can write these bytes (checked
+        // above), and it waits until they are read (this function's rule).
+        Some(unsafe { self.lender.lend(&self.memory[range]) })
+    }
 }
 
 /// What became of an IPC call.

@@ -34,6 +34,7 @@ use crate::fd::Fd;
 use crate::fs::held::HeldFiles;
 use crate::fs::{ghost, HostFiles};
 use crate::image::{GlobalValue, ImageParts, ImageView, MemoryView, ProcessImage, PAGE_SIZE};
+use crate::loan::Instance;
 use crate::runtime::{Program, Runtime};
 use crate::syscall::ProcExit;
 use crate::threads::{Context, Entry, Saved, ThreadStop, Tid, Wait, MAX_LOCALS};
@@ -97,7 +98,7 @@ pub struct Container {
 enum State {
     /// In a wasmtime instance: it can run, and its memory is mapped. Counted
     /// in its kernel's [`Host::instances`].
-    Live(Store<ProcCtx>),
+    Live(Instance),
     /// Out of any instance.
     Dormant(Box<Dormant>),
 }
@@ -128,7 +129,7 @@ impl Container {
     ) -> Result<Self, ContainerError> {
         let store = Container::instantiate(runtime, &program, uarea, host)?;
         Ok(Container {
-            state: State::Live(store),
+            state: State::Live(Instance::new(store)),
             program,
             runtime: runtime.clone(),
         })
@@ -184,7 +185,7 @@ impl Container {
         } = image;
         let store = Container::instantiate(runtime, &program, uarea, host)?;
         let mut c = Container {
-            state: State::Live(store),
+            state: State::Live(Instance::new(store)),
             program,
             runtime: runtime.clone(),
         };
@@ -225,7 +226,8 @@ impl Container {
             dormant.image.uarea.clone(),
             dormant.host.clone(),
         )?;
-        let State::Dormant(mut dormant) = std::mem::replace(&mut self.state, State::Live(store))
+        let State::Dormant(mut dormant) =
+            std::mem::replace(&mut self.state, State::Live(Instance::new(store)))
         else {
             unreachable!("checked above")
         };
@@ -391,7 +393,7 @@ impl Container {
         };
         let exports = store.data().exports().clone();
         if let (true, Some(a)) = (quantum.is_zero(), &exports.asyncify) {
-            if let Err(e) = a.yield_flag.set(&mut *store, Val::I32(1)) {
+            if let Err(e) = a.yield_flag.set(&mut **store, Val::I32(1)) {
                 return Slice::Trapped(format!("cannot set the yield flag: {e:#}"));
             }
         }
@@ -547,7 +549,7 @@ impl Container {
             State::Dormant(dormant) => return Ok(dormant.image.parts()),
         };
         let globals = stopped_globals(store)?;
-        let memory = memory(store.data().exports().memory.data(&*store));
+        let memory = memory(store.data().exports().memory.data(&**store));
         Ok(ImageParts {
             uarea: &store.data().uarea,
             globals: Cow::Owned(globals),
@@ -634,14 +636,18 @@ impl Container {
         let globals = stopped_globals(store)?;
         let child = Container::instantiate(&self.runtime, &self.program, uarea, host)?;
         let mut child = Container {
-            state: State::Live(child),
+            state: State::Live(Instance::new(child)),
             program: self.program.clone(),
             runtime: self.runtime.clone(),
         };
         let from = store.data().exports().memory;
-        let dirty = child.grow_to(from.size(&*store), true)?;
+        let dirty = child.grow_to(from.size(&**store), true)?;
         let into = child.store().data().exports().memory;
-        crate::image::copy_nonzero(from.data(&*store), into.data_mut(child.store_mut()), &dirty);
+        crate::image::copy_nonzero(
+            from.data(&**store),
+            into.data_mut(child.store_mut()),
+            &dirty,
+        );
         child.set_globals(&globals)?;
         child.adopt_files(store.data().files.duplicate());
         Ok(child)
@@ -750,7 +756,7 @@ impl Container {
     /// Bytes of linear memory (live or dormant).
     pub fn memory_bytes(&self) -> usize {
         match &self.state {
-            State::Live(store) => store.data().exports().memory.data_size(store),
+            State::Live(store) => store.data().exports().memory.data_size(&**store),
             State::Dormant(dormant) => dormant.image.memory.pages as usize * PAGE_SIZE,
         }
     }
@@ -793,6 +799,7 @@ fn kernel_needs_the_core(cx: &mut wasmtime::StoreContextMut<'_, ProcCtx>) -> boo
         alone: true,
         ipc: &mut ctx.uarea.ipc,
         memory,
+        lender: &ctx.lender,
     };
     // SAFETY: as in the IPC host functions: the kernel lent itself for
     // this slice (`Container::run`), and the guest is stopped at a check.

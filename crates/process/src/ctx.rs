@@ -122,6 +122,9 @@ pub struct ProcCtx {
     /// The kernel, lent for the current slice (see [`KernelLink`]); `None`
     /// between slices.
     pub(crate) link: Option<NonNull<dyn KernelLink>>,
+    /// What keeps this store alive while its memory is lent
+    /// ([`crate::loan`]).
+    pub(crate) lender: crate::loan::Lender,
 }
 
 // SAFETY: `link` is the only field that is not `Send`. It is set only for
@@ -148,6 +151,7 @@ impl ProcCtx {
             area_dirty: None,
             asyncify_data: None,
             link: None,
+            lender: Default::default(),
         }
     }
 

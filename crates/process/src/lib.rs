@@ -22,6 +22,7 @@ mod ctx;
 mod fd;
 mod fs;
 mod image;
+mod loan;
 mod memory;
 mod runtime;
 mod syscall;
@@ -42,6 +43,7 @@ pub use image::{
     GlobalValue, ImageError, ImageView, MemoryImage, MemoryView, ProcessImage, Run, RunView, BLOCK,
     PAGE_SIZE,
 };
+pub use loan::Loan;
 pub use runtime::{LoadError, Program, Runtime, RuntimeConfig, SystemCall};
 pub use uarea::{
     Accounting, Children, ConsoleFlow, ConsoleId, Limits, Quota, Quotas, StackArea, UArea, Wander,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::IpcMsg;
 use crate::kernel::Kernel;
-use crate::msg::NocMsg;
+use crate::msg::{NocMsg, Packet};
 
 /// A copy in progress: who asked, and what.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -47,12 +47,21 @@ impl Kernel {
                 Some(self.copy_write(&copy, &me.memory[mine(src)]))
             }
             (true, false) => {
-                let bytes = me.memory[mine(src)].to_vec();
-                self.route_bulk(
-                    dst.pid,
-                    NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy }),
-                    bytes,
-                );
+                let msg = NocMsg::Ipc(IpcMsg::CopyWrite { to: dst.pid, copy });
+                // SAFETY: the caller waits in this copy until it is
+                // answered, and the destination's kernel answers once it
+                // has read the bytes (`on_ipc`), or a kernel on the way has
+                // given up the packet.
+                match unsafe { me.lend(mine(src)) } {
+                    Some(loan) => self.forward(
+                        dst.pid,
+                        Packet {
+                            lent: Some(loan),
+                            ..Packet::new(msg)
+                        },
+                    ),
+                    None => self.route_bulk(dst.pid, msg, me.memory[mine(src)].to_vec()),
+                }
                 None
             }
             (false, true) if self.live(src.pid, &[]) => {

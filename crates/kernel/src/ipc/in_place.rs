@@ -36,7 +36,7 @@
 
 use atoll_abi::{Errno, Pid};
 use atoll_ipc::{CallKind, DomainId, IpcCall, IpcState, Phase, MESSAGE_SIZE};
-use atoll_process::{IpcCaller, IpcOutcome};
+use atoll_process::{IpcCaller, IpcOutcome, Loan};
 
 use super::IpcMsg;
 use crate::kernel::Kernel;
@@ -224,7 +224,7 @@ impl Kernel {
             };
             let (_, state) = self.caller_ipc.as_mut().expect("lent above");
             match take {
-                Take::Serve => self.on_ipc(m, packet.bulk),
+                Take::Serve => self.on_ipc(m, packet.bulk, packet.lent),
                 Take::Drop | Take::Stop => {}
                 Take::Answer(r) => {
                     if r.is_ok() && matches!(call.as_deref(), Some(IpcCall::Send { .. })) {
@@ -264,8 +264,11 @@ impl Kernel {
                     let IpcMsg::CopyWrite { copy, .. } = m else {
                         unreachable!("what_to_take matched it")
                     };
-                    let bytes = packet.bulk.unwrap_or_default();
-                    result = Some(self.copy_write_caller(&copy, &bytes, me.memory));
+                    let bytes = packet
+                        .lent
+                        .as_ref()
+                        .map_or_else(|| packet.bulk.as_deref().unwrap_or_default(), Loan::bytes);
+                    result = Some(self.copy_write_caller(&copy, bytes, me.memory));
                 }
             }
         }

@@ -35,7 +35,7 @@
 
 use atoll_abi::{Errno, Pid};
 use atoll_ipc::{CallKind, DomainId, IpcCall, IpcState, Message, MESSAGE_SIZE};
-use atoll_process::{CallState, IpcCaller, IpcOutcome, KernelCall, KernelLink, Reply};
+use atoll_process::{CallState, IpcCaller, IpcOutcome, KernelCall, KernelLink, Loan, Reply};
 use serde::{Deserialize, Serialize};
 
 use crate::kernel::Kernel;
@@ -180,7 +180,7 @@ impl KernelLink for Kernel {
 
 impl Kernel {
     /// The IPC handler of the NoC dispatcher, for a process that runs here.
-    pub(crate) fn on_ipc(&mut self, msg: IpcMsg, bulk: Option<Vec<u8>>) {
+    pub(crate) fn on_ipc(&mut self, msg: IpcMsg, bulk: Option<Vec<u8>>, lent: Option<Loan>) {
         match msg {
             IpcMsg::Deliver { to, letter } => {
                 self.ipc.remote_in += 1;
@@ -221,7 +221,15 @@ impl Kernel {
                 }
             }
             IpcMsg::CopyWrite { copy, .. } => {
-                let result = self.copy_write(&copy, &bulk.unwrap_or_default());
+                let bytes = lent
+                    .as_ref()
+                    .map_or_else(|| bulk.as_deref().unwrap_or_default(), Loan::bytes);
+                let result = self.copy_write(&copy, bytes);
+                if result.is_ok() && lent.is_some() {
+                    self.ipc.lent += 1;
+                }
+                // The requester may write its bytes again once answered.
+                drop(lent);
                 self.answer(copy.requester, copy.seq, result);
             }
         }

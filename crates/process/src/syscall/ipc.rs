@@ -165,6 +165,7 @@ fn kernel_call(
             alone: !ctx.uarea.threads.active(),
             ipc: &mut ctx.uarea.ipc,
             memory: mem.bytes_mut(),
+            lender: &ctx.lender,
         };
         // SAFETY: the kernel lent itself for this slice (`Container::run`),
         // and nothing else holds it while the guest runs.
