@@ -25,6 +25,8 @@
  *   errors            EBADSRCDST, EFAULT, EINVAL, bind/unbind rules
  *   domain            ECALLDENIED across domains (needs domain "other")
  *   grants            safecopy, vcopy (COPY1), third-party vcopy (COPY2)
+ *   killed-copier N   N children killed while they copy into it; what
+ *                     they copied is intact
  *   stress PAIRS N    PAIRS client/server pairs, N sequenced calls each
  *   moved             a grant and pending notifications survive the
  *                     migrations of both processes (kmigrate_to)
@@ -331,6 +333,69 @@ static int child_granter(void)
             m.m1_i1 = atoll_revoke(out_id);
         }
         EXPECT(ipc_send(parent, &m), 0);
+    }
+}
+
+#define COPIED (1u << 20)
+
+/* Byte i of what copiers copy. */
+static uint8_t pattern(uint32_t i)
+{
+    return (uint8_t)(i * 7 + 3);
+}
+
+/*
+ * Takes the address of a block its parent granted it to write, copies the
+ * pattern there once, says so, then copies it there again for ever.
+ */
+static int child_copier(void)
+{
+    message m;
+    EXPECT(ipc_receive(ANY, &m, NULL), 0);
+    atoll_pid_t parent = m.m_source;
+    uint8_t *into = (uint8_t *)(uintptr_t)m.m_u.m_m9.m9ll1;
+    uint8_t *buf = aligned_alloc(65536, COPIED);
+    CHECK(buf != NULL);
+    for (uint32_t i = 0; i < COPIED; i++)
+        buf[i] = pattern(i);
+    EXPECT(atoll_vcopy(SELF, buf, parent, into, COPIED), 0);
+    EXPECT(ipc_send(parent, &m), 0);
+    for (;;)
+        EXPECT(atoll_vcopy(SELF, buf, parent, into, COPIED), 0);
+}
+
+/*
+ * Kills copiers in the middle of their copies into its memory: across
+ * kernels a copier's bytes are read where they lie (lent), and must read
+ * as it left them even once it is gone.
+ */
+static void killed_copier(long rounds)
+{
+    uint8_t *in = aligned_alloc(65536, COPIED);
+    CHECK(in != NULL);
+    for (uint32_t i = 0; i < COPIED; i++)
+        in[i] = pattern(i);
+    for (long r = 0; r < rounds; r++) {
+        atoll_pid_t c = spawn_peer("child-copier", NULL);
+        uint32_t id = 0;
+        EXPECT(atoll_grant(c, in, COPIED, CPF_WRITE, &id), 0);
+        message m;
+        memset(&m, 0, sizeof m);
+        m.m_u.m_m9.m9ll1 = (int64_t)(uintptr_t)in;
+        EXPECT(ipc_send(c, &m), 0);
+        EXPECT(ipc_receive(c, &m, NULL), 0);
+        /* A little later each round, to meet its copies at other points. */
+        for (volatile long spin = 0; spin < r * 500; spin++)
+            ;
+        EXPECT(atoll_kill(c, ATOLL_SIGKILL), 0);
+        reap(c, 128 + ATOLL_SIGKILL);
+        EXPECT(atoll_revoke(id), 0);
+        for (uint32_t i = 0; i < COPIED; i++)
+            if (in[i] != pattern(i)) {
+                fprintf(stderr, "ipc: round %ld: byte %u is %u, want %u\n", r, i,
+                        in[i], pattern(i));
+                exit(1);
+            }
     }
 }
 
@@ -860,6 +925,7 @@ int main(int argc, char **argv)
     if (strcmp(what, "child-killer") == 0) return child_killer();
     if (strcmp(what, "child-rebind") == 0) return child_rebind();
     if (strcmp(what, "child-granter") == 0) return child_granter();
+    if (strcmp(what, "child-copier") == 0) return child_copier();
     if (strcmp(what, "child-moved") == 0) return child_moved();
     if (strcmp(what, "child-client") == 0) return child_client(arg);
     if (strcmp(what, "child-server") == 0) return child_server(arg);
@@ -874,6 +940,7 @@ int main(int argc, char **argv)
     else if (strcmp(what, "errors") == 0) errors();
     else if (strcmp(what, "domain") == 0) domain();
     else if (strcmp(what, "grants") == 0) grants();
+    else if (strcmp(what, "killed-copier") == 0) killed_copier(strtol(arg, NULL, 10));
     else if (strcmp(what, "stress") == 0) stress(strtol(arg, NULL, 10), argc > 4 ? argv[4] : "100");
     else if (strcmp(what, "moved") == 0) moved();
     else if (strcmp(what, "hold") == 0) hold();

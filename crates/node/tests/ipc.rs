@@ -151,6 +151,17 @@ fn a_copy_to_another_kernel_reads_the_requesters_bytes_in_place() {
 }
 
 #[test]
+fn a_copier_killed_mid_copy_leaves_what_it_lent_as_it_was() {
+    // Each of 40 children on the other kernel copies a mebibyte into its
+    // parent again and again until the parent kills it; most kills find a
+    // copy under way, read from the child's memory by the parent's kernel.
+    // The child's instance must outlive its copy: given back to the pool
+    // it would read as zeros, which the parent checks for.
+    let (lent, counters) = passes_counting(&node(2), &["killed-copier", "other", "40"], |c| c.lent);
+    assert!(lent >= 40, "{counters}");
+}
+
+#[test]
 fn ipc_across_domains_is_refused() {
     let node = node(3);
     node.domain_create("other", None).unwrap();
