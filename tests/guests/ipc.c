@@ -27,6 +27,8 @@
  *   grants            safecopy, vcopy (COPY1), third-party vcopy (COPY2)
  *   killed-copier N   N children killed while they copy into it; what
  *                     they copied is intact
+ *   moved-copier MS   a child copies into it for MS ms (the test moves
+ *                     the child meanwhile); what it copied is intact
  *   stress PAIRS N    PAIRS client/server pairs, N sequenced calls each
  *   moved             a grant and pending notifications survive the
  *                     migrations of both processes (kmigrate_to)
@@ -364,6 +366,60 @@ static int child_copier(void)
         EXPECT(atoll_vcopy(SELF, buf, parent, into, COPIED), 0);
 }
 
+/* Checks that `in` holds what copiers copy. */
+static void check_copied(const uint8_t *in, long round)
+{
+    for (uint32_t i = 0; i < COPIED; i++)
+        if (in[i] != pattern(i)) {
+            fprintf(stderr, "ipc: round %ld: byte %u is %u, want %u\n", round, i, in[i],
+                    pattern(i));
+            exit(1);
+        }
+}
+
+/* A copier on the next kernel, granted `in`, copying into it. */
+static atoll_pid_t start_copier(uint8_t *in, uint32_t *grant)
+{
+    atoll_pid_t c = spawn_peer("child-copier", NULL);
+    EXPECT(atoll_grant(c, in, COPIED, CPF_WRITE, grant), 0);
+    message m;
+    memset(&m, 0, sizeof m);
+    m.m_u.m_m9.m9ll1 = (int64_t)(uintptr_t)in;
+    EXPECT(ipc_send(c, &m), 0);
+    EXPECT(ipc_receive(c, &m, NULL), 0);
+    return c;
+}
+
+/* Ends a copier in the middle of its copies and checks what they left. */
+static void stop_copier(atoll_pid_t c, uint32_t grant, const uint8_t *in, long round)
+{
+    EXPECT(atoll_kill(c, ATOLL_SIGKILL), 0);
+    reap(c, 128 + ATOLL_SIGKILL);
+    EXPECT(atoll_revoke(grant), 0);
+    check_copied(in, round);
+}
+
+/*
+ * Has a copier copy into it for `ms` milliseconds, checking its block every
+ * few: the node's test moves the copier between kernels meanwhile.
+ */
+static void moved_copier(long ms)
+{
+    uint8_t *in = aligned_alloc(65536, COPIED);
+    CHECK(in != NULL);
+    for (uint32_t i = 0; i < COPIED; i++)
+        in[i] = pattern(i);
+    uint32_t grant = 0;
+    atoll_pid_t c = start_copier(in, &grant);
+    printf("copying\n");
+    fflush(stdout);
+    for (long t = 0; t < ms; t += 5) {
+        sleep_ms(5);
+        check_copied(in, t);
+    }
+    stop_copier(c, grant, in, ms);
+}
+
 /*
  * Kills copiers in the middle of their copies into its memory: across
  * kernels a copier's bytes are read where they lie (lent), and must read
@@ -376,26 +432,12 @@ static void killed_copier(long rounds)
     for (uint32_t i = 0; i < COPIED; i++)
         in[i] = pattern(i);
     for (long r = 0; r < rounds; r++) {
-        atoll_pid_t c = spawn_peer("child-copier", NULL);
-        uint32_t id = 0;
-        EXPECT(atoll_grant(c, in, COPIED, CPF_WRITE, &id), 0);
-        message m;
-        memset(&m, 0, sizeof m);
-        m.m_u.m_m9.m9ll1 = (int64_t)(uintptr_t)in;
-        EXPECT(ipc_send(c, &m), 0);
-        EXPECT(ipc_receive(c, &m, NULL), 0);
+        uint32_t grant = 0;
+        atoll_pid_t c = start_copier(in, &grant);
         /* A little later each round, to meet its copies at other points. */
         for (volatile long spin = 0; spin < r * 500; spin++)
             ;
-        EXPECT(atoll_kill(c, ATOLL_SIGKILL), 0);
-        reap(c, 128 + ATOLL_SIGKILL);
-        EXPECT(atoll_revoke(id), 0);
-        for (uint32_t i = 0; i < COPIED; i++)
-            if (in[i] != pattern(i)) {
-                fprintf(stderr, "ipc: round %ld: byte %u is %u, want %u\n", r, i,
-                        in[i], pattern(i));
-                exit(1);
-            }
+        stop_copier(c, grant, in, r);
     }
 }
 
@@ -941,6 +983,7 @@ int main(int argc, char **argv)
     else if (strcmp(what, "domain") == 0) domain();
     else if (strcmp(what, "grants") == 0) grants();
     else if (strcmp(what, "killed-copier") == 0) killed_copier(strtol(arg, NULL, 10));
+    else if (strcmp(what, "moved-copier") == 0) moved_copier(strtol(arg, NULL, 10));
     else if (strcmp(what, "stress") == 0) stress(strtol(arg, NULL, 10), argc > 4 ? argv[4] : "100");
     else if (strcmp(what, "moved") == 0) moved();
     else if (strcmp(what, "hold") == 0) hold();

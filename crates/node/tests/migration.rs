@@ -223,6 +223,42 @@ fn migration_under_ipc_load_keeps_every_sequence_number() {
 }
 
 #[test]
+fn a_copier_moved_in_the_middle_of_its_copies_leaves_them_intact() {
+    // A child copies a mebibyte of its memory into its parent on another
+    // kernel, again and again, while the test moves it between the three
+    // kernels in both modes: its copies in flight are read from where the
+    // child was (kept alive for them once it has left, in copy mode), and
+    // the parent checks every few milliseconds that its block is whole.
+    let node = node(3);
+    let spec = on(job("ipc", &["moved-copier", "other", "1500"]), 0);
+    let (main, out, done) = start(&node, &spec);
+    wait_for_lines(&out, 1);
+    let mut moved = 0;
+    let status = loop {
+        if let Ok(status) = done.try_recv() {
+            break status;
+        }
+        let copier = node
+            .ps()
+            .unwrap()
+            .into_iter()
+            .flat_map(|r| r.processes)
+            .map(|p| p.pid)
+            .find(|&p| p != main);
+        if let Some(pid) = copier {
+            match node.migrate(pid, k((moved % 3) as u16), Some(MODES[moved % 2])) {
+                Ok(_) => moved += 1,
+                Err(e) => assert!(ended(&e) || e.to_string().contains("runs on"), "{e:#}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), "copying\nok moved-copier\n");
+    assert!(moved >= 20, "only {moved} migrations");
+}
+
+#[test]
 fn a_failed_destination_rolls_back_and_the_process_goes_on_at_its_source() {
     let node = node(2);
     let spec = on(job("progress", &["40", "400000"]), 0);
