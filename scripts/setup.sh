@@ -3,6 +3,7 @@
 #
 #   clang-16, lld-16, wasi-libc, libclang-rt-16-dev-wasm32  C programs -> wasm32-wasi
 #   llvm-16                                                  llvm-ar-16: the guest MPI library (libatollmpi.a)
+#   libclang1-16, linux-libc-dev                             the userfaultfd crate's bindings (bindgen, <linux/userfaultfd.h>)
 #   binaryen                                                 wasm-opt (Asyncify) for `atoll prepare`
 #   gcc, make, libc6-dev                                     native comparison programs, the Makefile
 #   fonts-dejavu-core                                        the font of the benchmark charts (PNG)
@@ -16,7 +17,7 @@
 # only when something is missing.
 set -euo pipefail
 
-packages=(clang-16 lld-16 llvm-16 wasi-libc libclang-rt-16-dev-wasm32 binaryen gcc make libc6-dev fonts-dejavu-core iproute2 openmpi-bin libopenmpi-dev libblas-dev curl ca-certificates xz-utils chromium-headless-shell)
+packages=(clang-16 libclang1-16 linux-libc-dev lld-16 llvm-16 wasi-libc libclang-rt-16-dev-wasm32 binaryen gcc make libc6-dev fonts-dejavu-core iproute2 openmpi-bin libopenmpi-dev libblas-dev curl ca-certificates xz-utils chromium-headless-shell)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -33,7 +33,9 @@ use crate::ctx::{Asyncify, Exports, Host, ProcCtx};
 use crate::fd::Fd;
 use crate::fs::held::HeldFiles;
 use crate::fs::{ghost, HostFiles};
-use crate::image::{GlobalValue, ImageParts, ImageView, MemoryView, ProcessImage, PAGE_SIZE};
+use crate::image::{
+    GlobalValue, ImageParts, ImageView, MemoryView, ProcessImage, BLOCK, PAGE_SIZE,
+};
 use crate::loan::Instance;
 use crate::runtime::{Program, Runtime};
 use crate::syscall::ProcExit;
@@ -85,6 +87,10 @@ pub enum ContainerError {
     /// restore cannot make again (`fs/ghost.rs`).
     #[error("{0}")]
     Ghost(String),
+    /// A memory arriving after its process never came whole
+    /// ([`crate::postcopy`]).
+    #[error("{0}")]
+    MemoryLost(String),
 }
 
 /// One process: the program it runs, and its state, live in an instance
@@ -191,6 +197,113 @@ impl Container {
         };
         c.load(&globals, &memory, true)?;
         Ok(c)
+    }
+
+    /// [`restore_view`](Self::restore_view) from an image that carries only
+    /// some of the memory's blocks ([`resume_blocks`](Self::resume_blocks)):
+    /// the blocks `coming` follow from kernel `from` ([`crate::postcopy`]).
+    /// With `userfaultfd` the process may run at once; without, its kernel
+    /// must [`settle`](Self::settle) it first.
+    ///
+    /// # Errors
+    /// As [`restore_view`](Self::restore_view); [`ContainerError::BadImage`]
+    /// when `coming` does not fit the memory or names blocks the image
+    /// carries.
+    pub fn restore_late(
+        runtime: &Arc<Runtime>,
+        mut image: ImageView<'_>,
+        host: Host,
+        coming: &[Range<u32>],
+        from: KernelId,
+    ) -> Result<Self, ContainerError> {
+        let pid = image.uarea.pid;
+        let carried = MemoryView {
+            complete: false,
+            runs: std::mem::take(&mut image.memory.runs),
+            ..image.memory
+        };
+        let mut c = Container::restore_view(runtime, image, host)?;
+        let late = runtime
+            .late_memories()
+            .expect(pid, from, c.memory_mut(), coming)
+            .map_err(ContainerError::BadImage)?;
+        c.store_mut().data_mut().late = Some(late);
+        // Written after the registration, which leaves a zero page behind
+        // every block not coming: these are written as any page is.
+        for run in &carried.runs {
+            let (at, end) = (
+                run.at as usize / BLOCK,
+                (run.at as usize + run.bytes.len()).div_ceil(BLOCK),
+            );
+            if coming
+                .iter()
+                .any(|r| (r.start as usize) < end && at < r.end as usize)
+            {
+                return Err(ContainerError::BadImage(format!(
+                    "the image carries blocks {at}..{end}, which follow it too"
+                )));
+            }
+        }
+        carried
+            .write_into(c.memory_mut(), &[])
+            .map_err(ContainerError::BadImage)?;
+        Ok(c)
+    }
+
+    /// The blocks a stopped process reads first when it resumes, ascending:
+    /// its saved stack (Asyncify's data) in use, and the blocks its
+    /// globals point at and the next (the stack pointer's: the frames it
+    /// returns to). What a post-copy sends with the image rather than
+    /// after it. None for a dormant process.
+    pub fn resume_blocks(&mut self) -> Vec<u32> {
+        let State::Live(store) = &mut self.state else {
+            return Vec::new();
+        };
+        let memory = store.data().exports().memory.data(&**store);
+        let blocks = memory.len().div_ceil(BLOCK);
+        let mut first: Vec<u32> = Vec::new();
+        if let Some(area) = store.data().uarea.stack_area {
+            let at = area.addr as usize;
+            if let Some(current) = memory.get(at..at + 4) {
+                let end = u32::from_le_bytes(current.try_into().expect("4 bytes")) as usize;
+                let end = end.clamp(at, memory.len());
+                first.extend((at / BLOCK) as u32..end.div_ceil(BLOCK) as u32);
+            }
+        }
+        for (_, v) in stopped_globals(store).unwrap_or_default() {
+            if let GlobalValue::I32(v) = v {
+                let b = v as u32 as usize / BLOCK;
+                first.extend((b..(b + 2).min(blocks)).map(|b| b as u32));
+            }
+        }
+        first.sort_unstable();
+        first.dedup();
+        first
+    }
+
+    /// Waits until every block of a memory arriving after its process is
+    /// in (at once if none is awaited).
+    ///
+    /// # Errors
+    /// [`ContainerError::MemoryLost`]: its source's node was lost first;
+    /// the process must end.
+    pub fn settle(&mut self) -> Result<(), ContainerError> {
+        let State::Live(store) = &mut self.state else {
+            return Ok(());
+        };
+        match store.data_mut().late.take() {
+            Some(late) => late.wait().map_err(ContainerError::MemoryLost),
+            None => Ok(()),
+        }
+    }
+
+    /// The node a memory arriving after its process comes from, while
+    /// blocks are still to come or if they never came.
+    pub fn late_from(&self) -> Option<u16> {
+        match &self.state {
+            State::Live(store) => store.data().late.as_ref().and_then(|l| l.from_node()),
+            State::Dormant(_) => None,
+        }
     }
 
     /// Gives the instance back and keeps the process as its image: the
@@ -543,6 +656,8 @@ impl Container {
         &mut self,
         memory: impl for<'m> FnOnce(&'m [u8]) -> MemoryView<'m>,
     ) -> Result<ImageParts<'_>, ContainerError> {
+        // What is read below must all be there.
+        self.settle()?;
         let store = match &mut self.state {
             State::Live(store) => store,
             // Stopped, since it went dormant.
@@ -621,6 +736,7 @@ impl Container {
     /// As [`capture`](Self::capture), and [`ContainerError::Instantiate`]
     /// when no instance is free.
     pub fn duplicate(&mut self, uarea: UArea, host: Host) -> Result<Container, ContainerError> {
+        self.settle()?;
         let store = match &mut self.state {
             State::Live(store) => store,
             State::Dormant(dormant) => {

@@ -125,6 +125,10 @@ pub struct ProcCtx {
     /// What keeps this store alive while its memory is lent
     /// ([`crate::loan`]).
     pub(crate) lender: crate::loan::Lender,
+    /// The memory's blocks still to come from another node
+    /// ([`crate::postcopy`]). Here rather than in the container, so that a
+    /// store kept by a loan keeps receiving them.
+    pub(crate) late: Option<crate::postcopy::LateMemory>,
 }
 
 // SAFETY: `link` is the only field that is not `Send`. It is set only for
@@ -152,6 +156,7 @@ impl ProcCtx {
             asyncify_data: None,
             link: None,
             lender: Default::default(),
+            late: None,
         }
     }
 

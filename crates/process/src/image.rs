@@ -124,6 +124,16 @@ impl<'a> MemoryView<'a> {
         }
     }
 
+    /// The size of `bytes` alone: a complete image with no block, for a
+    /// process whose blocks follow it ([`crate::postcopy`]).
+    pub fn size_of(bytes: &'a [u8]) -> Self {
+        MemoryView {
+            pages: bytes.len().div_ceil(PAGE_SIZE) as u32,
+            complete: true,
+            runs: Vec::new(),
+        }
+    }
+
     /// The blocks of `range` that are not all zero, as a delta. Blocks
     /// with no page behind them are zero without being read.
     pub fn nonzero(bytes: &'a [u8], range: std::ops::Range<u32>) -> Self {
@@ -260,6 +270,19 @@ pub fn copy_nonzero(from: &[u8], to: &mut [u8], dirty: &[std::ops::Range<usize>]
         let end = (at + BLOCK).min(from.len());
         to[at..end].copy_from_slice(&from[at..end]);
     }
+}
+
+/// The blocks of `bytes` that are not all zero, as ranges of consecutive
+/// blocks in increasing order.
+pub fn nonzero_ranges(bytes: &[u8]) -> Vec<std::ops::Range<u32>> {
+    let mut ranges: Vec<std::ops::Range<u32>> = Vec::new();
+    for b in nonzero_blocks(bytes, 0..bytes.len().div_ceil(BLOCK) as u32) {
+        match ranges.last_mut() {
+            Some(r) if r.end == b => r.end += 1,
+            _ => ranges.push(b..b + 1),
+        }
+    }
+    ranges
 }
 
 /// Zeroes the `dirty` ranges of `memory` (clipped to it).

@@ -24,6 +24,7 @@ mod fs;
 mod image;
 mod loan;
 mod memory;
+pub mod postcopy;
 mod runtime;
 mod syscall;
 pub mod threads;
@@ -40,10 +41,11 @@ pub use fs::held::HeldFiles;
 pub use fs::op::{Beneath, FileAnswer, FileOp};
 pub use fs::HostFiles;
 pub use image::{
-    GlobalValue, ImageError, ImageView, MemoryImage, MemoryView, ProcessImage, Run, RunView, BLOCK,
-    PAGE_SIZE,
+    nonzero_ranges, GlobalValue, ImageError, ImageView, MemoryImage, MemoryView, ProcessImage, Run,
+    RunView, BLOCK, PAGE_SIZE,
 };
 pub use loan::Loan;
+pub use postcopy::{LateMemories, LateMemory};
 pub use runtime::{LoadError, Program, Runtime, RuntimeConfig, SystemCall};
 pub use uarea::{
     Accounting, Children, ConsoleFlow, ConsoleId, Limits, Quota, Quotas, StackArea, UArea, Wander,

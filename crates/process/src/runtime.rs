@@ -22,6 +22,7 @@ use wasmtime::{
 };
 
 use crate::ctx::ProcCtx;
+use crate::postcopy::LateMemories;
 
 /// How the runtime is set up.
 #[derive(Clone, Debug)]
@@ -42,6 +43,11 @@ pub struct RuntimeConfig {
     pub instances: u32,
     /// How often running guests are checked for the end of their quantum.
     pub tick: Duration,
+    /// Whether a process that arrives before its memory may run while the
+    /// memory arrives, waiting in page faults for the blocks it touches
+    /// (`userfaultfd`, where the system allows it); else it waits for all
+    /// of it ([`crate::postcopy`]).
+    pub postcopy_faults: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -52,6 +58,7 @@ impl Default for RuntimeConfig {
             max_memory: 4 << 30,
             instances: 1024,
             tick: Duration::from_millis(1),
+            postcopy_faults: true,
         }
     }
 }
@@ -163,6 +170,8 @@ pub struct Runtime {
     /// Loads so far: the clock of [`Program::loaded`].
     loads: AtomicU64,
     ticker: Ticker,
+    /// Memories of processes that arrived before them ([`crate::postcopy`]).
+    late: Arc<LateMemories>,
 }
 
 /// Programs no process holds that stay loaded, the most recently loaded:
@@ -180,6 +189,7 @@ impl Runtime {
         crate::syscall::register(&mut linker)?;
         let provided = system_calls(&engine, &linker);
         let ticker = Ticker::start(engine.clone(), config.tick);
+        let late = LateMemories::new(config.postcopy_faults);
         Ok(Arc::new(Runtime {
             engine,
             linker,
@@ -189,12 +199,18 @@ impl Runtime {
             inputs: RwLock::default(),
             loads: AtomicU64::new(0),
             ticker,
+            late,
         }))
     }
 
     /// The system calls a module may import, by module and name.
     pub fn system_calls(&self) -> &[SystemCall] {
         &self.provided
+    }
+
+    /// The node's memories still arriving after their processes.
+    pub fn late_memories(&self) -> &Arc<LateMemories> {
+        &self.late
     }
 
     pub fn engine(&self) -> &Engine {

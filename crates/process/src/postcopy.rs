@@ -1,0 +1,706 @@
+//! Post-copy: a process that arrives on another node before its memory.
+//!
+//! A child forked (or a program exec'd) onto another node has not run yet,
+//! and sending its memory before it can start is most of what such a move
+//! costs (a millisecond for 1 MiB through TLS, against a tenth of that for
+//! a fork on one node). So its image goes without the memory's bytes, only
+//! the list of blocks that will follow; it starts as soon as its home has
+//! committed the move, and its source, which keeps the memory meanwhile,
+//! then streams the blocks a few at a time, each piece acknowledged
+//! ([`Ask::More`]), until all are in or the process has ended
+//! ([`Ask::Enough`]). Until every block is in:
+//!
+//! - with `userfaultfd` (root, or `vm.unprivileged_userfaultfd`), the
+//!   memory is registered with the node's one `userfaultfd` and its
+//!   missing blocks have no page: a process (or its kernel, or a kernel
+//!   reading a loan) that touches one waits in the page fault. The node's
+//!   fault thread asks the source for that block at once
+//!   ([`Ask::Block`]), which sends it ahead of the stream; the node's links
+//!   write it (`UFFDIO_COPY`), which ends the wait. Blocks that are zero
+//!   at the source are mapped zero at once, and never sent;
+//! - without it, the process runs only once every block is in (the copy
+//!   is then the eager one, later).
+//!
+//! The blocks are written by whoever reads the connection they come on
+//! (the links' thread, or a kernel polling), never by the kernel the
+//! process runs on, which may itself be waiting in a fault. A capture
+//! (migration, dormancy, a checkpoint, a fork) first waits until the
+//! memory is whole ([`LateMemory::wait`]): it reads the memory's pages,
+//! and a missing one would read as zero.
+//!
+//! If the source's node is lost first, the memory is let go (its missing
+//! pages read zero from then on) and the process must be killed: its
+//! kernel does so when it hears of the loss ([`LateMemory::from_node`]).
+//! Until it does the process may run on up to its next safepoint, and a
+//! system call that was reading a missing page may complete with zeros.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+
+use atoll_abi::{KernelId, Pid};
+use serde::{Deserialize, Serialize};
+use userfaultfd::{Event, Uffd, UffdBuilder};
+
+use crate::image::{MemoryView, BLOCK};
+
+/// What the destination of a post-copy tells its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ask {
+    /// The process waits in a fault on this block: send it now.
+    Block(u32),
+    /// A piece of the stream is in: send the next.
+    More,
+    /// The memory is whole, or its process ended: stop and let it go.
+    Enough,
+}
+
+/// Sends an [`Ask`] about process `pid` to its source kernel: the node's
+/// links, set once they exist ([`LateMemories::serve`]).
+pub type Asker = Box<dyn Fn(Pid, KernelId, Ask) + Send + Sync>;
+
+/// The node's memories still arriving, by process: what the links write
+/// blocks into.
+pub struct LateMemories {
+    /// The node's `userfaultfd`, with which every late memory registers;
+    /// `None` where the system gives none.
+    uffd: Option<Uffd>,
+    filling: Mutex<HashMap<Pid, Arc<Late>>>,
+    asker: OnceLock<Asker>,
+}
+
+/// One process's memory while its blocks arrive.
+struct Late {
+    pid: Pid,
+    /// The source kernel, which holds the memory.
+    from: KernelId,
+    /// Where the memory starts (a pool slot, which never moves) and its
+    /// length: what the fault thread matches a fault's address against.
+    base: usize,
+    len: usize,
+    state: Mutex<Filling>,
+    changed: Condvar,
+}
+
+struct Filling {
+    /// One per block of the memory: its bytes are still to come.
+    missing: Vec<bool>,
+    left: usize,
+    /// Whether the memory is registered with the node's `userfaultfd`.
+    registered: bool,
+    /// `None` while blocks are still to come.
+    outcome: Option<Result<(), String>>,
+}
+
+/// A process's hold on its memory's arrival; dropping it (the process
+/// ended) lets the memory go, complete or not.
+pub struct LateMemory {
+    late: Arc<Late>,
+    memories: Arc<LateMemories>,
+}
+
+impl LateMemories {
+    /// Asks the system once for the node's `userfaultfd`, unless `faults`
+    /// is false (a process then always waits for all of its memory).
+    pub fn new(faults: bool) -> Arc<Self> {
+        let uffd = faults
+            .then(|| {
+                UffdBuilder::new()
+                    .close_on_exec(true)
+                    .non_blocking(true)
+                    .user_mode_only(false)
+                    .create()
+                    .inspect_err(|e| {
+                        tracing::info!("no userfaultfd ({e}): a process sent to this node before its memory waits for all of it");
+                    })
+                    .ok()
+            })
+            .flatten();
+        Arc::new(LateMemories {
+            uffd,
+            filling: Mutex::new(HashMap::new()),
+            asker: OnceLock::new(),
+        })
+    }
+
+    /// Whether a late memory lets its process run before it is whole.
+    pub fn faults(&self) -> bool {
+        self.uffd.is_some()
+    }
+
+    /// Starts answering faults: `asker` reaches the sources. Once per node.
+    pub fn serve(self: &Arc<Self>, asker: Asker) {
+        if self.asker.set(asker).is_err() || self.uffd.is_none() {
+            return;
+        }
+        let memories = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("atoll-faults".into())
+            .spawn(move || serve_faults(&memories));
+        if let Err(e) = spawned {
+            tracing::error!("no fault thread ({e}): late memories wait for their stream");
+        }
+    }
+
+    /// `memory` (process `pid`'s, all zero) is to receive the blocks of
+    /// `coming` from kernel `from`. With `userfaultfd`, their pages are
+    /// dropped, so that touching one waits for its bytes.
+    ///
+    /// # Errors
+    /// `coming` names blocks outside the memory or out of order, `pid`
+    /// already has a memory arriving, or `userfaultfd` refused the memory.
+    pub fn expect(
+        self: &Arc<Self>,
+        pid: Pid,
+        from: KernelId,
+        memory: &mut [u8],
+        coming: &[Range<u32>],
+    ) -> Result<LateMemory, String> {
+        let blocks = memory.len().div_ceil(BLOCK);
+        let mut missing = vec![false; blocks];
+        let mut last = 0;
+        for r in coming {
+            if r.start < last || r.start >= r.end || r.end as usize > blocks {
+                return Err(format!(
+                    "blocks {r:?} do not follow in a memory of {blocks} blocks"
+                ));
+            }
+            missing[r.start as usize..r.end as usize].fill(true);
+            last = r.end;
+        }
+        let left = missing.iter().filter(|m| **m).count();
+        let (base, len) = (memory.as_mut_ptr() as usize, blocks * BLOCK);
+        let registered = match &self.uffd {
+            Some(uffd) if left > 0 => {
+                register(uffd, memory, &missing)?;
+                true
+            }
+            _ => false,
+        };
+        let late = Arc::new(Late {
+            pid,
+            from,
+            base,
+            len,
+            state: Mutex::new(Filling {
+                missing,
+                left,
+                registered,
+                outcome: (left == 0).then_some(Ok(())),
+            }),
+            changed: Condvar::new(),
+        });
+        let hold = LateMemory {
+            late: late.clone(),
+            memories: self.clone(),
+        };
+        if left > 0 {
+            let mut filling = self.filling.lock().expect("late memories");
+            if filling.contains_key(&pid) {
+                drop(filling);
+                return Err(format!("the memory of {pid} is already arriving"));
+            }
+            filling.insert(pid, late);
+        }
+        Ok(hold)
+    }
+
+    /// Writes the blocks `bytes` carries (an encoded [`MemoryView`]) into
+    /// the memory of `pid`, sent by kernel `from`; blocks already in are
+    /// left as they are. A piece of the stream (`streamed`) is answered:
+    /// more, or enough if the memory is now whole or its process ended.
+    ///
+    /// # Errors
+    /// The bytes do not decode, or name blocks outside the memory: the
+    /// frame is dropped (the stream goes on).
+    pub fn fill(
+        &self,
+        from: KernelId,
+        pid: Pid,
+        bytes: &[u8],
+        streamed: bool,
+    ) -> Result<(), String> {
+        let late = self
+            .filling
+            .lock()
+            .expect("late memories")
+            .get(&pid)
+            .cloned();
+        let written = match &late {
+            Some(late) => self.write(late, bytes),
+            None => Ok(false),
+        };
+        if streamed {
+            let ask = match written {
+                Ok(false) | Err(_) => Ask::More,
+                Ok(true) => Ask::Enough,
+            };
+            let ask = if late.is_none() { Ask::Enough } else { ask };
+            if let Some(asker) = self.asker.get() {
+                asker(pid, from, ask);
+            }
+        }
+        written.map(drop)
+    }
+
+    /// Writes a piece into `late`; whether it is now over (whole, or
+    /// ended).
+    fn write(&self, late: &Late, bytes: &[u8]) -> Result<bool, String> {
+        let pid = late.pid;
+        let view: MemoryView<'_> =
+            postcard::from_bytes(bytes).map_err(|e| format!("blocks of {pid}: {e}"))?;
+        let mut state = late.state.lock().expect("late memory");
+        if state.outcome.is_some() {
+            return Ok(true);
+        }
+        for run in &view.runs {
+            let at = run.at as usize;
+            if !at.is_multiple_of(BLOCK)
+                || !run.bytes.len().is_multiple_of(BLOCK)
+                || at + run.bytes.len() > late.len
+            {
+                return Err(format!(
+                    "blocks of {pid} at {at} ({} bytes) do not fit its memory",
+                    run.bytes.len()
+                ));
+            }
+            for (i, block) in run.bytes.chunks(BLOCK).enumerate() {
+                let b = at / BLOCK + i;
+                if !state.missing[b] {
+                    continue;
+                }
+                let dst = late.base + b * BLOCK;
+                match (&self.uffd, state.registered) {
+                    (Some(uffd), true) => copy(uffd, block, dst)
+                        .map_err(|e| format!("userfaultfd copy into {pid}: {e}"))?,
+                    // SAFETY: unregistered, the process does not run, and
+                    // its kernel does not touch its memory, until every
+                    // block is in (`LateMemory::wait`); `dst` lies within
+                    // the memory (checked above).
+                    _ => unsafe {
+                        std::ptr::copy_nonoverlapping(block.as_ptr(), dst as *mut u8, BLOCK);
+                    },
+                }
+                state.missing[b] = false;
+                state.left -= 1;
+            }
+        }
+        if state.left == 0 {
+            self.finish(late, &mut state, Ok(()));
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Node `node` is lost: the memories it was sending are let go.
+    pub fn lost(&self, node: u16) {
+        let lost: Vec<Arc<Late>> = self
+            .filling
+            .lock()
+            .expect("late memories")
+            .values()
+            .filter(|l| l.from.node == node)
+            .cloned()
+            .collect();
+        for late in lost {
+            let mut state = late.state.lock().expect("late memory");
+            if state.outcome.is_none() {
+                let why = format!(
+                    "node {node} was lost before the memory of {} arrived",
+                    late.pid
+                );
+                self.finish(&late, &mut state, Err(why));
+            }
+        }
+    }
+
+    /// Ends an arrival: the memory leaves `userfaultfd` (whoever waits in
+    /// a fault then reads the page, zero if it never came), and whoever
+    /// waits for it whole is told.
+    fn finish(
+        &self,
+        late: &Late,
+        state: &mut MutexGuard<'_, Filling>,
+        outcome: Result<(), String>,
+    ) {
+        if let (Some(uffd), true) = (&self.uffd, state.registered) {
+            state.registered = false;
+            if let Err(e) = uffd.unregister(late.base as *mut libc::c_void, late.len) {
+                tracing::error!(pid = %late.pid, "cannot unregister a late memory: {e}");
+            }
+        }
+        state.outcome = Some(outcome);
+        late.changed.notify_all();
+        let mut filling = self.filling.lock().expect("late memories");
+        if filling
+            .get(&late.pid)
+            .is_some_and(|l| std::ptr::eq(&**l, late))
+        {
+            filling.remove(&late.pid);
+        }
+    }
+
+    /// The memory that `addr` lies in, and its block there.
+    fn at(&self, addr: usize) -> Option<(Arc<Late>, u32)> {
+        let filling = self.filling.lock().expect("late memories");
+        let late = filling
+            .values()
+            .find(|l| (l.base..l.base + l.len).contains(&addr))?;
+        Some((late.clone(), ((addr - late.base) / BLOCK) as u32))
+    }
+}
+
+impl LateMemory {
+    /// Waits until every block is in.
+    ///
+    /// # Errors
+    /// The source's node was lost first.
+    pub fn wait(&self) -> Result<(), String> {
+        let state = self.late.state.lock().expect("late memory");
+        let state = self
+            .late
+            .changed
+            .wait_while(state, |s| s.outcome.is_none())
+            .expect("late memory");
+        state.outcome.clone().expect("waited for it")
+    }
+
+    /// The node sending the blocks, while some are still to come or if
+    /// they never came.
+    pub fn from_node(&self) -> Option<u16> {
+        let state = self.late.state.lock().expect("late memory");
+        (!matches!(state.outcome, Some(Ok(())))).then_some(self.late.from.node)
+    }
+}
+
+impl Drop for LateMemory {
+    fn drop(&mut self) {
+        let mut state = self.late.state.lock().expect("late memory");
+        if state.outcome.is_none() {
+            let why = format!("process {} ended before its memory arrived", self.late.pid);
+            self.memories.finish(&self.late, &mut state, Err(why));
+        }
+    }
+}
+
+/// The blocks of `memory` (the process at its source) from the ranges
+/// `blocks`, encoded as one [`MemoryView`]: what [`LateMemories::fill`]
+/// takes.
+pub fn encode_blocks(memory: &[u8], blocks: impl IntoIterator<Item = u32>) -> Vec<u8> {
+    let view = MemoryView::blocks_of(memory, blocks);
+    postcard::to_allocvec(&view).expect("a memory view encodes")
+}
+
+/// The fault thread: each fault on a late memory asks its source for the
+/// block. It ends with the node (its `LateMemories` gone), which it checks
+/// between waits of at most [`FAULT_WAIT_MS`].
+fn serve_faults(memories: &Weak<LateMemories>) {
+    while let Some(m) = memories.upgrade() {
+        let uffd = m.uffd.as_ref().expect("served only with a userfaultfd");
+        let mut fd = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(uffd),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, on a descriptor `m` keeps open.
+        if unsafe { libc::poll(&mut fd, 1, FAULT_WAIT_MS) } <= 0 {
+            continue;
+        }
+        loop {
+            match uffd.read_event() {
+                Ok(Some(Event::Pagefault { addr, .. })) => {
+                    if let (Some((late, block)), Some(asker)) = (m.at(addr as usize), m.asker.get())
+                    {
+                        asker(late.pid, late.from, Ask::Block(block));
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!("the fault thread stops: {e}");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// How long the fault thread waits for a fault before it checks that the
+/// node still runs.
+const FAULT_WAIT_MS: i32 = 200;
+
+/// Registers `memory` for missing-page faults and leaves a page behind
+/// exactly the blocks not `missing` (zero ones).
+fn register(uffd: &Uffd, memory: &mut [u8], missing: &[bool]) -> Result<(), String> {
+    let (base, len) = (memory.as_mut_ptr(), missing.len() * BLOCK);
+    uffd.register(base.cast(), len)
+        .map_err(|e| format!("userfaultfd register: {e}"))?;
+    let undo = |why: String| {
+        let _ = uffd.unregister(base.cast(), len);
+        why
+    };
+    // SAFETY: the range is this memory, which the caller holds and which
+    // is all zero: dropping its pages changes no byte.
+    if unsafe { libc::madvise(base.cast(), len, libc::MADV_DONTNEED) } != 0 {
+        return Err(undo(format!(
+            "madvise: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let mut b = 0;
+    while b < missing.len() {
+        let run = missing[b..]
+            .iter()
+            .take_while(|&&m| m == missing[b])
+            .count();
+        if !missing[b] {
+            // SAFETY: within the registered memory.
+            unsafe { uffd.zeropage(base.add(b * BLOCK).cast(), run * BLOCK, false) }
+                .map_err(|e| undo(format!("userfaultfd zero page: {e}")))?;
+        }
+        b += run;
+    }
+    Ok(())
+}
+
+/// `UFFDIO_COPY` of `bytes` to `dst`, which may take several calls.
+fn copy(uffd: &Uffd, bytes: &[u8], dst: usize) -> Result<(), userfaultfd::Error> {
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: `dst..dst + bytes.len()` is missing pages of a registered
+        // memory (checked by the caller), and `bytes` is readable.
+        done += match unsafe {
+            uffd.copy(
+                bytes[done..].as_ptr().cast(),
+                (dst + done) as *mut libc::c_void,
+                bytes.len() - done,
+                true,
+            )
+        } {
+            Ok(n) | Err(userfaultfd::Error::PartiallyCopied(n)) => n,
+            Err(e) => return Err(e),
+        };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    const BLOCKS: usize = 16;
+
+    /// Anonymous memory, as a pool slot is.
+    struct Mapped(*mut u8);
+
+    impl Mapped {
+        fn new() -> Self {
+            // SAFETY: a fresh private anonymous mapping.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    BLOCKS * BLOCK,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            Mapped(p.cast())
+        }
+        fn bytes(&self) -> &'static mut [u8] {
+            // SAFETY: the mapping outlives every test's use of it (it is
+            // leaked: a thread may still wait in it when a test fails).
+            unsafe { std::slice::from_raw_parts_mut(self.0, BLOCKS * BLOCK) }
+        }
+        /// Reads a byte of block `b` on another thread, as the process
+        /// would (it may wait in a fault).
+        fn read_later(&self, b: usize) -> mpsc::Receiver<u8> {
+            let (tx, rx) = mpsc::channel();
+            let at = self.0 as usize + b * BLOCK + 5;
+            std::thread::spawn(move || {
+                // SAFETY: within the mapping, which is never unmapped.
+                let byte = unsafe { std::ptr::read_volatile(at as *const u8) };
+                tx.send(byte)
+            });
+            rx
+        }
+    }
+
+    fn only(r: Range<u32>) -> Vec<Range<u32>> {
+        std::iter::once(r).collect()
+    }
+
+    fn pid() -> Pid {
+        Pid::new(KernelId::new(1, 0), 3, 1)
+    }
+    const SOURCE: KernelId = KernelId { node: 0, index: 0 };
+
+    /// A piece carrying block `b`, every byte `v`.
+    fn piece(b: u32, v: u8) -> Vec<u8> {
+        let memory = vec![v; BLOCKS * BLOCK];
+        encode_blocks(&memory, [b])
+    }
+
+    fn faulting() -> Option<Arc<LateMemories>> {
+        let m = LateMemories::new(true);
+        if !m.faults() {
+            eprintln!("no userfaultfd here: the fault tests cannot run");
+            return None;
+        }
+        Some(m)
+    }
+
+    #[test]
+    fn without_faults_blocks_are_copied_and_the_wait_ends_when_all_are_in() {
+        let m = LateMemories::new(false);
+        let memory = Mapped::new();
+        let late = m
+            .expect(pid(), SOURCE, memory.bytes(), &only(2..4))
+            .unwrap();
+        assert_eq!(late.from_node(), Some(0));
+        m.fill(SOURCE, pid(), &piece(2, 9), false).unwrap();
+        // Blocks already in are left as they are.
+        m.fill(SOURCE, pid(), &piece(2, 1), false).unwrap();
+        assert_eq!(memory.bytes()[2 * BLOCK], 9);
+        let waiting = std::thread::scope(|s| {
+            let w = s.spawn(|| late.wait());
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(!w.is_finished(), "the wait ended with a block missing");
+            m.fill(SOURCE, pid(), &piece(3, 8), false).unwrap();
+            w.join().unwrap()
+        });
+        assert_eq!(waiting, Ok(()));
+        assert_eq!(memory.bytes()[3 * BLOCK + 100], 8);
+        assert_eq!(late.from_node(), None);
+    }
+
+    #[test]
+    fn blocks_outside_the_memory_or_not_whole_are_refused() {
+        let m = LateMemories::new(false);
+        let memory = Mapped::new();
+        assert!(m
+            .expect(
+                pid(),
+                SOURCE,
+                memory.bytes(),
+                &only(Range { start: 4, end: 2 })
+            )
+            .is_err());
+        assert!(m
+            .expect(pid(), SOURCE, memory.bytes(), &only(3..BLOCKS as u32 + 1))
+            .is_err());
+        let _late = m
+            .expect(pid(), SOURCE, memory.bytes(), &only(1..2))
+            .unwrap();
+        assert!(
+            m.expect(pid(), SOURCE, memory.bytes(), &only(1..2))
+                .is_err(),
+            "twice"
+        );
+        let far = vec![1u8; 2 * BLOCKS * BLOCK];
+        let outside = encode_blocks(&far, [BLOCKS as u32 + 1]);
+        assert!(m.fill(SOURCE, pid(), &outside, false).is_err());
+        let half = postcard::to_allocvec(&MemoryView::blocks_of(&far[..BLOCK + 10], [1])).unwrap();
+        assert!(m.fill(SOURCE, pid(), &half, false).is_err());
+        assert!(m.fill(SOURCE, pid(), b"garbage", false).is_err());
+    }
+
+    #[test]
+    fn the_stream_is_acknowledged_until_the_memory_is_whole_or_its_process_gone() {
+        let m = LateMemories::new(false);
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        m.serve(Box::new(move |pid, to, ask| {
+            tx.lock().unwrap().send((pid, to, ask)).unwrap()
+        }));
+        let memory = Mapped::new();
+        let late = m
+            .expect(pid(), SOURCE, memory.bytes(), &only(0..2))
+            .unwrap();
+        m.fill(SOURCE, pid(), &piece(0, 1), true).unwrap();
+        assert_eq!(rx.try_recv(), Ok((pid(), SOURCE, Ask::More)));
+        m.fill(SOURCE, pid(), &piece(1, 1), true).unwrap();
+        assert_eq!(rx.try_recv(), Ok((pid(), SOURCE, Ask::Enough)));
+        assert_eq!(late.wait(), Ok(()));
+        // A piece for a process that ended: enough.
+        m.fill(SOURCE, pid(), &piece(5, 1), true).unwrap();
+        assert_eq!(rx.try_recv(), Ok((pid(), SOURCE, Ask::Enough)));
+        // Blocks wanted now are not acknowledged.
+        m.fill(SOURCE, pid(), &piece(5, 1), false).unwrap();
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_missing_block_waits_for_its_bytes_and_a_zero_one_does_not() {
+        let Some(m) = faulting() else { return };
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        m.serve(Box::new(move |pid, to, ask| {
+            tx.lock().unwrap().send((pid, to, ask)).unwrap()
+        }));
+        let memory = Mapped::new();
+        memory.bytes().fill(0);
+        let late = m
+            .expect(pid(), SOURCE, memory.bytes(), &[3..5, 9..10])
+            .unwrap();
+        assert_eq!(
+            memory.read_later(0).recv_timeout(Duration::from_secs(5)),
+            Ok(0)
+        );
+        let waiting = memory.read_later(4);
+        // The fault thread asks the source for the block.
+        let asked = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(asked, (pid(), SOURCE, Ask::Block(4)));
+        assert!(
+            waiting.recv_timeout(Duration::from_millis(50)).is_err(),
+            "read before its bytes came"
+        );
+        m.fill(SOURCE, pid(), &piece(4, 6), false).unwrap();
+        assert_eq!(waiting.recv_timeout(Duration::from_secs(5)), Ok(6));
+        // Written by the process as any page, once there.
+        memory.bytes()[4 * BLOCK] = 2;
+        m.fill(SOURCE, pid(), &piece(3, 7), false).unwrap();
+        m.fill(SOURCE, pid(), &piece(9, 5), false).unwrap();
+        assert_eq!(late.wait(), Ok(()));
+        assert_eq!(
+            (memory.bytes()[3 * BLOCK], memory.bytes()[4 * BLOCK]),
+            (7, 2)
+        );
+        assert_eq!(memory.bytes()[9 * BLOCK + BLOCK - 1], 5);
+    }
+
+    #[test]
+    fn a_lost_source_or_an_ended_process_lets_the_memory_go() {
+        let Some(m) = faulting() else { return };
+        let memory = Mapped::new();
+        let late = m
+            .expect(pid(), SOURCE, memory.bytes(), &only(1..3))
+            .unwrap();
+        let waiting = memory.read_later(1);
+        assert!(waiting.recv_timeout(Duration::from_millis(50)).is_err());
+        m.lost(1);
+        assert!(
+            waiting.recv_timeout(Duration::from_millis(50)).is_err(),
+            "another node's loss"
+        );
+        m.lost(0);
+        assert_eq!(waiting.recv_timeout(Duration::from_secs(5)), Ok(0));
+        assert!(late.wait().unwrap_err().contains("node 0 was lost"));
+        assert_eq!(late.from_node(), Some(0));
+        drop(late);
+        // A process that ends with blocks missing leaves no fault behind.
+        let other = Mapped::new();
+        let late = m.expect(pid(), SOURCE, other.bytes(), &only(2..3)).unwrap();
+        drop(late);
+        assert_eq!(
+            other.read_later(2).recv_timeout(Duration::from_secs(5)),
+            Ok(0)
+        );
+        // And its pid may arrive again.
+        assert!(m.expect(pid(), SOURCE, other.bytes(), &only(2..3)).is_ok());
+    }
+}
