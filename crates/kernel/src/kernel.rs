@@ -21,7 +21,7 @@ use rustc_hash::FxHashMap;
 
 use crate::homes::{Homes, Kin};
 use crate::loader::{Load, Loaded, Loader};
-use crate::migration::{Arriving, Departure, Incoming};
+use crate::migration::{Arriving, Departure, Incoming, Lend};
 use crate::msg::{
     Control, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo,
     ThreadInfo,
@@ -174,6 +174,8 @@ pub(crate) struct Kernel {
     pub(crate) migration: MigrationConfig,
     /// Processes migrating to another kernel, at most one departure each.
     pub(crate) departures: FxHashMap<Pid, Departure>,
+    /// Memories sent after their processes (post-copy), by process.
+    pub(crate) lends: FxHashMap<Pid, Lend>,
     /// Files of this node held open for processes of other nodes.
     pub(crate) held: HeldFiles,
     /// Processes whose pre-copy rounds are arriving here.
@@ -263,6 +265,7 @@ impl Kernel {
             awaiting_modules: HashMap::new(),
             migration: p.migration,
             departures: FxHashMap::default(),
+            lends: FxHashMap::default(),
             held: HeldFiles::default(),
             incoming: FxHashMap::default(),
             arrivals: FxHashMap::default(),

@@ -7,6 +7,7 @@
 //! never leaves the machine).
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use atoll_ipc::{DomainId, DomainOp, DomainTable, IpcStats};
 use atoll_migration::{MigrationReport, Mode};
 use atoll_placement::{Subtree, TreeEntry};
 use atoll_prepare::ContentHash;
+use atoll_process::postcopy::Ask;
 use atoll_process::{ConsoleId, Container, HostFiles, Loan, Preopen, ProcessImage, Quota, Stream};
 
 use crate::homes::Kin;
@@ -332,6 +334,10 @@ impl NocMsg {
                     }
             ) | NocMsg::File { .. }
                 | NocMsg::FileDone { .. }
+                | NocMsg::Migration(MigrationMsg::Fill {
+                    streamed: false,
+                    ..
+                })
         )
     }
 
@@ -396,7 +402,19 @@ pub enum MigrationMsg {
         module: ContentHash,
         report: Box<MigrationReport>,
         times: Times,
+        /// Between nodes, for a process that has not run yet: the image
+        /// carries no memory block, and these ranges of blocks follow once
+        /// the move is committed (post-copy, `atoll_process::postcopy`).
+        late: Option<Vec<Range<u32>>>,
     },
+    /// Blocks of a post-copy's memory (an encoded memory view, in the
+    /// portal), written where they arrive by whoever reads them
+    /// (`LateMemories::fill`): a piece of the stream (`streamed`, to be
+    /// acknowledged), or blocks a process waits for.
+    Fill { pid: Pid, streamed: bool },
+    /// The destination of a post-copy to its source: a block wanted now,
+    /// the next piece, or enough.
+    Ask { pid: Pid, ask: Ask },
     /// The frozen container itself, in the packet's `handover`.
     Handover {
         pid: Pid,

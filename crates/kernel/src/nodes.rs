@@ -82,7 +82,21 @@ impl Kernel {
             self.unwait(pid, node);
         }
         self.departures_to_lost_node(node);
+        self.lends_to_lost_node(node);
         self.arrivals_from_lost_node(node);
+        // Processes whose memory was still coming from there (the node's
+        // links have let it go already, unless this kernel runs alone).
+        self.runtime.late_memories().lost(node);
+        let memoryless: Vec<Pid> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| p.container.late_from() == Some(node))
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in memoryless {
+            tracing::warn!(kernel = %self.id, %pid, "killed: its memory was still coming from node {node}");
+            self.end(pid, lost());
+        }
         self.requests_to_lost_node(node);
         // Files held open for processes last heard from there.
         self.held.node_lost(node);

@@ -11,7 +11,8 @@ use anyhow::{anyhow, bail, Context};
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_ipc::{DomainId, DomainInfo};
 use atoll_kernel::{
-    Control, KernelParams, KernelReport, MigrationConfig, NocMsg, NodeEvent, Packet, ProcessSpec,
+    Control, KernelParams, KernelReport, MigrationConfig, MigrationMsg, NocMsg, NodeEvent, Packet,
+    ProcessSpec,
 };
 use atoll_migration::{MigrationReport, Mode};
 use atoll_noc::net::{LinkConfig, Links, Member};
@@ -155,7 +156,17 @@ fn join(
     });
     let (events, domains, to_kernels) = (node.events, node.domains, kernels.clone());
     let lost = events.clone();
+    let late = node.runtime.late_memories().clone();
+    let lost_late = late.clone();
     let deliver = move |to: KernelId, m: Incoming<Packet>| match m.msg.msg {
+        // Written here, not by the kernel: it may be waiting in a fault on
+        // one of these blocks (`atoll_process::postcopy`).
+        NocMsg::Migration(MigrationMsg::Fill { pid, streamed }) => {
+            let bytes = m.bulk.as_deref().unwrap_or_default();
+            if let Err(why) = late.fill(m.from, pid, bytes, streamed) {
+                tracing::warn!("dropped blocks from {}: {why}", m.from);
+            }
+        }
         NocMsg::Domain(op) => domains.apply(op, m.from.node),
         NocMsg::Console(event) => {
             let _ = events.send(NodeEvent::Console(event));
@@ -174,6 +185,9 @@ fn join(
         _ => to_kernels.push(to.index, m),
     };
     let down = move |m: &Member| {
+        // Before the kernels hear it: one may be waiting in a fault for a
+        // block that will never come.
+        lost_late.lost(m.node);
         let _ = lost.send(NodeEvent::Lost { node: m.node });
         for i in 0..kernels.queues.len() as u16 {
             let msg = NocMsg::NodeDown {
@@ -190,6 +204,21 @@ fn join(
         }
     };
     let links = Arc::new(Links::start(config, Box::new(deliver), Box::new(down))?);
+    // Faults and acknowledgements of late memories go out from this node's
+    // first kernel's name (the source answers whoever holds the memory).
+    let uplink = Arc::downgrade(&links);
+    let me = KernelId::new(links.me().node, 0);
+    node.runtime
+        .late_memories()
+        .serve(Box::new(move |pid, source, ask| {
+            let Some(links) = uplink.upgrade() else {
+                return;
+            };
+            let msg = Packet::new(NocMsg::Migration(MigrationMsg::Ask { pid, ask }));
+            if let Err(e) = links.send(me, source, msg, None) {
+                tracing::warn!(%pid, "cannot ask kernel {source} for its memory: {e}");
+            }
+        }));
     let remotes = receivers
         .into_iter()
         .map(|inbound| {

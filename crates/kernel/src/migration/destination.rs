@@ -2,6 +2,8 @@
 //! rounds and final frame (or take the handed-over container), have the
 //! home kernel commit its new location, then run it.
 
+use std::ops::Range;
+
 use atoll_abi::{status, KernelId, Pid};
 use atoll_migration::MigrationReport;
 use atoll_process::{Container, HostFiles, ProcessImage};
@@ -71,6 +73,7 @@ impl Kernel {
                 req,
                 report,
                 times,
+                late,
                 ..
             } => {
                 let arrival = Arrival::Migrated {
@@ -82,7 +85,7 @@ impl Kernel {
                 };
                 // Copied, so there is no container to give back; from a
                 // kernel of this node, with the host files it keeps.
-                let arrived = self.on_final(from, pid, req, bulk).and_then(|mut c| {
+                let arrived = self.on_final(from, pid, req, bulk, late).and_then(|mut c| {
                     if let Some(files) = files {
                         c.adopt_files(files);
                     }
@@ -128,6 +131,16 @@ impl Kernel {
             MigrationMsg::Done { pid, req, result } => {
                 self.on_migration_done(pid, req, result, handover)
             }
+            MigrationMsg::Ask { pid, ask } => self.on_ask(pid, ask),
+            // The node's links write these where they arrive; one that
+            // reaches a kernel is written here the same way.
+            MigrationMsg::Fill { pid, streamed } => {
+                let fill = bulk.unwrap_or_default();
+                let late = self.runtime.late_memories();
+                if let Err(why) = late.fill(from, pid, &fill, streamed) {
+                    tracing::warn!(kernel = %self.id, "dropped blocks from {from}: {why}");
+                }
+            }
         }
     }
 
@@ -166,13 +179,15 @@ impl Kernel {
         i.container.apply(image).map_err(|e| e.to_string())
     }
 
-    /// The stop-and-copy frame: the container, brought up to date.
+    /// The stop-and-copy frame: the container, brought up to date. With
+    /// `late` blocks, its memory follows (post-copy) once it is committed.
     fn on_final(
         &mut self,
         from: KernelId,
         pid: Pid,
         req: u64,
         bulk: Option<Vec<u8>>,
+        late: Option<Vec<Range<u32>>>,
     ) -> Result<Container, String> {
         let incoming = self
             .incoming
@@ -183,16 +198,41 @@ impl Kernel {
         if image.uarea.pid != pid {
             return Err(format!("final frame for {pid} carries {}", image.uarea.pid));
         }
-        match incoming {
-            Some(mut i) => {
+        match (incoming, late) {
+            (Some(_), Some(_)) => Err(format!(
+                "{pid} was sent in rounds: its memory cannot follow"
+            )),
+            (None, Some(coming)) => {
+                self.make_room(&[]);
+                Container::restore_late(&self.runtime, image, self.host.clone(), &coming, from)
+                    .map_err(|e| e.to_string())
+            }
+            (Some(mut i), None) => {
                 i.container.apply(image).map_err(|e| e.to_string())?;
                 Ok(i.container)
             }
-            None => {
+            (None, None) => {
                 self.make_room(&[]);
                 Container::restore_view(&self.runtime, image, self.host.clone())
                     .map_err(|e| e.to_string())
             }
+        }
+    }
+
+    /// Without `userfaultfd`, a process whose memory follows it waits here
+    /// (this kernel with it) until the memory is in, the source told that
+    /// it runs here: it must not run on a memory that is not all there.
+    /// If the memory never comes, the process ends.
+    fn await_memory(&mut self, pid: Pid) {
+        if self.runtime.late_memories().faults() {
+            return;
+        }
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if let Err(why) = p.container.settle() {
+            tracing::warn!(kernel = %self.id, %pid, "killed: {why}");
+            self.end(pid, status::killed(status::SIGKILL));
         }
     }
 
@@ -373,6 +413,7 @@ impl Kernel {
                         result: Ok(report),
                     }),
                 );
+                self.await_memory(pid);
             }
             (
                 Arrival::Migrated {

@@ -15,13 +15,20 @@
 //! 5. **restore** on the destination, then **commit** at the home kernel;
 //! 6. **resume** there, and `Done` tells the source.
 //!
+//! Between nodes, a process that has not run yet (a forked child, an exec'd
+//! program) goes without its memory's bytes and starts at once; the source
+//! then streams them, and sends ahead any block the process waits for
+//! (`lend.rs`, post-copy).
+//!
 //! Until `Done` says it runs there, the source keeps the process (frozen)
 //! and holds the messages for it; any failure before the commit rolls back
 //! and the process resumes at the source. It never runs twice and is never
 //! lost (DESIGN.md, invariant 3).
 
 mod destination;
+mod lend;
 mod source;
 
 pub(crate) use destination::{Arriving, Incoming};
+pub(crate) use lend::Lend;
 pub(crate) use source::{Departure, Started};

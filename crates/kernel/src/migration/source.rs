@@ -1,10 +1,12 @@
 //! The source side of a migration: pre-copy rounds while the process runs,
 //! the freeze, the stop-and-copy or hand-over, and the rollback.
 
+use std::ops::Range;
+
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport, BLOCK};
 use atoll_process::threads::Context;
-use atoll_process::{CallState, KernelCall, MemoryView, Reply};
+use atoll_process::{nonzero_ranges, CallState, KernelCall, MemoryView, Reply};
 use quanta::Instant;
 
 use crate::homes::Kin;
@@ -41,6 +43,9 @@ pub(crate) struct Departure {
     /// the process resumes here.
     left_out: Vec<Context>,
     phase: Phase,
+    /// Its memory follows it (post-copy): the blocks that will, once
+    /// frozen (empty before); `None` if its memory goes with it.
+    late: Option<Vec<Range<u32>>>,
     /// Messages for the process that arrived after it froze; they follow it
     /// to its destination, or are delivered here if it stays.
     pub held: Vec<Packet>,
@@ -151,6 +156,12 @@ impl Kernel {
         // already, and one not started yet cannot write: each is sent at
         // once.
         let container = &mut self.procs.get_mut(&pid).expect("checked").container;
+        // Its memory must be whole before it is read.
+        if let Err(e) = container.settle() {
+            return Err(format!("cannot move {pid}: {e}"));
+        }
+        let late =
+            remote && mode == Mode::Copy && started == Started::No && !container.is_dormant();
         let tracker = if mode == Mode::Copy
             && self.migration.policy.max_rounds > 0
             && started == Started::Yes
@@ -181,6 +192,7 @@ impl Kernel {
             frames_applied: 0,
             contexts_sent: 0,
             left_out: Vec::new(),
+            late: late.then(Vec::new),
             phase: match tracker {
                 Some(tracker) => Phase::PreCopy { tracker },
                 // Frozen right below.
@@ -405,6 +417,15 @@ impl Kernel {
                 d.left_out = threads.leave_out_sent(d.contexts_sent);
                 Some(container.encode(|bytes| MemoryView::blocks_of(bytes, dirty)))
             }
+            // Its saved stack goes with it, the rest after.
+            (Mode::Copy, None) if d.late.is_some() => {
+                let first = container.resume_blocks();
+                d.late = Some(without(nonzero_ranges(container.memory()), &first));
+                Some(container.encode(|b| MemoryView {
+                    complete: true,
+                    ..MemoryView::blocks_of(b, first)
+                }))
+            }
             (Mode::Copy, None) => Some(container.encode(|b| MemoryView::whole(b))),
         };
         let image = image.transpose().map_err(|e| {
@@ -450,6 +471,7 @@ impl Kernel {
             us: t.elapsed().as_micros() as u64,
         });
         let module = p.container.uarea().module;
+        let late = d.late.clone();
         // Copied within the node, it keeps its host files open there too.
         let files = (to.node == self.id.node).then(|| p.container.duplicate_files());
         d.phase = Phase::Frozen {
@@ -467,6 +489,7 @@ impl Kernel {
                     module,
                     report,
                     times,
+                    late,
                 }))
             },
         );
@@ -531,7 +554,10 @@ impl Kernel {
                 self.answer_migration(d.reply, Ok(*report));
                 if let Phase::Frozen { tracker, process } = d.phase {
                     drop(tracker);
-                    drop(process);
+                    // Its memory follows it from here (post-copy).
+                    if let (Some(late), Some(p)) = (d.late, process) {
+                        self.lend(pid, d.to, p, &late);
+                    }
                 }
             }
             Err(why) => {
@@ -657,6 +683,31 @@ impl Kernel {
             self.run_queue.push(pid);
         }
     }
+}
+
+/// `ranges` (ascending) without the blocks `cut` (ascending).
+fn without(ranges: Vec<Range<u32>>, cut: &[u32]) -> Vec<Range<u32>> {
+    let mut out = Vec::with_capacity(ranges.len() + cut.len());
+    let mut cut = cut.iter().copied().peekable();
+    for r in ranges {
+        let mut start = r.start;
+        while let Some(&c) = cut.peek() {
+            if c >= r.end {
+                break;
+            }
+            if c >= start {
+                if c > start {
+                    out.push(start..c);
+                }
+                start = c + 1;
+            }
+            cut.next();
+        }
+        if start < r.end {
+            out.push(start..r.end);
+        }
+    }
+    out
 }
 
 /// What a process waiting in `kmigrate_to` is told when a move of it to

@@ -1,0 +1,151 @@
+//! The source's side of a post-copy (`atoll_process::postcopy`): once the
+//! destination has committed a process that went without its memory, this
+//! kernel keeps the memory and sends it, a window of pieces ahead on the
+//! bulk lane, each acknowledged before the next goes; a block the process
+//! waits for goes at once, ahead of them. The memory is let go once every
+//! block is sent, or when the destination has enough (the process ended),
+//! or its node is lost.
+
+use std::ops::Range;
+
+use atoll_abi::{KernelId, Pid};
+use atoll_process::postcopy::{encode_blocks, Ask};
+use atoll_process::BLOCK;
+
+use crate::kernel::{Kernel, Process};
+use crate::msg::{MigrationMsg, NocMsg, Packet};
+
+/// Blocks in one piece: small enough that a block sent at once is not
+/// long behind the pieces before it.
+const PIECE: usize = (64 << 10) / BLOCK;
+/// Most pieces in flight: enough to keep the link busy while each is
+/// acknowledged. The stream starts with one and doubles the window with
+/// each acknowledgement, as TCP's slow start does: a process that ends
+/// at once (a child that execs or exits) costs its source one piece, not
+/// a window of them, which on two cores slowed such a fork by 1.9x
+/// (`placebench fork`, window 1 against 4).
+const WINDOW: usize = 8;
+
+/// A memory being sent after its process.
+pub(crate) struct Lend {
+    to: KernelId,
+    /// The process as it left, which holds the memory.
+    process: Process,
+    /// One per block: not sent yet.
+    unsent: Vec<bool>,
+    left: usize,
+    /// Where the stream goes on.
+    next: usize,
+    /// Pieces sent and not yet acknowledged, and how many may be.
+    in_flight: usize,
+    window: usize,
+}
+
+impl Kernel {
+    /// Starts sending the blocks `coming` of `process`'s memory to kernel
+    /// `to`, where it now runs.
+    pub(crate) fn lend(&mut self, pid: Pid, to: KernelId, process: Process, coming: &[Range<u32>]) {
+        let blocks = process.container.memory().len().div_ceil(BLOCK);
+        let mut unsent = vec![false; blocks];
+        for r in coming {
+            unsent[r.start as usize..(r.end as usize).min(blocks)].fill(true);
+        }
+        let left = unsent.iter().filter(|u| **u).count();
+        self.lends.insert(
+            pid,
+            Lend {
+                to,
+                process,
+                unsent,
+                left,
+                next: 0,
+                in_flight: 0,
+                window: 1,
+            },
+        );
+        self.send_pieces(pid);
+    }
+
+    /// What the destination of a post-copy asks for.
+    pub(crate) fn on_ask(&mut self, pid: Pid, ask: Ask) {
+        match ask {
+            Ask::Block(b) => self.send_now(pid, b as usize),
+            Ask::More => {
+                if let Some(lend) = self.lends.get_mut(&pid) {
+                    lend.in_flight = lend.in_flight.saturating_sub(1);
+                    lend.window = (lend.window * 2).min(WINDOW);
+                }
+                self.send_pieces(pid);
+            }
+            Ask::Enough => drop(self.lends.remove(&pid)),
+        }
+    }
+
+    /// The next pieces of the stream, up to the window; the memory goes
+    /// once all is sent.
+    fn send_pieces(&mut self, pid: Pid) {
+        while let Some(lend) = self.lends.get_mut(&pid) {
+            if lend.in_flight >= lend.window {
+                return;
+            }
+            let from = lend.next;
+            let blocks = take_unsent(lend, from, usize::MAX);
+            lend.next = blocks.last().map_or(lend.unsent.len(), |b| *b as usize + 1);
+            lend.in_flight += 1;
+            self.send_blocks(pid, blocks, true);
+        }
+    }
+
+    /// Block `b`, which the process waits for, and the unsent ones after
+    /// it up to a piece, ahead of the stream.
+    fn send_now(&mut self, pid: Pid, b: usize) {
+        let Some(lend) = self.lends.get_mut(&pid) else {
+            return;
+        };
+        let blocks = take_unsent(lend, b, b + PIECE);
+        self.send_blocks(pid, blocks, false);
+    }
+
+    fn send_blocks(&mut self, pid: Pid, blocks: Vec<u32>, streamed: bool) {
+        let Some(lend) = self.lends.get(&pid) else {
+            return;
+        };
+        let to = lend.to;
+        if !blocks.is_empty() {
+            let bytes = encode_blocks(lend.process.container.memory(), blocks);
+            let msg = NocMsg::Migration(MigrationMsg::Fill { pid, streamed });
+            self.transmit(
+                to,
+                Packet {
+                    bulk: Some(bytes),
+                    ..Packet::new(msg)
+                },
+            );
+        }
+        if self.lends.get(&pid).is_some_and(|l| l.left == 0) {
+            self.lends.remove(&pid);
+        }
+    }
+
+    /// Node `node` is lost: what was being sent there is let go.
+    pub(crate) fn lends_to_lost_node(&mut self, node: u16) {
+        self.lends.retain(|_, l| l.to.node != node);
+    }
+}
+
+/// Up to a piece of unsent blocks of `lend` from `from`, before `until`,
+/// marked sent.
+fn take_unsent(lend: &mut Lend, from: usize, until: usize) -> Vec<u32> {
+    let until = until.min(lend.unsent.len());
+    let mut blocks = Vec::new();
+    let mut b = from;
+    while b < until && blocks.len() < PIECE {
+        if lend.unsent[b] {
+            lend.unsent[b] = false;
+            lend.left -= 1;
+            blocks.push(b as u32);
+        }
+        b += 1;
+    }
+    blocks
+}
