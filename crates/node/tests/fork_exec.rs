@@ -214,6 +214,52 @@ fn a_child_forked_onto_another_node_runs_there() {
 }
 
 #[test]
+fn without_userfaultfd_a_child_forked_onto_another_node_runs_once_its_memory_is_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(2);
+    config.runtime.postcopy_faults = false;
+    let (a, _b) = cluster_pair_of(dir.path(), config);
+    let (code, out) = run(&a, &job("fork", &["1.1"]));
+    assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), forked("node 1 kernel 1"));
+}
+
+/// The processes of `node`'s own kernels named `name`.
+fn named(node: &atoll_node::Node, name: &str) -> Vec<atoll_abi::Pid> {
+    let me = node.members()[0].node;
+    node.ps()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kernel.node == me)
+        .flat_map(|r| r.processes)
+        .filter(|p| p.name == name)
+        .map(|p| p.pid)
+        .collect()
+}
+
+#[test]
+fn a_child_whose_memory_was_still_coming_from_a_lost_node_is_killed() {
+    // The child, on node 1, starts before its 256 MiB heap has come from
+    // node 0 and reads all of it; node 0 stops meanwhile. The child must
+    // not wait forever in a fault, nor run on with zeros: it is killed,
+    // and node 1 goes on serving.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = cluster_pair(dir.path(), 1);
+    let (_pid, out, _ended) = start(&a, &job("fork", &["1.0", "256"]));
+    wait_for_lines(&out, 1);
+    assert_eq!(out.stdout(), "child: started\n");
+    assert_eq!(named(&b, "fork").len(), 1, "the child runs on node 1");
+    a.shutdown();
+    let t = std::time::Instant::now();
+    while !named(&b, "fork").is_empty() {
+        assert!(t.elapsed() < HANG, "the child outlived its memory's node");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (code, out) = run(&b, &job("exit", &["3"]));
+    assert_eq!(code, 3, "{}", out.stderr());
+}
+
+#[test]
 fn fork_fails_cleanly_for_a_missing_kernel_and_an_unprepared_module() {
     let node = node(2);
     let (code, out) = run(&node, &job("fork", &["9"]));
