@@ -181,6 +181,16 @@ impl Container {
                 "a delta image cannot start a process".into(),
             ));
         }
+        Container::rebuild(runtime, image, host)
+    }
+
+    /// A new instance with `image` written into it: over the memory as
+    /// instantiation left it if the image is a delta.
+    fn rebuild(
+        runtime: &Arc<Runtime>,
+        image: ImageView<'_>,
+        host: Host,
+    ) -> Result<Self, ContainerError> {
         let program = runtime
             .program(&image.uarea.module)
             .ok_or_else(|| ContainerError::UnknownModule(image.uarea.module.to_string()))?;
@@ -216,13 +226,20 @@ impl Container {
         coming: &[Range<u32>],
         from: KernelId,
     ) -> Result<Self, ContainerError> {
+        if image.uarea.threads.needs_earlier_frame() {
+            return Err(ContainerError::BadImage(
+                "a delta image cannot start a process".into(),
+            ));
+        }
         let pid = image.uarea.pid;
         let carried = MemoryView {
             complete: false,
             runs: std::mem::take(&mut image.memory.runs),
             ..image.memory
         };
-        let mut c = Container::restore_view(runtime, image, host)?;
+        // Not cleared: `expect` gives every page of the memory back.
+        image.memory.complete = false;
+        let mut c = Container::rebuild(runtime, image, host)?;
         let late = runtime
             .late_memories()
             .expect(pid, from, c.memory_mut(), coming)

@@ -86,7 +86,8 @@ struct Filling {
     /// One per block of the memory: its bytes are still to come.
     missing: Vec<bool>,
     left: usize,
-    /// Whether the memory is registered with the node's `userfaultfd`.
+    /// Whether (parts of) the memory are registered with the node's
+    /// `userfaultfd`.
     registered: bool,
     /// `None` while blocks are still to come.
     outcome: Option<Result<(), String>>,
@@ -142,9 +143,10 @@ impl LateMemories {
         }
     }
 
-    /// `memory` (process `pid`'s, all zero) is to receive the blocks of
-    /// `coming` from kernel `from`. With `userfaultfd`, their pages are
-    /// dropped, so that touching one waits for its bytes.
+    /// `memory` (process `pid`'s, whose bytes do not matter: every page is
+    /// given back, and it reads zero but for what comes) is to receive the
+    /// blocks of `coming` from kernel `from`. With `userfaultfd`, touching
+    /// one of them waits for its bytes.
     ///
     /// # Errors
     /// `coming` names blocks outside the memory or out of order, `pid`
@@ -170,9 +172,14 @@ impl LateMemories {
         }
         let left = missing.iter().filter(|m| **m).count();
         let (base, len) = (memory.as_mut_ptr() as usize, blocks * BLOCK);
+        // SAFETY: the range is this memory, which the caller holds and
+        // whose bytes it gives up.
+        if unsafe { libc::madvise(base as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
+            return Err(format!("madvise: {}", std::io::Error::last_os_error()));
+        }
         let registered = match &self.uffd {
             Some(uffd) if left > 0 => {
-                register(uffd, memory, &missing)?;
+                register(uffd, memory, coming)?;
                 true
             }
             _ => false,
@@ -429,38 +436,70 @@ fn serve_faults(memories: &Weak<LateMemories>) {
 /// node still runs.
 const FAULT_WAIT_MS: i32 = 200;
 
-/// Registers `memory` for missing-page faults and leaves a page behind
-/// exactly the blocks not `missing` (zero ones).
-fn register(uffd: &Uffd, memory: &mut [u8], missing: &[bool]) -> Result<(), String> {
-    let (base, len) = (memory.as_mut_ptr(), missing.len() * BLOCK);
-    uffd.register(base.cast(), len)
-        .map_err(|e| format!("userfaultfd register: {e}"))?;
-    let undo = |why: String| {
-        let _ = uffd.unregister(base.cast(), len);
+/// Registers the parts of `memory` (which has no page) where the blocks
+/// `coming` lie for missing-page faults. Every range is a mapping of its
+/// own, so ranges closer than [`MERGED_GAP`] blocks are registered as one,
+/// and the blocks between them mapped zero, as the kernel maps a page of
+/// the memory that is not registered on its first touch; fewer than
+/// [`MOST_RANGES`] are registered in all.
+fn register(uffd: &Uffd, memory: &mut [u8], coming: &[Range<u32>]) -> Result<(), String> {
+    let base = memory.as_mut_ptr();
+    let mut gap = MERGED_GAP;
+    let merged = loop {
+        let merged = merge(coming, gap);
+        if merged.len() <= MOST_RANGES {
+            break merged;
+        }
+        gap *= 4;
+    };
+    let mut done: Vec<Range<u32>> = Vec::new();
+    let undo = |done: &[Range<u32>], why: String| {
+        for r in done {
+            // SAFETY: a range registered above.
+            let _ = uffd.unregister(
+                unsafe { base.add(r.start as usize * BLOCK) }.cast(),
+                r.len() * BLOCK,
+            );
+        }
         why
     };
-    // SAFETY: the range is this memory, which the caller holds and which
-    // is all zero: dropping its pages changes no byte.
-    if unsafe { libc::madvise(base.cast(), len, libc::MADV_DONTNEED) } != 0 {
-        return Err(undo(format!(
-            "madvise: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    let mut b = 0;
-    while b < missing.len() {
-        let run = missing[b..]
-            .iter()
-            .take_while(|&&m| m == missing[b])
-            .count();
-        if !missing[b] {
-            // SAFETY: within the registered memory.
-            unsafe { uffd.zeropage(base.add(b * BLOCK).cast(), run * BLOCK, false) }
-                .map_err(|e| undo(format!("userfaultfd zero page: {e}")))?;
+    let mut parts = coming.iter().peekable();
+    for r in merged {
+        // SAFETY: `r` lies within the memory (checked by the caller).
+        let at = |b: u32| unsafe { base.add(b as usize * BLOCK) }.cast::<libc::c_void>();
+        uffd.register(at(r.start), r.len() * BLOCK)
+            .map_err(|e| undo(&done, format!("userfaultfd register: {e}")))?;
+        done.push(r.clone());
+        // The gaps between the parts it merged.
+        let mut next = r.start;
+        while let Some(part) = parts.next_if(|p| p.start < r.end) {
+            if part.start > next {
+                // SAFETY: within the range just registered.
+                unsafe { uffd.zeropage(at(next), (part.start - next) as usize * BLOCK, false) }
+                    .map_err(|e| undo(&done, format!("userfaultfd zero page: {e}")))?;
+            }
+            next = part.end;
         }
-        b += run;
     }
     Ok(())
+}
+
+/// Blocks between two ranges of a late memory below which they are
+/// registered as one.
+const MERGED_GAP: u32 = 16;
+/// Most ranges of one memory registered apart.
+const MOST_RANGES: usize = 64;
+
+/// `ranges` (ascending), those closer than `gap` blocks made one.
+fn merge(ranges: &[Range<u32>], gap: u32) -> Vec<Range<u32>> {
+    let mut out: Vec<Range<u32>> = Vec::new();
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.start - last.end < gap => last.end = r.end,
+            _ => out.push(r.clone()),
+        }
+    }
+    out
 }
 
 /// `UFFDIO_COPY` of `bytes` to `dst`, which may take several calls.
