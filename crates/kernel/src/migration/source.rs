@@ -14,6 +14,10 @@ use crate::kernel::Process;
 use crate::kernel::{monotonic_ns, Kernel};
 use crate::msg::{Handover, MigrationMsg, NocMsg, Packet, ReplyTo, Times};
 
+/// Memory that goes with a process moved before it has run (`Started::No`),
+/// rather than after it: one 64 KiB frame.
+const EAGER_MOST: usize = 64 << 10;
+
 /// A process on its way out. While pre-copy runs it is still in `procs`
 /// and runs; once frozen, it waits here for the destination's answer.
 pub(crate) struct Departure {
@@ -160,8 +164,13 @@ impl Kernel {
         if let Err(e) = container.settle() {
             return Err(format!("cannot move {pid}: {e}"));
         }
-        let late =
-            remote && mode == Mode::Copy && started == Started::No && !container.is_dormant();
+        // A program that has not started (exec) has only its data
+        // segments, which it reads at once: they go with it.
+        let late = remote
+            && mode == Mode::Copy
+            && started == Started::No
+            && !container.is_dormant()
+            && container.uarea().started;
         let tracker = if mode == Mode::Copy
             && self.migration.policy.max_rounds > 0
             && started == Started::Yes
@@ -417,14 +426,23 @@ impl Kernel {
                 d.left_out = threads.leave_out_sent(d.contexts_sent);
                 Some(container.encode(|bytes| MemoryView::blocks_of(bytes, dirty)))
             }
-            // Its saved stack goes with it, the rest after.
+            // What it reads on resuming goes with it, the rest after, unless
+            // the rest is small: a fault's round trip costs more than its
+            // bytes.
             (Mode::Copy, None) if d.late.is_some() => {
                 let first = container.resume_blocks();
-                d.late = Some(without(nonzero_ranges(container.memory()), &first));
-                Some(container.encode(|b| MemoryView {
-                    complete: true,
-                    ..MemoryView::blocks_of(b, first)
-                }))
+                let rest = without(nonzero_ranges(container.memory()), &first);
+                let bytes = rest.iter().map(|r| r.len()).sum::<usize>() * BLOCK;
+                if bytes <= EAGER_MOST {
+                    d.late = None;
+                    Some(container.encode(|b| MemoryView::whole(b)))
+                } else {
+                    d.late = Some(rest);
+                    Some(container.encode(|b| MemoryView {
+                        complete: true,
+                        ..MemoryView::blocks_of(b, first)
+                    }))
+                }
             }
             (Mode::Copy, None) => Some(container.encode(|b| MemoryView::whole(b))),
         };
