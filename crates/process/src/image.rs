@@ -554,6 +554,25 @@ impl ProcessImage {
     }
 }
 
+/// A fresh private anonymous mapping of `len` bytes, as a pool slot's
+/// memory is (for tests; unmapping it is the caller's).
+#[cfg(test)]
+pub(crate) fn anonymous(len: usize) -> *mut u8 {
+    // SAFETY: a fresh mapping, which nothing else uses.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p.cast()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,18 +583,7 @@ mod tests {
     #[test]
     fn only_blocks_with_a_page_behind_them_are_mapped() {
         const PAGES: usize = 24;
-        // SAFETY: a fresh private anonymous mapping, unmapped at the end.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGES * BLOCK,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
+        let base = anonymous(PAGES * BLOCK).cast::<libc::c_void>();
         // SAFETY: the mapping is PAGES * BLOCK bytes, readable and writable.
         let bytes = unsafe { std::slice::from_raw_parts_mut(base.cast::<u8>(), PAGES * BLOCK) };
         // Written: 1, 2 and 6; read only (the zero page): 4; given back

@@ -536,19 +536,7 @@ mod tests {
 
     impl Mapped {
         fn new() -> Self {
-            // SAFETY: a fresh private anonymous mapping.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    BLOCKS * BLOCK,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            Mapped(p.cast())
+            Mapped(crate::image::anonymous(BLOCKS * BLOCK))
         }
         fn bytes(&self) -> &'static mut [u8] {
             // SAFETY: the mapping outlives every test's use of it (it is
