@@ -224,13 +224,13 @@ fn without_userfaultfd_a_child_forked_onto_another_node_runs_once_its_memory_is_
     assert_eq!(out.stdout(), forked("node 1 kernel 1"));
 }
 
-/// The processes of `node`'s own kernels named `name`.
-fn named(node: &atoll_node::Node, name: &str) -> Vec<atoll_abi::Pid> {
-    let me = node.members()[0].node;
+/// The processes named `name` that `node` sees on the kernels of node
+/// `on`.
+fn named(node: &atoll_node::Node, on: u16, name: &str) -> Vec<atoll_abi::Pid> {
     node.ps()
         .unwrap()
         .into_iter()
-        .filter(|r| r.kernel.node == me)
+        .filter(|r| r.kernel.node == on)
         .flat_map(|r| r.processes)
         .filter(|p| p.name == name)
         .map(|p| p.pid)
@@ -248,15 +248,44 @@ fn a_child_whose_memory_was_still_coming_from_a_lost_node_is_killed() {
     let (_pid, out, _ended) = start(&a, &job("fork", &["1.0", "256"]));
     wait_for_lines(&out, 1);
     assert_eq!(out.stdout(), "child: started\n");
-    assert_eq!(named(&b, "fork").len(), 1, "the child runs on node 1");
+    assert_eq!(named(&b, 1, "fork").len(), 1, "the child runs on node 1");
     a.shutdown();
     let t = std::time::Instant::now();
-    while !named(&b, "fork").is_empty() {
+    while !named(&b, 1, "fork").is_empty() {
         assert!(t.elapsed() < HANG, "the child outlived its memory's node");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let (code, out) = run(&b, &job("exit", &["3"]));
     assert_eq!(code, 3, "{}", out.stderr());
+}
+
+#[test]
+fn a_child_moved_while_its_memory_arrives_keeps_all_of_it() {
+    // The child of a parent holding 256 MiB starts on node 1 and reads
+    // its heap as it arrives; it is moved meanwhile: by hand-over on its
+    // node (the blocks go on arriving where it runs) and by copy to node
+    // 0 (the move first waits for the whole memory: a missing page would
+    // be captured as zero).
+    for (to, mode) in [
+        (atoll_abi::KernelId::new(1, 1), Mode::Handover),
+        (atoll_abi::KernelId::new(0, 1), Mode::Copy),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = cluster_pair(dir.path(), 2);
+        let (_pid, out, ended) = start(&a, &job("fork", &["1.0", "256"]));
+        wait_for_lines(&out, 1);
+        let child = named(&b, 1, "fork")[0];
+        let report = b.migrate(child, to, Some(mode)).unwrap();
+        assert_eq!(report.to, to);
+        wait_for_lines(&out, 2);
+        assert_eq!(
+            out.stdout(),
+            "child: started\nchild: a copy of its parent: yes\n",
+            "{mode:?}"
+        );
+        a.kill(child, atoll_abi::status::SIGKILL).unwrap();
+        ended.recv_timeout(HANG).expect("the parent ends");
+    }
 }
 
 #[test]
