@@ -85,7 +85,9 @@ impl Kernel {
         self.lends_to_lost_node(node);
         self.arrivals_from_lost_node(node);
         // Processes whose memory was still coming from there (the node's
-        // links have let it go already, unless this kernel runs alone).
+        // links have let it go already). A forked child is homed on the
+        // kernel it came from, so `fence` ended it above; this holds for
+        // any process that arrives before its memory, whatever its home.
         self.runtime.late_memories().lost(node);
         let memoryless: Vec<Pid> = self
             .procs
