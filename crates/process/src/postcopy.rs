@@ -233,16 +233,13 @@ impl LateMemories {
             .expect("late memories")
             .get(&pid)
             .cloned();
-        let written = match &late {
-            Some(late) => self.write(late, bytes),
-            None => Ok(false),
-        };
+        // No memory awaited: its process ended, and is over too.
+        let written = late.map_or(Ok(true), |late| self.write(&late, bytes));
         if streamed {
             let ask = match written {
-                Ok(false) | Err(_) => Ask::More,
                 Ok(true) => Ask::Enough,
+                Ok(false) | Err(_) => Ask::More,
             };
-            let ask = if late.is_none() { Ask::Enough } else { ask };
             if let Some(asker) = self.asker.get() {
                 asker(pid, from, ask);
             }
