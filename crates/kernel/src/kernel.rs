@@ -772,6 +772,9 @@ impl Kernel {
             parent: u.parent,
             console: u.console,
         };
+        // A memory still arriving is let go at its source ahead of the
+        // news, which may make its parent fork again at once.
+        p.container.let_late_go();
         self.announce_end(pid, kin, code);
         if pid.home == self.id {
             self.homes.release(pid);

@@ -314,6 +314,14 @@ impl Container {
         }
     }
 
+    /// The process has ended: a memory still arriving is let go, here and
+    /// at its source (`postcopy`), before the container itself goes.
+    pub fn let_late_go(&mut self) {
+        if let State::Live(store) = &mut self.state {
+            drop(store.data_mut().late.take());
+        }
+    }
+
     /// The node a memory arriving after its process comes from, while
     /// blocks are still to come or if they never came.
     pub fn late_from(&self) -> Option<u16> {
@@ -554,6 +562,17 @@ impl Container {
         let ctx = store.data_mut();
         ctx.link = None;
         ctx.uarea.accounting.cpu_ns += now.elapsed().as_nanos() as u64;
+        // Past its first slice, a process that went ahead of its memory
+        // will want the rest: it streams now (unless the process ended or
+        // replaces its program).
+        if let Some(late) = &ctx.late {
+            if !matches!(
+                slice,
+                Slice::Exited(_) | Slice::Trapped(_) | Slice::Call(KernelCall::Exec(_))
+            ) {
+                late.stream();
+            }
+        }
         slice
     }
 

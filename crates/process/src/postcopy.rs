@@ -5,10 +5,13 @@
 //! costs (a millisecond for 1 MiB through TLS, against a tenth of that for
 //! a fork on one node). So its image goes without the memory's bytes, only
 //! the list of blocks that will follow; it starts as soon as its home has
-//! committed the move, and its source, which keeps the memory meanwhile,
-//! then streams the blocks a few at a time, each piece acknowledged
-//! ([`Ask::More`]), until all are in or the process has ended
-//! ([`Ask::Enough`]). Until every block is in:
+//! committed the move, and its source keeps the memory meanwhile. Once
+//! the process runs on past its first slice, first faults on a missing
+//! block, or is to be captured, the source streams the blocks a few at a
+//! time ([`Ask::Stream`]), each piece acknowledged ([`Ask::More`]), until
+//! all are in or the process has ended ([`Ask::Enough`], which its end
+//! also sends). A child that exits or execs at once so costs its source no
+//! copy at all. Until every block is in:
 //!
 //! - with `userfaultfd` (root, or `vm.unprivileged_userfaultfd`), the
 //!   memory is registered with the node's one `userfaultfd` and its
@@ -36,6 +39,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
 use atoll_abi::{KernelId, Pid};
@@ -47,8 +51,11 @@ use crate::image::{MemoryView, BLOCK};
 /// What the destination of a post-copy tells its source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Ask {
-    /// The process waits in a fault on this block: send it now.
+    /// The process waits in a fault on this block: send it now, and start
+    /// the stream.
     Block(u32),
+    /// The process runs on, or is to be captured: start the stream.
+    Stream,
     /// A piece of the stream is in: send the next.
     More,
     /// The memory is whole, or its process ended: stop and let it go.
@@ -78,6 +85,8 @@ struct Late {
     /// length: what the fault thread matches a fault's address against.
     base: usize,
     len: usize,
+    /// The source was asked to stream the blocks.
+    streaming: AtomicBool,
     state: Mutex<Filling>,
     changed: Condvar,
 }
@@ -189,6 +198,7 @@ impl LateMemories {
             from,
             base,
             len,
+            streaming: AtomicBool::new(false),
             state: Mutex::new(Filling {
                 missing,
                 left,
@@ -240,11 +250,15 @@ impl LateMemories {
                 Ok(true) => Ask::Enough,
                 Ok(false) | Err(_) => Ask::More,
             };
-            if let Some(asker) = self.asker.get() {
-                asker(pid, from, ask);
-            }
+            self.ask(pid, from, ask);
         }
         written.map(drop)
+    }
+
+    fn ask(&self, pid: Pid, from: KernelId, ask: Ask) {
+        if let Some(asker) = self.asker.get() {
+            asker(pid, from, ask);
+        }
     }
 
     /// Writes a piece into `late`; whether it is now over (whole, or
@@ -355,11 +369,31 @@ impl LateMemories {
 }
 
 impl LateMemory {
-    /// Waits until every block is in.
+    /// The process runs on: asks its source, once, to stream the blocks.
+    pub fn stream(&self) {
+        if !self.late.streaming.swap(true, Ordering::Relaxed) {
+            self.ask(Ask::Stream);
+        }
+    }
+
+    /// Waits until every block is in, asking the source to stream them
+    /// (again: a stream asked for before the source was ready is not
+    /// lost).
     ///
     /// # Errors
     /// The source's node was lost first.
     pub fn wait(&self) -> Result<(), String> {
+        self.late.streaming.store(true, Ordering::Relaxed);
+        if self
+            .late
+            .state
+            .lock()
+            .expect("late memory")
+            .outcome
+            .is_none()
+        {
+            self.ask(Ask::Stream);
+        }
         let state = self.late.state.lock().expect("late memory");
         let state = self
             .late
@@ -375,15 +409,24 @@ impl LateMemory {
         let state = self.late.state.lock().expect("late memory");
         (!matches!(state.outcome, Some(Ok(())))).then_some(self.late.from.node)
     }
+
+    fn ask(&self, ask: Ask) {
+        self.memories.ask(self.late.pid, self.late.from, ask);
+    }
 }
 
 impl Drop for LateMemory {
+    /// The process ended: a memory still arriving is let go, here and at
+    /// its source.
     fn drop(&mut self) {
         let mut state = self.late.state.lock().expect("late memory");
-        if state.outcome.is_none() {
-            let why = format!("process {} ended before its memory arrived", self.late.pid);
-            self.memories.finish(&self.late, &mut state, Err(why));
+        if state.outcome.is_some() {
+            return;
         }
+        let why = format!("process {} ended before its memory arrived", self.late.pid);
+        self.memories.finish(&self.late, &mut state, Err(why));
+        drop(state);
+        self.ask(Ask::Enough);
     }
 }
 
@@ -413,9 +456,9 @@ fn serve_faults(memories: &Weak<LateMemories>) {
         loop {
             match uffd.read_event() {
                 Ok(Some(Event::Pagefault { addr, .. })) => {
-                    if let (Some((late, block)), Some(asker)) = (m.at(addr as usize), m.asker.get())
-                    {
-                        asker(late.pid, late.from, Ask::Block(block));
+                    if let Some((late, block)) = m.at(addr as usize) {
+                        late.streaming.store(true, Ordering::Relaxed);
+                        m.ask(late.pid, late.from, Ask::Block(block));
                     }
                 }
                 Ok(Some(_)) => {}
@@ -656,6 +699,46 @@ mod tests {
         // Blocks wanted now are not acknowledged.
         m.fill(SOURCE, pid(), &piece(5, 1), false).unwrap();
         assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn the_stream_is_asked_for_once_and_an_ended_process_says_enough() {
+        let m = LateMemories::new(false);
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        m.serve(Box::new(move |pid, to, ask| {
+            tx.lock().unwrap().send((pid, to, ask)).unwrap()
+        }));
+        let memory = Mapped::new();
+        let late = m
+            .expect(pid(), SOURCE, memory.bytes(), &only(0..2))
+            .unwrap();
+        assert!(rx.try_recv().is_err(), "asked before the process ran");
+        late.stream();
+        late.stream();
+        assert_eq!(rx.try_recv(), Ok((pid(), SOURCE, Ask::Stream)));
+        assert!(rx.try_recv().is_err(), "asked twice");
+        // A capture waits, and asks again (the first ask may have come
+        // before the source was ready).
+        std::thread::scope(|s| {
+            let w = s.spawn(|| late.wait());
+            assert_eq!(
+                rx.recv_timeout(Duration::from_secs(5)),
+                Ok((pid(), SOURCE, Ask::Stream))
+            );
+            m.fill(SOURCE, pid(), &piece(0, 1), false).unwrap();
+            m.fill(SOURCE, pid(), &piece(1, 1), false).unwrap();
+            assert_eq!(w.join().unwrap(), Ok(()));
+        });
+        // Whole, it asks nothing when its process ends.
+        drop(late);
+        assert!(rx.try_recv().is_err());
+        // Ended before its memory came: the source may let it go.
+        let late = m
+            .expect(pid(), SOURCE, memory.bytes(), &only(3..4))
+            .unwrap();
+        drop(late);
+        assert_eq!(rx.try_recv(), Ok((pid(), SOURCE, Ask::Enough)));
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! The source's side of a post-copy (`atoll_process::postcopy`): once the
 //! destination has committed a process that went without its memory, this
-//! kernel keeps the memory and sends it, a window of pieces ahead on the
-//! bulk lane, each acknowledged before the next goes; a block the process
-//! waits for goes at once, ahead of them. The memory is let go once every
-//! block is sent, or when the destination has enough (the process ended),
-//! or its node is lost.
+//! kernel keeps the memory. When the destination asks for it (the process
+//! runs on, faults, or is to be captured) it sends it, a window of pieces
+//! ahead on the bulk lane, each acknowledged before the next goes; a block
+//! the process waits for goes at once, ahead of them. The memory is let go
+//! once every block is sent, or when the destination has enough (the
+//! process ended), or its node is lost.
 
 use std::ops::Range;
 
@@ -21,9 +22,9 @@ const PIECE: usize = (64 << 10) / BLOCK;
 /// Most pieces in flight: enough to keep the link busy while each is
 /// acknowledged. The stream starts with one and doubles the window with
 /// each acknowledgement, as TCP's slow start does: a process that ends
-/// at once (a child that execs or exits) costs its source one piece, not
-/// a window of them, which on two cores slowed such a fork by 1.9x
-/// (`placebench fork`, window 1 against 4).
+/// early costs its source one piece, not a window of them, which on two
+/// cores slowed such a fork by 1.9x (`placebench fork`, window 1 against
+/// 4).
 const WINDOW: usize = 8;
 
 /// A memory being sent after its process.
@@ -36,14 +37,15 @@ pub(crate) struct Lend {
     left: usize,
     /// Where the stream goes on.
     next: usize,
-    /// Pieces sent and not yet acknowledged, and how many may be.
+    /// Pieces sent and not yet acknowledged, and how many may be (none
+    /// until the destination asks for the stream).
     in_flight: usize,
     window: usize,
 }
 
 impl Kernel {
-    /// Starts sending the blocks `coming` of `process`'s memory to kernel
-    /// `to`, where it now runs.
+    /// Keeps `process`'s memory, whose blocks `coming` are for kernel `to`,
+    /// where it now runs, until they are asked for.
     pub(crate) fn lend(&mut self, pid: Pid, to: KernelId, process: Process, coming: &[Range<u32>]) {
         let blocks = process.container.memory().len().div_ceil(BLOCK);
         let mut unsent = vec![false; blocks];
@@ -60,16 +62,19 @@ impl Kernel {
                 left,
                 next: 0,
                 in_flight: 0,
-                window: 1,
+                window: 0,
             },
         );
-        self.send_pieces(pid);
     }
 
     /// What the destination of a post-copy asks for.
     pub(crate) fn on_ask(&mut self, pid: Pid, ask: Ask) {
         match ask {
-            Ask::Block(b) => self.send_now(pid, b as usize),
+            Ask::Block(b) => {
+                self.send_now(pid, b as usize);
+                self.start_stream(pid);
+            }
+            Ask::Stream => self.start_stream(pid),
             Ask::More => {
                 if let Some(lend) = self.lends.get_mut(&pid) {
                     lend.in_flight = lend.in_flight.saturating_sub(1);
@@ -78,6 +83,13 @@ impl Kernel {
                 self.send_pieces(pid);
             }
             Ask::Enough => drop(self.lends.remove(&pid)),
+        }
+    }
+
+    fn start_stream(&mut self, pid: Pid) {
+        if let Some(lend) = self.lends.get_mut(&pid).filter(|l| l.window == 0) {
+            lend.window = 1;
+            self.send_pieces(pid);
         }
     }
 
