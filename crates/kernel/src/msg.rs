@@ -334,10 +334,12 @@ impl NocMsg {
                     }
             ) | NocMsg::File { .. }
                 | NocMsg::FileDone { .. }
-                | NocMsg::Migration(MigrationMsg::Fill {
-                    streamed: false,
-                    ..
-                })
+                | NocMsg::Migration(
+                    MigrationMsg::Fill {
+                        streamed: false,
+                        ..
+                    } | MigrationMsg::Final { alone: true, .. }
+                )
         )
     }
 
@@ -406,6 +408,12 @@ pub enum MigrationMsg {
         /// carries no memory block, and these ranges of blocks follow once
         /// the move is committed (post-copy, `atoll_process::postcopy`).
         late: Option<Vec<Range<u32>>>,
+        /// No pre-copy frame went before it: it is the whole migration, and
+        /// may overtake other bulk bytes ([`NocMsg::bulk_order_free`]).
+        alone: bool,
+        /// The source is the process's home and recorded the move as it
+        /// sent it: the process runs as soon as it is restored.
+        committed: bool,
     },
     /// Blocks of a post-copy's memory (an encoded memory view, in the
     /// portal), written where they arrive by whoever reads them
@@ -421,6 +429,8 @@ pub enum MigrationMsg {
         req: u64,
         report: Box<MigrationReport>,
         times: Times,
+        /// As in `Final`.
+        committed: bool,
     },
     /// The source gives up a migration still in pre-copy (the process
     /// ended): the destination drops what it has. Sent with (empty) bulk

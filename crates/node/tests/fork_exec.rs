@@ -289,6 +289,41 @@ fn a_child_moved_while_its_memory_arrives_keeps_all_of_it() {
 }
 
 #[test]
+fn a_child_refused_by_the_other_node_runs_at_home_and_outlives_that_node() {
+    // A forked child's move is committed at its home, the parent's kernel,
+    // as the child leaves; when the destination refuses it, the commit is
+    // undone: the child runs on its parent's kernel, and is not taken for
+    // a process of the other node when that node is lost.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = cluster_pair(dir.path(), 1);
+    let home = atoll_abi::KernelId::new(0, 0);
+    b.fail_arrivals(atoll_abi::KernelId::new(1, 0), 1).unwrap();
+    let (parent, out, ended) = start(&a, &on(job("fork", &["1.0", "1"]), 0));
+    wait_for_lines(&out, 2);
+    assert_eq!(
+        out.stdout(),
+        "child: started\nchild: a copy of its parent: yes\n"
+    );
+    let child = named(&a, 0, "fork")
+        .into_iter()
+        .find(|p| *p != parent)
+        .expect("the child runs on node 0");
+    assert_eq!(a.locate(child).unwrap(), home);
+    // Had its home kept it on node 1, node 1's loss would end it.
+    b.shutdown();
+    let t = std::time::Instant::now();
+    while a.members().len() > 1 {
+        assert!(t.elapsed() < HANG, "node 1 is never seen gone");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(named(&a, 0, "fork").contains(&child), "the child was ended");
+    assert_eq!(out.stdout().lines().count(), 2, "{}", out.stdout());
+    a.kill(child, atoll_abi::status::SIGKILL).unwrap();
+    ended.recv_timeout(HANG).expect("the parent ends");
+}
+
+#[test]
 fn fork_fails_cleanly_for_a_missing_kernel_and_an_unprepared_module() {
     let node = node(2);
     let (code, out) = run(&node, &job("fork", &["9"]));

@@ -22,7 +22,8 @@ pub(crate) struct Incoming {
 }
 
 /// A process restored here and waiting for its home kernel to commit its
-/// new location before it runs.
+/// new location before it runs (unless its home was its source, which
+/// committed it as it sent it).
 pub(crate) struct Arriving {
     process: Process,
     arrival: Arrival,
@@ -39,6 +40,8 @@ pub(crate) enum Arrival {
         report: Box<MigrationReport>,
         times: Times,
         handed_over: bool,
+        /// Its home recorded the move already (`MigrationMsg::Final`).
+        committed: bool,
     },
     /// A node request to restore a checkpoint here.
     Restored(JobAsker),
@@ -74,6 +77,7 @@ impl Kernel {
                 report,
                 times,
                 late,
+                committed,
                 ..
             } => {
                 let arrival = Arrival::Migrated {
@@ -82,6 +86,7 @@ impl Kernel {
                     report,
                     times,
                     handed_over: false,
+                    committed,
                 };
                 // Copied, so there is no container to give back; from a
                 // kernel of this node, with the host files it keeps.
@@ -100,6 +105,7 @@ impl Kernel {
                 req,
                 report,
                 times,
+                committed,
             } => {
                 let Some(Handover(mut container)) = handover else {
                     return self.refuse(
@@ -118,6 +124,7 @@ impl Kernel {
                     report,
                     times,
                     handed_over: true,
+                    committed,
                 };
                 if let Err((why, back)) = self.arrive(*container, arrival) {
                     self.refuse(from, pid, req, why, back);
@@ -321,6 +328,13 @@ impl Kernel {
             console: u.console,
         };
         let adopt = matches!(arrival, Arrival::Restored(_)).then_some(kin);
+        let committed = matches!(
+            arrival,
+            Arrival::Migrated {
+                committed: true,
+                ..
+            }
+        );
         self.arrivals.insert(
             pid,
             Arriving {
@@ -329,7 +343,9 @@ impl Kernel {
                 held: Vec::new(),
             },
         );
-        if pid.home == self.id {
+        if committed {
+            self.on_committed(pid, Ok(()));
+        } else if pid.home == self.id {
             let result = self.commit(pid, self.id, adopt);
             self.on_committed(pid, result);
         } else {

@@ -12,12 +12,15 @@
 //! 4. **stop-and-copy** — the blocks still dirty, globals and UArea (with the
 //!    saved stack, which lives in linear memory) in one delta image; or, in
 //!    hand-over mode, the container itself;
-//! 5. **restore** on the destination, then **commit** at the home kernel;
+//! 5. **restore** on the destination, then **commit** at the home kernel
+//!    (a process that has not run, leaving its home, is committed as it
+//!    leaves, and runs once restored);
 //! 6. **resume** there, and `Done` tells the source.
 //!
 //! Between nodes, a process that has not run yet (a forked child, an exec'd
 //! program) goes without its memory's bytes and starts at once; the source
-//! then streams them, and sends ahead any block the process waits for
+//! streams them once the destination asks (the process runs on, faults,
+//! or is to be captured), and sends ahead any block the process waits for
 //! (`lend.rs`, post-copy).
 //!
 //! Until `Done` says it runs there, the source keeps the process (frozen)

@@ -50,6 +50,12 @@ pub(crate) struct Departure {
     /// Its memory follows it (post-copy): the blocks that will, once
     /// frozen (empty before); `None` if its memory goes with it.
     late: Option<Vec<Range<u32>>>,
+    /// It has not run and this kernel is its home (a forked child, a
+    /// program exec'd here): the move is committed as it is sent, and the
+    /// process runs at the destination once restored, without a commit's
+    /// round trip. A failed move undoes it; a destination lost before it
+    /// answers loses the process, which had done nothing yet.
+    commit_here: bool,
     /// Messages for the process that arrived after it froze; they follow it
     /// to its destination, or are delivered here if it stays.
     pub held: Vec<Packet>,
@@ -202,6 +208,7 @@ impl Kernel {
             contexts_sent: 0,
             left_out: Vec::new(),
             late: late.then(Vec::new),
+            commit_here: started == Started::No && pid.home == self.id,
             phase: match tracker {
                 Some(tracker) => Phase::PreCopy { tracker },
                 // Frozen right below.
@@ -459,7 +466,11 @@ impl Kernel {
             requested_ns: d.requested_ns,
             frozen_ns,
         };
-        let (req, to) = (d.req, d.to);
+        let (req, to, committed) = (d.req, d.to, d.commit_here);
+        let alone = d.frames_sent == 0;
+        if committed {
+            self.homes.relocate(pid, to);
+        }
         let mut report = Box::new(MigrationReport {
             pid,
             from: self.id,
@@ -478,6 +489,7 @@ impl Kernel {
                     req,
                     report,
                     times,
+                    committed,
                 }))
             };
             self.transmit(to, packet);
@@ -508,6 +520,8 @@ impl Kernel {
                     report,
                     times,
                     late,
+                    alone,
+                    committed,
                 }))
             },
         );
@@ -579,6 +593,9 @@ impl Kernel {
                 }
             }
             Err(why) => {
+                if d.commit_here {
+                    self.homes.relocate(pid, self.id);
+                }
                 let process = match d.phase {
                     // Writable again before it runs.
                     Phase::Frozen {
