@@ -612,6 +612,25 @@ mod tests {
         encode_blocks(&memory, [b])
     }
 
+    /// A memory whose blocks `coming` are awaited from `SOURCE`.
+    fn awaiting(m: &Arc<LateMemories>, coming: Range<u32>) -> (Mapped, LateMemory) {
+        let memory = Mapped::new();
+        let late = m
+            .expect(pid(), SOURCE, memory.bytes(), &only(coming))
+            .unwrap();
+        (memory, late)
+    }
+
+    /// What `m` asks the source, as it asks it.
+    fn asked(m: &Arc<LateMemories>) -> mpsc::Receiver<(Pid, KernelId, Ask)> {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        m.serve(Box::new(move |pid, to, ask| {
+            tx.lock().unwrap().send((pid, to, ask)).unwrap()
+        }));
+        rx
+    }
+
     fn faulting() -> Option<Arc<LateMemories>> {
         let m = LateMemories::new(true);
         if !m.faults() {
@@ -679,15 +698,8 @@ mod tests {
     #[test]
     fn the_stream_is_acknowledged_until_the_memory_is_whole_or_its_process_gone() {
         let m = LateMemories::new(false);
-        let (tx, rx) = mpsc::channel();
-        let tx = Mutex::new(tx);
-        m.serve(Box::new(move |pid, to, ask| {
-            tx.lock().unwrap().send((pid, to, ask)).unwrap()
-        }));
-        let memory = Mapped::new();
-        let late = m
-            .expect(pid(), SOURCE, memory.bytes(), &only(0..2))
-            .unwrap();
+        let rx = asked(&m);
+        let (_memory, late) = awaiting(&m, 0..2);
         m.fill(SOURCE, pid(), &piece(0, 1), true).unwrap();
         assert_eq!(rx.try_recv(), Ok((pid(), SOURCE, Ask::More)));
         m.fill(SOURCE, pid(), &piece(1, 1), true).unwrap();
@@ -704,15 +716,8 @@ mod tests {
     #[test]
     fn the_stream_is_asked_for_once_and_an_ended_process_says_enough() {
         let m = LateMemories::new(false);
-        let (tx, rx) = mpsc::channel();
-        let tx = Mutex::new(tx);
-        m.serve(Box::new(move |pid, to, ask| {
-            tx.lock().unwrap().send((pid, to, ask)).unwrap()
-        }));
-        let memory = Mapped::new();
-        let late = m
-            .expect(pid(), SOURCE, memory.bytes(), &only(0..2))
-            .unwrap();
+        let rx = asked(&m);
+        let (memory, late) = awaiting(&m, 0..2);
         assert!(rx.try_recv().is_err(), "asked before the process ran");
         late.stream();
         late.stream();
@@ -744,11 +749,7 @@ mod tests {
     #[test]
     fn a_missing_block_waits_for_its_bytes_and_a_zero_one_does_not() {
         let Some(m) = faulting() else { return };
-        let (tx, rx) = mpsc::channel();
-        let tx = Mutex::new(tx);
-        m.serve(Box::new(move |pid, to, ask| {
-            tx.lock().unwrap().send((pid, to, ask)).unwrap()
-        }));
+        let rx = asked(&m);
         let memory = Mapped::new();
         memory.bytes().fill(0);
         let late = m
