@@ -28,6 +28,7 @@ use crate::msg::{
 };
 use crate::placement::{AfterPlace, Placement};
 use crate::runqueue::RunQueue;
+use crate::talk::{RemoteTalk, REMOTE_SPIN};
 
 /// A message looking for its process gives up after this many forwards
 /// (it can only loop while a move is being recorded at the home kernel).
@@ -150,6 +151,8 @@ pub(crate) struct Kernel {
     /// How long an idle kernel polls before it sleeps (and a call waits in
     /// place, `ipc/in_place.rs`).
     pub(crate) spin: Duration,
+    /// When it last exchanged messages with another node (`talk.rs`).
+    remote_talk: RemoteTalk,
     /// Hashed with FxHash: the IPC paths look processes up several times
     /// per message, and SipHash showed up at 9% of a ping-pong.
     pub procs: FxHashMap<Pid, Process>,
@@ -254,6 +257,7 @@ impl Kernel {
             host,
             quantum: p.quantum,
             spin: p.spin,
+            remote_talk: RemoteTalk::default(),
             procs: FxHashMap::default(),
             run_queue: RunQueue::new(p.quantum),
             timers: BinaryHeap::new(),
@@ -415,18 +419,25 @@ impl Kernel {
 
     /// Polls the doorbell, and the links to other nodes, for a short while
     /// before sleeping: an answer from another kernel often arrives within
-    /// microseconds, and waking from a futex costs more than that. Only
-    /// while this kernel has a core to itself ([`Doorbell::room_to_poll`]);
-    /// otherwise spinning steals the core from another kernel.
+    /// microseconds, and waking from a futex costs more than that. Longer
+    /// after an exchange with another node, while the links' thread has
+    /// nothing to do (`talk.rs`). Only while this kernel has a core to
+    /// itself ([`Doorbell::room_to_poll`]); otherwise spinning steals the
+    /// core from another kernel.
     fn spin_before_sleep(&self) -> bool {
         if self.spin.is_zero() || !(self.awaits_answers() || self.worked_lately()) {
             return false;
         }
-        let t = Instant::now();
+        let until = Instant::now() + self.spin;
+        let remote_until = self.remote_talk.poll_until(REMOTE_SPIN);
         let doorbell = self.noc.doorbell();
         let mut rung = false;
         self.noc.polling_remote(true);
-        while t.elapsed() < self.spin && doorbell.room_to_poll() {
+        while doorbell.room_to_poll() {
+            let now = Instant::now();
+            if now >= until && !remote_until.is_some_and(|u| now < u && !self.noc.links_busy()) {
+                break;
+            }
             if doorbell.is_pending() || self.timer_due() {
                 rung = true;
                 break;
@@ -840,6 +851,10 @@ impl Kernel {
                 packet.bulk = Some(loan.bytes().to_vec());
             }
         }
+        if !local && !matches!(packet.msg, NocMsg::Dqdt(_)) {
+            self.remote_talk
+                .exchanged(packet.bulk.as_ref().map_or(0, Vec::len));
+        }
         let sent = match packet.bulk.take() {
             None if packet.lazy => self.noc.send_lazy(to, packet),
             None => self.noc.send(to, packet),
@@ -1071,6 +1086,10 @@ impl Kernel {
 
     /// The NoC dispatcher.
     fn on_noc(&mut self, from: KernelId, packet: Packet) {
+        if from.node != self.id.node && !matches!(packet.msg, NocMsg::Dqdt(_)) {
+            self.remote_talk
+                .exchanged(packet.bulk.as_ref().map_or(0, Vec::len));
+        }
         if let Some(hash) = packet.msg.module() {
             if from.node != self.id.node && self.runtime.program(&hash).is_none() {
                 return self.await_module(from, hash, packet);

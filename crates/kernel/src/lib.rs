@@ -30,6 +30,7 @@ mod placement;
 mod quota;
 mod runqueue;
 mod serve;
+mod talk;
 
 pub use dormancy::MIN_INSTANCES_PER_KERNEL;
 pub use homes::Kin;

@@ -92,6 +92,11 @@ pub trait Uplink<M>: Send + Sync {
     /// The other nodes linked now: (node id, kernel count).
     fn linked(&self) -> Vec<(u16, u16)>;
 
+    /// Whether the links' thread is awake: writing a bulk frame, reading
+    /// one, or about to. It then needs a core, which a kernel polling on
+    /// in case an answer comes may be taking.
+    fn busy(&self) -> bool;
+
     /// Reads, on the calling thread, what has arrived from the other
     /// nodes and delivers it as the links would: a kernel with nothing to
     /// do polls this, so that an answer reaches it without two threads'
@@ -442,6 +447,11 @@ impl<M> Endpoint<M> {
         if let Some(r) = &self.remote {
             r.uplink.poll();
         }
+    }
+
+    /// Whether the links' thread is at work ([`Uplink::busy`]).
+    pub fn links_busy(&self) -> bool {
+        self.remote.as_ref().is_some_and(|r| r.uplink.busy())
     }
 
     /// Whether a message sent to itself is waiting (the doorbell does not

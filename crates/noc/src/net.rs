@@ -16,7 +16,9 @@
 //! - `conn`: one connection, which any kernel sends on directly and whose
 //!   task reads what arrives;
 //! - `watch`: when that task waits for bytes, and when the kernels poll
-//!   for them instead.
+//!   for them instead;
+//! - `work`: whether the links' thread has work, which polling kernels
+//!   leave it the core for.
 //! - [`link`]: membership (joining through any member, node ids and
 //!   incarnations) and the control and bulk connections between each pair
 //!   of nodes, which carry kernel messages for the kernels' [`Uplink`](crate::Uplink).
@@ -27,5 +29,6 @@ pub mod identity;
 pub mod link;
 pub mod tls;
 mod watch;
+mod work;
 
 pub use link::{Lane, LinkConfig, LinkError, Links, Member, Wire};

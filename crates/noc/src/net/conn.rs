@@ -37,6 +37,7 @@ use tokio_rustls::TlsStream;
 
 use super::frame::Frames;
 use super::watch::{Ears, Watch};
+use super::work::{LinksWork, Owed};
 
 /// Bytes taken from the socket at a time.
 const READ_CHUNK: usize = 64 << 10;
@@ -63,6 +64,8 @@ pub(super) struct Conn {
     sent: AtomicBool,
     /// Lazy frames wait in the TLS state, unwritten.
     lazy: AtomicBool,
+    /// Where bytes left to the task are counted.
+    work: Arc<LinksWork>,
 }
 
 /// What has been read and not yet handed over.
@@ -86,12 +89,16 @@ struct Tls {
     /// Frames sent before the connection's first frame, kept until it goes
     /// out ([`Conn::hold`]).
     held: Option<Vec<u8>>,
+    /// Encrypted bytes the socket did not take, counted as the links'
+    /// thread's work until they are written.
+    owed: Option<Owed>,
 }
 
 impl Conn {
     /// Takes over a handshaken stream whose frames are at most `max`
     /// bytes, its socket watched by `watch` (`always`: armed even while
-    /// kernels poll it). Runs inside the links' runtime.
+    /// kernels poll it), what it leaves to its task counted in `work`.
+    /// Runs inside the links' runtime.
     ///
     /// # Errors
     /// The socket could not be watched.
@@ -100,6 +107,7 @@ impl Conn {
         max: u32,
         watch: &Arc<Watch>,
         always: bool,
+        work: Arc<LinksWork>,
     ) -> io::Result<Conn> {
         let (tcp, mut conn) = match stream {
             TlsStream::Client(s) => {
@@ -126,6 +134,7 @@ impl Conn {
                 failed: None,
                 open: false,
                 held: None,
+                owed: None,
             }),
             inbox: Mutex::new(Inbox {
                 frames: Frames::new(max),
@@ -136,6 +145,7 @@ impl Conn {
             backlog: Notify::new(),
             sent: AtomicBool::new(false),
             lazy: AtomicBool::new(false),
+            work,
         })
     }
 
@@ -362,6 +372,8 @@ impl Conn {
     /// Records why the connection failed and shuts it down.
     fn fail(&self, tls: &mut Tls, why: String) -> String {
         tls.failed.get_or_insert(why.clone());
+        // Nothing more goes out on it.
+        tls.owed = None;
         self.close();
         why
     }
@@ -374,10 +386,16 @@ impl Conn {
             match tls.conn.write_tls(&mut socket) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if tls.owed.is_none() {
+                        tls.owed = Some(self.work.owe());
+                    }
+                    return Ok(false);
+                }
                 Err(e) => return Err(e),
             }
         }
+        tls.owed = None;
         Ok(true)
     }
 

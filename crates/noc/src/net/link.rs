@@ -64,6 +64,7 @@ use super::frame::{self, FrameError};
 use super::identity::Identity;
 use super::tls::{self, TlsError};
 use super::watch::Watch;
+use super::work::{LinksWork, Owed};
 use crate::{Incoming, SendError, Uplink, SMALL_BULK};
 
 /// The largest frame on a control connection: IPC, spawn requests,
@@ -232,6 +233,8 @@ struct Shared<M> {
     tasks: tokio::runtime::Handle,
     /// A lazy frame may wait on some connection ([`Uplink::send_lazy`]).
     lazy: AtomicBool,
+    /// What the links' thread has to do ([`Uplink::busy`]).
+    work: Arc<LinksWork>,
     /// The sockets the links' thread waits on, and those kernels poll.
     watch: Arc<Watch>,
 }
@@ -294,9 +297,13 @@ where
         deliver: Deliver<M>,
         down: Down,
     ) -> Result<Links<M>, LinkError> {
+        let work = Arc::new(LinksWork::default());
+        let (parks, unparks) = (work.clone(), work.clone());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("atoll-links")
+            .on_thread_park(move || parks.set_awake(false))
+            .on_thread_unpark(move || unparks.set_awake(true))
             .enable_io()
             .enable_time()
             .build()
@@ -346,6 +353,7 @@ where
             mended: std::sync::OnceLock::new(),
             tasks: runtime.handle().clone(),
             lazy: AtomicBool::new(false),
+            work,
             watch: {
                 let _runtime = runtime.enter();
                 Watch::new().map_err(LinkError::Runtime)?
@@ -446,6 +454,10 @@ where
 
     fn polling(&self, on: bool) {
         self.shared.watch.polling(on);
+    }
+
+    fn busy(&self) -> bool {
+        self.shared.work.busy()
     }
 
     fn settle(&self) {
@@ -601,7 +613,11 @@ impl<M: Serialize> Links<M> {
         match written {
             Ok(true) => Ok(()),
             Ok(false) => queue
-                .send(Outgoing { head, bulk })
+                .send(Outgoing {
+                    head,
+                    bulk,
+                    _owed: self.shared.work.owe(),
+                })
                 .or_else(|_| unreachable(msg, "its connection closed".into())),
             Err(why) => unreachable(msg, why),
         }
@@ -1004,8 +1020,14 @@ where
         return Err("the first frame was not a hello".into());
     };
     tls::check_peer(peer_certificate(&stream)?, &member.name).map_err(|e| e.to_string())?;
-    let conn = Conn::new(stream, lane.max(), &shared.watch, lane == Lane::Bulk)
-        .map_err(|e| format!("cannot watch its socket: {e}"))?;
+    let conn = Conn::new(
+        stream,
+        lane.max(),
+        &shared.watch,
+        lane == Lane::Bulk,
+        shared.work.clone(),
+    )
+    .map_err(|e| format!("cannot watch its socket: {e}"))?;
     let conn = Arc::new(conn);
     // Admitted and attached at once, so that a member joining meanwhile
     // is either in the welcome's list or told of this one (`Joined`).
@@ -1054,7 +1076,13 @@ where
     /// Serves a dialled connection: from now on its peer is linked on its
     /// lane. Runs inside the links' runtime.
     fn serve_dialled(self: &Arc<Self>, d: Dialled) {
-        let conn = match Conn::new(d.stream, d.lane.max(), &self.watch, d.lane == Lane::Bulk) {
+        let conn = match Conn::new(
+            d.stream,
+            d.lane.max(),
+            &self.watch,
+            d.lane == Lane::Bulk,
+            self.work.clone(),
+        ) {
             Ok(conn) => Arc::new(conn),
             Err(e) => {
                 return tracing::warn!(peer = %d.peer, lane = ?d.lane, "cannot watch its socket: {e}")
@@ -1137,6 +1165,8 @@ where
 struct Outgoing {
     head: Vec<u8>,
     bulk: Option<Vec<u8>>,
+    /// Counted as the links' thread's work until written or dropped.
+    _owed: Owed,
 }
 
 /// Writes the bulk lane's queue, one frame after the other, each at the
