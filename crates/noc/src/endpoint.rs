@@ -92,9 +92,10 @@ pub trait Uplink<M>: Send + Sync {
     /// The other nodes linked now: (node id, kernel count).
     fn linked(&self) -> Vec<(u16, u16)>;
 
-    /// Whether the links' thread is awake: writing a bulk frame, reading
-    /// one, or about to. It then needs a core, which a kernel polling on
-    /// in case an answer comes may be taking.
+    /// Whether the links' thread has work: it is awake, or frames wait
+    /// in a bulk lane's queue, or a connection holds bytes its socket did
+    /// not take. It then needs a core, which a kernel polling on in case
+    /// an answer comes may be taking.
     fn busy(&self) -> bool;
 
     /// Reads, on the calling thread, what has arrived from the other
