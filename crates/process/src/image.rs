@@ -296,7 +296,7 @@ fn clear(memory: &mut [u8], dirty: &[std::ops::Range<usize>]) {
 /// The blocks of `range` that are not all zero. Blocks with no page behind
 /// them are zero without being read.
 fn nonzero_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> impl Iterator<Item = u32> + '_ {
-    let mapped = mapped_blocks(bytes, range.clone());
+    let mapped = crate::resident::mapped_blocks(bytes, range.clone());
     let start = range.start;
     range.filter(move |&b| {
         let at = b as usize * BLOCK;
@@ -305,89 +305,6 @@ fn nonzero_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> impl Iterator<It
                 .get(at..(at + BLOCK).min(bytes.len()))
                 .is_some_and(|block| !is_zero(block))
     })
-}
-
-/// Past this many runs of absent pages, [`mapped_blocks`] reads the pagemap
-/// once over all of them rather than once per run.
-const ABSENT_RUNS_READ_APART: usize = 8;
-
-/// Which blocks of `range` have a page behind them, in memory or in swap.
-/// A block without one was never written since it was mapped, or was given
-/// back: it reads as zero. A small process in a large memory (a pool slot,
-/// a 1 MiB stack reserved) touches few of its pages, and reading the others
-/// would fault each in. `None` where that cannot be asked (memory not
-/// page-aligned as in tests): every block is then read.
-///
-/// `mincore(2)` answers for pages in memory, ten times faster than the
-/// pagemap (0.9 against 9.8 us for 320 pages here), but it reports a page
-/// in swap as absent: the runs of pages it finds absent are then read from
-/// `/proc/self/pagemap` (bits 63 and 62), each on its own, or all in one
-/// read where there are many.
-fn mapped_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> Option<Vec<bool>> {
-    let start = (range.start as usize * BLOCK).min(bytes.len());
-    let end = (range.end as usize * BLOCK).min(bytes.len());
-    let addr = bytes.as_ptr() as usize + start;
-    if start == end || !addr.is_multiple_of(BLOCK) {
-        return None;
-    }
-    let blocks = (end - start).div_ceil(BLOCK);
-    let mut resident = vec![0u8; blocks];
-    // SAFETY: `addr..addr + (end - start)` lies within `bytes`, and
-    // `resident` has a byte for each of its pages.
-    let asked = unsafe {
-        libc::mincore(
-            addr as *mut libc::c_void,
-            end - start,
-            resident.as_mut_ptr(),
-        )
-    };
-    if asked != 0 {
-        return in_pagemap(addr, blocks);
-    }
-    let mut mapped: Vec<bool> = resident.iter().map(|r| r & 1 != 0).collect();
-    let mut absent = Vec::new();
-    let mut at = 0;
-    while let Some(from) = mapped[at..].iter().position(|m| !m).map(|i| at + i) {
-        let to = mapped[from..]
-            .iter()
-            .position(|m| *m)
-            .map_or(blocks, |i| from + i);
-        absent.push(from..to);
-        at = to;
-    }
-    // A read per absent run, or one over all of them where there are many.
-    if absent.len() > ABSENT_RUNS_READ_APART {
-        let end = absent[absent.len() - 1].end;
-        absent.truncate(1);
-        absent[0].end = end;
-    }
-    for run in absent {
-        let found = in_pagemap(addr + run.start * BLOCK, run.len())?;
-        for (m, f) in mapped[run].iter_mut().zip(found) {
-            *m |= f;
-        }
-    }
-    Some(mapped)
-}
-
-/// Whether each of the `blocks` pages from `addr` is in memory or in swap,
-/// by `/proc/self/pagemap`; `None` where it cannot be read.
-fn in_pagemap(addr: usize, blocks: usize) -> Option<Vec<bool>> {
-    use std::os::unix::fs::FileExt;
-    static PAGEMAP: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
-    let pagemap = PAGEMAP
-        .get_or_init(|| std::fs::File::open("/proc/self/pagemap").ok())
-        .as_ref()?;
-    let mut entries = vec![0u8; blocks * 8];
-    pagemap
-        .read_exact_at(&mut entries, (addr / BLOCK * 8) as u64)
-        .ok()?;
-    Some(
-        entries
-            .chunks_exact(8)
-            .map(|e| u64::from_le_bytes(e.try_into().expect("8 bytes")) >> 62 != 0)
-            .collect(),
-    )
 }
 
 /// Whether a block is all zero; written so that it vectorizes.
@@ -554,25 +471,6 @@ impl ProcessImage {
     }
 }
 
-/// A fresh private anonymous mapping of `len` bytes, as a pool slot's
-/// memory is (for tests; unmapping it is the caller's).
-#[cfg(test)]
-pub(crate) fn anonymous(len: usize) -> *mut u8 {
-    // SAFETY: a fresh mapping, which nothing else uses.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    p.cast()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -581,16 +479,17 @@ mod tests {
     use atoll_abi::{KernelId, Pid};
 
     #[test]
-    fn only_blocks_with_a_page_behind_them_are_mapped() {
+    fn blocks_without_a_page_or_all_zero_are_left_out() {
         const PAGES: usize = 24;
-        let base = anonymous(PAGES * BLOCK).cast::<libc::c_void>();
+        let base = crate::resident::anonymous(PAGES * BLOCK).cast::<libc::c_void>();
         // SAFETY: the mapping is PAGES * BLOCK bytes, readable and writable.
         let bytes = unsafe { std::slice::from_raw_parts_mut(base.cast::<u8>(), PAGES * BLOCK) };
-        // Written: 1, 2 and 6; read only (the zero page): 4; given back
-        // after a write: 2.
+        // Written: 1, 2, 6 and 9 (with zeros); read only (the zero page): 4;
+        // given back after a write: 2.
         for page in [1, 2, 6] {
             bytes[page * BLOCK + 5] = 9;
         }
+        bytes[9 * BLOCK + 5] = 0;
         assert_eq!(std::hint::black_box(bytes[4 * BLOCK]), 0);
         // SAFETY: page 2 of the mapping; its contents become zero.
         unsafe {
@@ -600,17 +499,9 @@ mod tests {
                 libc::MADV_DONTNEED,
             )
         };
-        let mapped = mapped_blocks(bytes, 0..PAGES as u32).expect("asked");
-        let expected: Vec<bool> = (0..PAGES).map(|p| [1, 4, 6].contains(&p)).collect();
-        assert_eq!(mapped, expected);
         let nonzero: Vec<u32> = nonzero_blocks(bytes, 0..PAGES as u32).collect();
         assert_eq!(nonzero, [1, 6]);
-        // More runs of absent pages (11) than are read apart: one read.
-        for page in (0..PAGES).step_by(2) {
-            bytes[page * BLOCK] = 1;
-        }
-        let every_other: Vec<bool> = (0..PAGES).map(|p| p % 2 == 0 || p == 1).collect();
-        assert_eq!(mapped_blocks(bytes, 0..PAGES as u32).unwrap(), every_other);
+        assert_eq!(nonzero_ranges(bytes), [1..2, 6..7]);
         // SAFETY: the mapping made above, no longer borrowed.
         unsafe { libc::munmap(base, PAGES * BLOCK) };
     }

@@ -25,6 +25,7 @@ mod image;
 mod loan;
 mod memory;
 pub mod postcopy;
+mod resident;
 mod runtime;
 mod syscall;
 pub mod threads;

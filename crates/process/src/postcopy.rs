@@ -576,7 +576,7 @@ mod tests {
 
     impl Mapped {
         fn new() -> Self {
-            Mapped(crate::image::anonymous(BLOCKS * BLOCK))
+            Mapped(crate::resident::anonymous(BLOCKS * BLOCK))
         }
         fn bytes(&self) -> &'static mut [u8] {
             // SAFETY: the mapping outlives every test's use of it (it is
