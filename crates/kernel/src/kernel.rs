@@ -179,6 +179,9 @@ pub(crate) struct Kernel {
     pub(crate) departures: FxHashMap<Pid, Departure>,
     /// Memories sent after their processes (post-copy), by process.
     pub(crate) lends: FxHashMap<Pid, Lend>,
+    /// Lends let go, to drop when there is nothing else to do, with the
+    /// count of slices run when each was let go.
+    pub(crate) retired_lends: Vec<(u64, Lend)>,
     /// Files of this node held open for processes of other nodes.
     pub(crate) held: HeldFiles,
     /// Processes whose pre-copy rounds are arriving here.
@@ -270,6 +273,7 @@ impl Kernel {
             migration: p.migration,
             departures: FxHashMap::default(),
             lends: FxHashMap::default(),
+            retired_lends: Vec::new(),
             held: HeldFiles::default(),
             incoming: FxHashMap::default(),
             arrivals: FxHashMap::default(),
@@ -396,7 +400,10 @@ impl Kernel {
             }
             // Nothing to run: what waits to share a write goes now.
             self.flush_lazy();
-            if self.spin_before_sleep() {
+            if self.drop_retired_lend(false) || self.spin_before_sleep() {
+                continue;
+            }
+            if self.drop_retired_lend(true) {
                 continue;
             }
             let next_tick = self.placement.until_tick();

@@ -213,6 +213,26 @@ fn a_child_forked_onto_another_node_runs_there() {
     assert_eq!(out.stdout(), forked("node 1 kernel 1"));
 }
 
+/// Each child forked onto another node leaves its memory lent by its
+/// parent's kernel, in an instance of that node's pool, until the child
+/// needs no more of it; that instance is freed once the kernel has a
+/// moment. Forty children through a pool of eight all start.
+#[test]
+fn forks_onto_another_node_outnumber_the_pool_that_lends_their_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(1);
+    config.runtime.instances = atoll_kernel::MIN_INSTANCES_PER_KERNEL;
+    let (a, _b) = cluster_pair_of(dir.path(), config);
+    // 256 KiB of heap: more than goes with the image, so the rest is lent.
+    let (code, out) = run(&a, &job("placebench", &["fork", "40", "1.0", "256"]));
+    assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
+    assert!(
+        out.stdout().starts_with("placebench what=fork n=40"),
+        "{}",
+        out.stdout()
+    );
+}
+
 #[test]
 fn without_userfaultfd_a_child_forked_onto_another_node_runs_once_its_memory_is_in() {
     let dir = tempfile::tempdir().unwrap();
