@@ -589,7 +589,6 @@ impl Kernel {
         let cpu_before = p.container.uarea().accounting.cpu_ns;
         let slice = p.container.run(self.quantum, Some(self));
         self.confirm_taken(pid);
-        self.flush_lazy();
         let waited = std::mem::take(&mut self.waited_in_place).as_nanos() as u64;
         let accounting = &mut p.container.uarea_mut().accounting;
         let cpu = (accounting.cpu_ns - cpu_before).saturating_sub(waited);
@@ -643,6 +642,10 @@ impl Kernel {
         if self.departures.contains_key(&pid) {
             self.precopy_step(pid);
         }
+        // What waits to share a write goes now, with what the slice's end
+        // sent: a process that ends sends its parent the news, and with it
+        // its home's and its memory source's.
+        self.flush_lazy();
     }
 
     /// A process whose kernel call waits may have other threads to run:
@@ -790,15 +793,16 @@ impl Kernel {
             parent: u.parent,
             console: u.console,
         };
-        // A memory still arriving is let go at its source ahead of the
-        // news, which may make its parent fork again at once.
+        // A memory still arriving is let go at its source, and the home
+        // told, ahead of the news, which may make its parent fork again at
+        // once; to another node, they share the news's write.
         p.container.let_late_go();
-        self.announce_end(pid, kin, code);
         if pid.home == self.id {
             self.homes.release(pid);
         } else {
-            self.send(pid.home, NocMsg::Ended { pid });
+            self.send_lazily(pid.home, NocMsg::Ended { pid });
         }
+        self.announce_end(pid, kin, code);
     }
 
     /// Tells `pid`'s parent, or its job's console, that it ended.
@@ -839,6 +843,18 @@ impl Kernel {
     /// is a bug in the sender, logged and dropped.
     pub(crate) fn send(&mut self, to: KernelId, msg: NocMsg) {
         self.transmit(to, Packet::new(msg));
+    }
+
+    /// Like [`send`](Self::send), for a message its receiver does not wait
+    /// on ([`Packet::lazy`]).
+    pub(crate) fn send_lazily(&mut self, to: KernelId, msg: NocMsg) {
+        self.transmit(
+            to,
+            Packet {
+                lazy: true,
+                ..Packet::new(msg)
+            },
+        );
     }
 
     /// Puts a packet on the NoC: its message in the mailbox, its bulk bytes

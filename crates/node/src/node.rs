@@ -210,12 +210,16 @@ fn join(
     let me = KernelId::new(links.me().node, 0);
     node.runtime
         .late_memories()
-        .serve(Box::new(move |pid, source, ask| {
+        .serve(Box::new(move |pid, source, ask, lazy| {
             let Some(links) = uplink.upgrade() else {
                 return;
             };
             let msg = Packet::new(NocMsg::Migration(MigrationMsg::Ask { pid, ask }));
-            if let Err(e) = links.send(me, source, msg, None) {
+            let sent = match lazy {
+                true => links.send_lazy(me, source, msg),
+                false => links.send(me, source, msg, None),
+            };
+            if let Err(e) = sent {
                 tracing::warn!(%pid, "cannot ask kernel {source} for its memory: {e}");
             }
         }));

@@ -405,6 +405,10 @@ impl Kernel {
                 },
                 Ok(()),
             ) => {
+                // A process whose memory follows it asks its source for
+                // it, or ends, soon: the answer may share that write
+                // (the source keeps the memory whatever the answer's pace).
+                let lazy = process.container.late_from().is_some();
                 let u = process.container.uarea_mut();
                 u.accounting.moves += 1;
                 self.procs.insert(pid, process);
@@ -421,14 +425,15 @@ impl Kernel {
                     .uarea_mut()
                     .accounting
                     .last_migration = Some((*report).clone());
-                self.send(
-                    from,
-                    NocMsg::Migration(MigrationMsg::Done {
-                        pid,
-                        req,
-                        result: Ok(report),
-                    }),
-                );
+                let done = NocMsg::Migration(MigrationMsg::Done {
+                    pid,
+                    req,
+                    result: Ok(report),
+                });
+                match lazy {
+                    true => self.send_lazily(from, done),
+                    false => self.send(from, done),
+                }
                 self.await_memory(pid);
             }
             (
