@@ -46,6 +46,10 @@ impl Kernel {
     /// budget, the processes it ran least recently go dormant, a sixteenth
     /// of the budget at once so that the scan is paid rarely.
     pub(crate) fn make_room(&mut self, keep: &[Pid]) {
+        if self.live_count() >= self.live_budget {
+            // Spare instances go first.
+            self.spares.clear();
+        }
         let live = self.live_count();
         if live >= self.live_budget {
             let count = (self.live_budget / 16).max(1) + live - self.live_budget;

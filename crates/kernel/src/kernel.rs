@@ -15,7 +15,7 @@ use atoll_prepare::ContentHash;
 pub(crate) use atoll_process::clock::monotonic_ns;
 use atoll_process::{
     CallState, Console, Container, ContainerError, FdTable, HeldFiles, Host, KernelCall,
-    ProcessImage, Reply, Runtime, Slice, Stream, UArea, Yielding,
+    ProcessImage, Reply, Runtime, Slice, Spares, Stream, UArea, Yielding,
 };
 use rustc_hash::FxHashMap;
 
@@ -179,9 +179,12 @@ pub(crate) struct Kernel {
     pub(crate) departures: FxHashMap<Pid, Departure>,
     /// Memories sent after their processes (post-copy), by process.
     pub(crate) lends: FxHashMap<Pid, Lend>,
-    /// Lends let go, to drop when there is nothing else to do, with the
-    /// count of slices run when each was let go.
-    pub(crate) retired_lends: Vec<(u64, Lend)>,
+    /// Instances of lends let go that cannot serve as spares, to drop
+    /// when there is nothing else to do, with the count of slices run when
+    /// each was let go.
+    pub(crate) retired_lends: Vec<(u64, Container)>,
+    /// Instances of processes that ended here, for the next forks.
+    pub(crate) spares: Spares,
     /// Files of this node held open for processes of other nodes.
     pub(crate) held: HeldFiles,
     /// Processes whose pre-copy rounds are arriving here.
@@ -274,6 +277,7 @@ impl Kernel {
             departures: FxHashMap::default(),
             lends: FxHashMap::default(),
             retired_lends: Vec::new(),
+            spares: Spares::default(),
             held: HeldFiles::default(),
             incoming: FxHashMap::default(),
             arrivals: FxHashMap::default(),
@@ -803,6 +807,7 @@ impl Kernel {
             self.send_lazily(pid.home, NocMsg::Ended { pid });
         }
         self.announce_end(pid, kin, code);
+        drop(self.spares.keep(p.container));
     }
 
     /// Tells `pid`'s parent, or its job's console, that it ended.

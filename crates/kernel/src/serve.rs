@@ -311,7 +311,7 @@ impl Kernel {
             .get_mut(&parent)
             .expect("kept live")
             .container
-            .duplicate(u, host);
+            .duplicate(u, host, &mut self.spares);
         match made {
             Ok(container) => {
                 self.share_held_files(parent, child, &container.uarea().fds);

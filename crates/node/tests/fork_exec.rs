@@ -213,6 +213,22 @@ fn a_child_forked_onto_another_node_runs_there() {
     assert_eq!(out.stdout(), forked("node 1 kernel 1"));
 }
 
+/// Children forked one after another, on their parent's kernel, on
+/// another kernel and on another node, may get the instance an elder
+/// sibling ended in (a spare): each still sees its parent's memory and
+/// globals, not what the sibling wrote, whether that sibling grew its
+/// memory or not.
+#[test]
+fn forked_siblings_never_see_what_the_one_before_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _b) = cluster_pair(dir.path(), 2);
+    for kernel in ["0", "1", "1.0"] {
+        let (code, out) = run(&a, &on(job("siblings", &["12", kernel]), 0));
+        assert_eq!(code, 0, "{kernel}: {}{}", out.stdout(), out.stderr());
+        assert_eq!(out.stdout(), "siblings: 12 copies\n", "{kernel}");
+    }
+}
+
 /// Each child forked onto another node leaves its memory lent by its
 /// parent's kernel, in an instance of that node's pool, until the child
 /// needs no more of it; that instance is freed once the kernel has a

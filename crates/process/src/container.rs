@@ -25,7 +25,7 @@ use atoll_abi::KernelId;
 use quanta::Instant;
 use smallvec::SmallVec;
 
-use wasmtime::{Global, Store, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
+use wasmtime::{Global, Store, StoreLimits, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
 
 use crate::call::{CallState, IpcCaller, KernelCall, KernelLink, Reply, Yielding};
 use crate::clock::monotonic_ns;
@@ -38,6 +38,7 @@ use crate::image::{
 };
 use crate::loan::Instance;
 use crate::runtime::{Program, Runtime};
+use crate::spare::Spares;
 use crate::syscall::ProcExit;
 use crate::threads::{Context, Entry, Saved, ThreadStop, Tid, Wait, MAX_LOCALS};
 use crate::uarea::{StackArea, UArea};
@@ -181,31 +182,43 @@ impl Container {
                 "a delta image cannot start a process".into(),
             ));
         }
-        Container::rebuild(runtime, image, host)
+        Container::rebuild(runtime, image, host, None)
     }
 
     /// A new instance with `image` written into it: over the memory as
-    /// instantiation left it if the image is a delta.
+    /// instantiation left it if the image is a delta. Or `spare`, reused
+    /// ([`crate::spare`]), if the image is not complete and its memory is
+    /// given back before it is run ([`restore_late`](Self::restore_late)).
     fn rebuild(
         runtime: &Arc<Runtime>,
         image: ImageView<'_>,
         host: Host,
+        spare: Option<Container>,
     ) -> Result<Self, ContainerError> {
-        let program = runtime
-            .program(&image.uarea.module)
-            .ok_or_else(|| ContainerError::UnknownModule(image.uarea.module.to_string()))?;
         let ImageView {
             uarea,
             globals,
             memory,
         } = image;
-        let store = Container::instantiate(runtime, &program, uarea, host)?;
-        let mut c = Container {
-            state: State::Live(Instance::new(store)),
-            program,
-            runtime: runtime.clone(),
+        let (mut c, fresh) = match spare {
+            Some(mut spare) => {
+                spare.reuse(uarea, host)?;
+                (spare, false)
+            }
+            None => {
+                let program = runtime
+                    .program(&uarea.module)
+                    .ok_or_else(|| ContainerError::UnknownModule(uarea.module.to_string()))?;
+                let store = Container::instantiate(runtime, &program, uarea, host)?;
+                let c = Container {
+                    state: State::Live(Instance::new(store)),
+                    program,
+                    runtime: runtime.clone(),
+                };
+                (c, true)
+            }
         };
-        c.load(&globals, &memory, true)?;
+        c.load(&globals, &memory, fresh)?;
         Ok(c)
     }
 
@@ -225,6 +238,7 @@ impl Container {
         host: Host,
         coming: &[Range<u32>],
         from: KernelId,
+        spares: &mut Spares,
     ) -> Result<Self, ContainerError> {
         if image.uarea.threads.needs_earlier_frame() {
             return Err(ContainerError::BadImage(
@@ -239,7 +253,8 @@ impl Container {
         };
         // Not cleared: `expect` gives every page of the memory back.
         image.memory.complete = false;
-        let mut c = Container::rebuild(runtime, image, host)?;
+        let spare = spares.take(&image.uarea.module, image.memory.pages as u64);
+        let mut c = Container::rebuild(runtime, image, host, spare)?;
         let late = runtime
             .late_memories()
             .expect(pid, from, c.memory_mut(), coming)
@@ -477,12 +492,7 @@ impl Container {
         uarea: UArea,
         host: Host,
     ) -> Result<Store<ProcCtx>, ContainerError> {
-        let ceiling = uarea.limits.memory.map_or(runtime.max_memory(), |m| {
-            usize::try_from(m)
-                .unwrap_or(usize::MAX)
-                .min(runtime.max_memory())
-        });
-        let limits = StoreLimitsBuilder::new().memory_size(ceiling).build();
+        let limits = store_limits(runtime, &uarea);
         let mut store = Store::new(runtime.engine(), ProcCtx::new(uarea, host, limits));
         store.limiter(|ctx| &mut ctx.limits);
         store.epoch_deadline_callback(|mut cx| {
@@ -766,12 +776,18 @@ impl Container {
     /// A copy of this stopped process as a new process with `uarea`, on
     /// `host`: what fork makes. Memory goes straight from this instance to
     /// the new one, non-zero blocks only, without an image between them;
-    /// the child's host files are duplicates of this process's.
+    /// the child's host files are duplicates of this process's. The new
+    /// one is a spare instance of this program if `spares` has one.
     ///
     /// # Errors
     /// As [`capture`](Self::capture), and [`ContainerError::Instantiate`]
     /// when no instance is free.
-    pub fn duplicate(&mut self, uarea: UArea, host: Host) -> Result<Container, ContainerError> {
+    pub fn duplicate(
+        &mut self,
+        uarea: UArea,
+        host: Host,
+        spares: &mut Spares,
+    ) -> Result<Container, ContainerError> {
         self.settle()?;
         let store = match &mut self.state {
             State::Live(store) => store,
@@ -786,23 +802,91 @@ impl Container {
             }
         };
         let globals = stopped_globals(store)?;
-        let child = Container::instantiate(&self.runtime, &self.program, uarea, host)?;
-        let mut child = Container {
-            state: State::Live(Instance::new(child)),
-            program: self.program.clone(),
-            runtime: self.runtime.clone(),
-        };
         let from = store.data().exports().memory;
-        let dirty = child.grow_to(from.size(&**store), true)?;
-        let into = child.store().data().exports().memory;
-        crate::image::copy_nonzero(
-            from.data(&**store),
-            into.data_mut(child.store_mut()),
-            &dirty,
-        );
+        let pages = from.size(&**store);
+        let mut child = match spares.take(&self.program.hash(), pages) {
+            Some(mut spare) => {
+                spare.reuse(uarea, host)?;
+                spare.grow_to(pages, false)?;
+                let into = spare.store().data().exports().memory;
+                crate::image::overwrite(from.data(&**store), into.data_mut(spare.store_mut()));
+                spare
+            }
+            None => {
+                let child = Container::instantiate(&self.runtime, &self.program, uarea, host)?;
+                let mut child = Container {
+                    state: State::Live(Instance::new(child)),
+                    program: self.program.clone(),
+                    runtime: self.runtime.clone(),
+                };
+                let dirty = child.grow_to(pages, true)?;
+                let into = child.store().data().exports().memory;
+                crate::image::copy_nonzero(
+                    from.data(&**store),
+                    into.data_mut(child.store_mut()),
+                    &dirty,
+                );
+                child
+            }
+        };
         child.set_globals(&globals)?;
         child.adopt_files(store.data().files.duplicate());
         Ok(child)
+    }
+
+    /// Makes the container of a process that ended a spare for a fork of
+    /// the same program ([`crate::spare`]): its host files are closed now.
+    /// Whether it can serve: it is live, prepared (a fork sets every
+    /// global it has), its program's tables never change, none of its
+    /// memory is lent or still arriving, and that memory is no larger
+    /// than what the pool keeps of it anyway.
+    pub(crate) fn retire(&mut self) -> bool {
+        let program = self.program.clone();
+        let State::Live(store) = &mut self.state else {
+            return false;
+        };
+        let memory_bytes = store.data().exports().memory.data_size(&**store);
+        let ctx = store.data_mut();
+        drop(std::mem::take(&mut ctx.files));
+        program.prepared()
+            && program.tables_fixed()
+            && ctx.late.is_none()
+            && !ctx.lender.lent()
+            && memory_bytes <= crate::spare::MOST_BYTES
+    }
+
+    /// A spare ([`retire`](Self::retire)) made ready for a process with
+    /// `uarea` on `host`: a new context, Asyncify at rest, the yield flag
+    /// down. The caller writes its memory and globals.
+    fn reuse(&mut self, uarea: UArea, host: Host) -> Result<(), ContainerError> {
+        let limits = store_limits(&self.runtime, &uarea);
+        let store = self.store_mut();
+        let old = std::mem::replace(store.data_mut(), ProcCtx::new(uarea, host, limits));
+        old.host.instances.fetch_sub(1, Ordering::Relaxed);
+        let ctx = store.data_mut();
+        ctx.host.instances.fetch_add(1, Ordering::Relaxed);
+        ctx.exports = old.exports;
+        ctx.thread_function = old.thread_function;
+        ctx.spare_stack = old.spare_stack;
+        let asyncify = ctx
+            .exports()
+            .asyncify
+            .clone()
+            .ok_or(ContainerError::NotPrepared)?;
+        let at_rest = |g: &Global, store: &mut Store<ProcCtx>| {
+            g.set(&mut *store, Val::I32(0))
+                .map_err(|e| ContainerError::BadImage(format!("cannot reset a spare: {e}")))
+        };
+        at_rest(&asyncify.state, store)?;
+        at_rest(&asyncify.yield_flag, store)
+    }
+
+    /// Pages of its memory (64 KiB each); 0 if dormant.
+    pub(crate) fn memory_pages(&self) -> u64 {
+        match &self.state {
+            State::Live(store) => store.data().exports().memory.size(&**store),
+            State::Dormant(_) => 0,
+        }
     }
 
     /// Writes `image` into memory; `fresh`: the instance is new, its memory
@@ -929,6 +1013,16 @@ impl Drop for Container {
             store.data().host.instances.fetch_sub(1, Ordering::Relaxed);
         }
     }
+}
+
+/// What a process with `uarea` may grow its memory to.
+fn store_limits(runtime: &Runtime, uarea: &UArea) -> StoreLimits {
+    let ceiling = uarea.limits.memory.map_or(runtime.max_memory(), |m| {
+        usize::try_from(m)
+            .unwrap_or(usize::MAX)
+            .min(runtime.max_memory())
+    });
+    StoreLimitsBuilder::new().memory_size(ceiling).build()
 }
 
 /// The doorbell rang while the process runs: the kernel takes in what came

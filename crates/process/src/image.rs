@@ -272,6 +272,37 @@ pub fn copy_nonzero(from: &[u8], to: &mut [u8], dirty: &[std::ops::Range<usize>]
     }
 }
 
+/// Makes `to`, a memory as large as `from` that held another process,
+/// hold what `from` holds: the blocks of `from` that are not all zero are
+/// copied, and the other blocks of `to` that have a page and are not all
+/// zero are zeroed. One pass over each memory, where zeroing `to` first
+/// and copying into it was two over `to`.
+pub fn overwrite(from: &[u8], to: &mut [u8]) {
+    let blocks = to.len().div_ceil(BLOCK) as u32;
+    let mapped = crate::resident::mapped_blocks(to, 0..blocks);
+    let zero = |to: &mut [u8], range: std::ops::Range<u32>| {
+        for b in range {
+            if mapped.as_ref().is_none_or(|m| m[b as usize]) {
+                let at = b as usize * BLOCK;
+                let end = (at + BLOCK).min(to.len());
+                let block = &mut to[at..end];
+                if !is_zero(block) {
+                    block.fill(0);
+                }
+            }
+        }
+    };
+    let mut next = 0;
+    for b in nonzero_blocks(from, 0..from.len().div_ceil(BLOCK) as u32) {
+        zero(to, next..b);
+        let at = b as usize * BLOCK;
+        let end = (at + BLOCK).min(from.len());
+        to[at..end].copy_from_slice(&from[at..end]);
+        next = b + 1;
+    }
+    zero(to, next..blocks);
+}
+
 /// The blocks of `bytes` that are not all zero, as ranges of consecutive
 /// blocks in increasing order.
 pub fn nonzero_ranges(bytes: &[u8]) -> Vec<std::ops::Range<u32>> {
@@ -529,6 +560,46 @@ mod tests {
         assert_eq!(direct, via_image);
         assert_eq!(&direct[..from.len()], &from[..]);
         assert!(direct[from.len()..].iter().all(|&b| b == 0));
+    }
+
+    /// A spare's memory (`to`) holds another process: blocks it wrote
+    /// where `from` is zero, blocks it never had, blocks both wrote.
+    /// `mapped`: `to` is a page-aligned mapping whose pages are asked about;
+    /// otherwise every block of it is read.
+    fn overwrite_holds_what_from_holds(mapped: bool) {
+        let len = 6 * BLOCK;
+        let mut from = vec![0u8; len];
+        from[10] = 1;
+        from[3 * BLOCK..4 * BLOCK].fill(3);
+        from[5 * BLOCK + 7] = 5;
+        let mut owned = vec![0u8; len];
+        let to: &mut [u8] = if mapped {
+            // SAFETY: a fresh mapping of `len` bytes, unmapped below.
+            unsafe { std::slice::from_raw_parts_mut(crate::resident::anonymous(len), len) }
+        } else {
+            &mut owned
+        };
+        to[BLOCK..2 * BLOCK].fill(0xEE);
+        to[3 * BLOCK + 1] = 0xEE;
+        to[5 * BLOCK..].fill(0xEE);
+        // Block 4 is read but never written: a page of zeros.
+        assert_eq!(to[4 * BLOCK], 0);
+        overwrite(&from, to);
+        assert_eq!(&to[..], &from[..]);
+        if mapped {
+            let at = crate::resident::mapped_blocks(to, 0..6).unwrap();
+            // Block 2 was never touched, block 4 only read: neither was
+            // written by the overwrite.
+            assert!(!at[2] && !at[4], "{at:?}");
+            // SAFETY: the mapping made above, no longer used.
+            unsafe { libc::munmap(to.as_mut_ptr().cast(), len) };
+        }
+    }
+
+    #[test]
+    fn an_overwritten_spare_holds_what_its_new_process_had() {
+        overwrite_holds_what_from_holds(false);
+        overwrite_holds_what_from_holds(true);
     }
 
     fn image() -> ProcessImage {

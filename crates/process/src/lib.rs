@@ -27,6 +27,7 @@ mod memory;
 pub mod postcopy;
 mod resident;
 mod runtime;
+mod spare;
 mod syscall;
 pub mod threads;
 mod uarea;
@@ -48,6 +49,7 @@ pub use image::{
 pub use loan::Loan;
 pub use postcopy::{LateMemories, LateMemory};
 pub use runtime::{LoadError, Program, Runtime, RuntimeConfig, SystemCall};
+pub use spare::Spares;
 pub use uarea::{
     Accounting, Children, ConsoleFlow, ConsoleId, Limits, Quota, Quotas, StackArea, UArea, Wander,
 };

@@ -39,6 +39,11 @@ struct Loans {
 }
 
 impl Lender {
+    /// Whether some of the memory is lent now.
+    pub(crate) fn lent(&self) -> bool {
+        self.0.lock().expect("loans").out > 0
+    }
+
     /// Lends `bytes` (of this store's memory) until the loan is dropped.
     ///
     /// # Safety

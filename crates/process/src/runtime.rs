@@ -92,6 +92,10 @@ pub struct Program {
     /// Where a new instance's memory is not zero (its active data
     /// segments); `None` if that cannot be known without running it.
     initialized: Option<Vec<Range<usize>>>,
+    /// No instruction of it writes a table, and it imports none: its
+    /// tables stay as instantiation made them, so an instance it ran in
+    /// can serve another of its processes ([`crate::spare`]).
+    tables_fixed: bool,
     /// When it was last loaded, in [`Runtime::load`]s: of the programs no
     /// process holds, the most recently loaded stay.
     loaded: AtomicU64,
@@ -121,6 +125,51 @@ impl Program {
     pub(crate) fn initialized(&self) -> Option<&[Range<usize>]> {
         self.initialized.as_deref()
     }
+
+    /// Whether its tables never change once instantiated.
+    pub(crate) fn tables_fixed(&self) -> bool {
+        self.tables_fixed
+    }
+}
+
+/// Whether no instruction of `module` writes a table (`table.set`,
+/// `.grow`, `.fill`, `.copy`, `.init`) and it imports no table (which
+/// another could write). `false` if the module cannot be read through.
+fn tables_never_written(module: &[u8]) -> bool {
+    use wasmparser::{Operator, Parser, Payload, TypeRef};
+    for payload in Parser::new(0).parse_all(module) {
+        match payload {
+            Ok(Payload::ImportSection(reader)) => {
+                for import in reader.into_imports() {
+                    match import {
+                        Ok(i) if !matches!(i.ty, TypeRef::Table(_)) => {}
+                        _ => return false,
+                    }
+                }
+            }
+            Ok(Payload::CodeSectionEntry(body)) => {
+                let Ok(mut ops) = body.get_operators_reader() else {
+                    return false;
+                };
+                while !ops.eof() {
+                    match ops.read() {
+                        Ok(
+                            Operator::TableSet { .. }
+                            | Operator::TableGrow { .. }
+                            | Operator::TableFill { .. }
+                            | Operator::TableCopy { .. }
+                            | Operator::TableInit { .. },
+                        )
+                        | Err(_) => return false,
+                        Ok(_) => {}
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    true
 }
 
 /// The ranges of memory 0 that instantiating `module` writes: its active
@@ -298,6 +347,7 @@ impl Runtime {
                 let pre = self.link(&compiled)?;
                 let p = Arc::new(Program {
                     initialized: initialized_ranges(&module),
+                    tables_fixed: tables_never_written(&module),
                     hash,
                     prepared,
                     module: module.into(),
@@ -424,6 +474,9 @@ impl Runtime {
     }
 }
 
+/// Bytes of an ended process's memory its pool slot keeps mapped.
+pub(crate) const KEEP_RESIDENT: usize = 16 << 20;
+
 /// The engine: epoch interruption for quanta, and a pooling allocator so
 /// that instantiating a process reuses a warm slot instead of mapping and
 /// unmapping memory (whose TLB shootdowns dominate otherwise). If the address
@@ -449,7 +502,7 @@ fn engine(config: &RuntimeConfig) -> anyhow::Result<Engine> {
         // process holding 4 MiB took 1,049 us with 2 MiB kept, 283 with
         // 16. A node keeps at most what its processes once used, up to
         // 16 MiB a slot.
-        .linear_memory_keep_resident(16 << 20)
+        .linear_memory_keep_resident(KEEP_RESIDENT)
         .table_keep_resident(16 << 10)
         // What an ended process held past what is kept resident is given
         // back at once, and its slot is free again at once. Batched, a slot
@@ -683,6 +736,27 @@ impl Drop for Ticker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_module_that_writes_or_imports_a_table_has_no_fixed_tables() {
+        let fixed = |wat: &str| tables_never_written(&wat::parse_str(wat).unwrap());
+        let table = r#"(table 2 funcref) (elem (i32.const 0) $f) (func $f)"#;
+        assert!(fixed(&format!(
+            "(module {table} (func (drop (table.get 0 (i32.const 0)))))"
+        )));
+        for writes in [
+            "(table.set 0 (i32.const 1) (ref.null func))",
+            "(drop (table.grow 0 (ref.null func) (i32.const 1)))",
+            "(table.fill 0 (i32.const 0) (ref.null func) (i32.const 1))",
+            "(table.copy (i32.const 0) (i32.const 1) (i32.const 1))",
+            "(table.init 0 (i32.const 0) (i32.const 0) (i32.const 1))",
+        ] {
+            let wat = format!("(module {table} (func {writes}))");
+            assert!(!fixed(&wat), "{writes}");
+        }
+        assert!(!fixed(r#"(module (import "env" "t" (table 1 funcref)))"#));
+        assert!(!tables_never_written(b"\0asm\x01\0\0\0\x0a\x05garbage"));
+    }
 
     /// A command that differs from the others by `n`.
     fn command(n: usize) -> String {

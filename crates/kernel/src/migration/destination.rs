@@ -211,7 +211,8 @@ impl Kernel {
             )),
             (None, Some(coming)) => {
                 self.make_room(&[]);
-                Container::restore_late(&self.runtime, image, self.host.clone(), &coming, from)
+                let host = self.host.clone();
+                Container::restore_late(&self.runtime, image, host, &coming, from, &mut self.spares)
                     .map_err(|e| e.to_string())
             }
             (Some(mut i), None) => {

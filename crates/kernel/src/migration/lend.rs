@@ -142,20 +142,25 @@ impl Kernel {
         }
     }
 
-    /// The destination has all it needs of `pid`'s memory. Dropping the
-    /// lend resets its instance's memory, 38-46 us for a forked child
-    /// holding 1 MiB, and the child's end comes right behind this news:
-    /// dropped at once, or as soon as this kernel found nothing to run,
-    /// it made the parent's `wait` wait for it. So it is kept until this
-    /// kernel has run a slice since and has nothing to run, or is about to
-    /// sleep ([`drop_retired_lend`](Self::drop_retired_lend)), or more
-    /// are let go.
+    /// The destination has all it needs of `pid`'s memory. Its instance
+    /// serves the next fork if it can ([`atoll_process::Spares`]): a
+    /// forked child's, whose parent forks again once it hears of the
+    /// child's end, which comes right behind this news. Dropping one that
+    /// cannot resets its memory, 38-46 us for a forked child holding
+    /// 1 MiB: dropped at once, or as soon as this kernel found nothing to
+    /// run, it made the parent's `wait` wait for it. So it is kept until
+    /// this kernel has run a slice since and has nothing to run, or is
+    /// about to sleep ([`drop_retired_lend`](Self::drop_retired_lend)), or
+    /// more are let go.
     fn let_go(&mut self, pid: Pid) {
-        if let Some(lend) = self.lends.remove(&pid) {
+        let Some(lend) = self.lends.remove(&pid) else {
+            return;
+        };
+        if let Some(container) = self.spares.keep(lend.process.container) {
             if self.retired_lends.len() == RETIRED {
                 self.retired_lends.remove(0);
             }
-            self.retired_lends.push((self.slices, lend));
+            self.retired_lends.push((self.slices, container));
         }
     }
 
