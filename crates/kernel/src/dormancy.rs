@@ -37,17 +37,18 @@ pub(crate) fn live_budget(instances: u32, kernels: u16) -> usize {
 }
 
 impl Kernel {
-    /// Live containers on this kernel (running, ready, arriving).
+    /// Live containers on this kernel (running, ready, arriving), and
+    /// its spare instances ([`atoll_process::Spares`]).
     fn live_count(&self) -> usize {
         self.host.instances.load(Ordering::Relaxed)
     }
 
     /// Makes room for one more live process: if this kernel is at its
-    /// budget, the processes it ran least recently go dormant, a sixteenth
-    /// of the budget at once so that the scan is paid rarely.
+    /// budget, its spare instances go back to the pool, then, if it still
+    /// is, the processes it ran least recently go dormant, a sixteenth of
+    /// the budget at once so that the scan is paid rarely.
     pub(crate) fn make_room(&mut self, keep: &[Pid]) {
         if self.live_count() >= self.live_budget {
-            // Spare instances go first.
             self.spares.clear();
         }
         let live = self.live_count();
