@@ -59,20 +59,8 @@ impl Spares {
         self.kept.remove(at)
     }
 
-    /// Gives every spare back to the pool; whether there was one.
-    pub fn clear(&mut self) -> bool {
-        let had = !self.kept.is_empty();
+    /// Gives every spare back to the pool.
+    pub fn clear(&mut self) {
         self.kept.clear();
-        had
-    }
-
-    /// How many are kept.
-    pub fn len(&self) -> usize {
-        self.kept.len()
-    }
-
-    /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
-        self.kept.is_empty()
     }
 }
