@@ -41,7 +41,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::io::unix::AsyncFd;
@@ -77,7 +77,9 @@ struct State {
 
 struct Entry {
     fd: RawFd,
-    ears: Weak<Ears>,
+    /// Strong: the set must never hold the last `Ears` (its drop takes
+    /// the set's lock).
+    signals: Arc<Signals>,
     /// Bulk connections: never disarmed.
     always: bool,
     /// Its task waits to hear of bytes.
@@ -86,10 +88,16 @@ struct Entry {
     armed: bool,
 }
 
-/// One socket's side of the watch, held by its connection.
+/// One socket's side of the watch, held by its connection; dropping it
+/// takes the socket out of the set.
 pub(super) struct Ears {
     key: u64,
     watch: Arc<Watch>,
+    signals: Arc<Signals>,
+}
+
+/// What a socket's task, the kernels and the set tell each other about it.
+struct Signals {
     /// Told when bytes (or the end) came.
     heard: Notify,
     /// Disarmed for the kernels to poll ([`Ears::polled`]).
@@ -130,19 +138,22 @@ impl Watch {
         let key = state.next_key;
         state.next_key += 1;
         self.ctl(libc::EPOLL_CTL_ADD, socket, key, false)?;
-        let ears = Arc::new(Ears {
-            key,
-            watch: self.clone(),
+        let signals = Arc::new(Signals {
             heard: Notify::new(),
             polled: AtomicBool::new(false),
             busy: AtomicU64::new(0),
             born: Instant::now(),
         });
+        let ears = Arc::new(Ears {
+            key,
+            watch: self.clone(),
+            signals: signals.clone(),
+        });
         state.sockets.insert(
             key,
             Entry {
                 fd: socket,
-                ears: Arc::downgrade(&ears),
+                signals,
                 always,
                 wanted: false,
                 armed: false,
@@ -189,15 +200,13 @@ impl Watch {
         let on = self.pollers.load(Ordering::Acquire) > 0;
         self.owed.store(false, Ordering::Release);
         for (&key, e) in &mut state.sockets {
-            let Some(ears) = e.ears.upgrade() else {
-                continue;
-            };
-            if on && !e.always && ears.talking() {
-                ears.polled.store(true, Ordering::Release);
+            let signals = &e.signals;
+            if on && !e.always && signals.talking() {
+                signals.polled.store(true, Ordering::Release);
                 if e.armed && self.ctl(libc::EPOLL_CTL_MOD, e.fd, key, false).is_ok() {
                     e.armed = false;
                 }
-            } else if !on && ears.polled.swap(false, Ordering::AcqRel) && e.wanted && !e.armed {
+            } else if !on && signals.polled.swap(false, Ordering::AcqRel) && e.wanted && !e.armed {
                 e.armed = self.ctl(libc::EPOLL_CTL_MOD, e.fd, key, true).is_ok();
             }
         }
@@ -225,9 +234,7 @@ impl Watch {
                     // One-shot: the set disarmed it.
                     e.armed = false;
                     e.wanted = false;
-                    if let Some(ears) = e.ears.upgrade() {
-                        ears.heard.notify_one();
-                    }
+                    e.signals.heard.notify_one();
                 }
             }
         }
@@ -268,7 +275,7 @@ impl Ears {
                 // theirs too.
                 let polled = pollers > 0 && !e.always && self.talking();
                 if polled {
-                    self.polled.store(true, Ordering::Release);
+                    self.signals.polled.store(true, Ordering::Release);
                 }
                 if !polled && !e.armed {
                     e.armed = self
@@ -278,27 +285,34 @@ impl Ears {
                 }
             }
         }
-        self.heard.notified().await;
+        self.signals.heard.notified().await;
     }
 
     /// Wakes the task: a kernel found the end of the stream, or an error,
     /// which the task then finds too.
     pub(super) fn tell(&self) {
-        self.heard.notify_one();
+        self.signals.heard.notify_one();
     }
 
     /// Whether kernels poll this socket now (it is disarmed for them).
     pub(super) fn polled(&self) -> bool {
-        self.polled.load(Ordering::Acquire)
+        self.signals.polled.load(Ordering::Acquire)
     }
 
     /// A frame went out or came in.
     pub(super) fn mark_busy(&self) {
-        self.busy.store(self.now_ns(), Ordering::Relaxed);
+        let s = &self.signals;
+        s.busy.store(s.now_ns(), Ordering::Relaxed);
     }
 
     /// Whether a frame went out or came in within [`TALKING`].
     pub(super) fn talking(&self) -> bool {
+        self.signals.talking()
+    }
+}
+
+impl Signals {
+    fn talking(&self) -> bool {
         self.now_ns() <= self.busy.load(Ordering::Relaxed) + TALKING.as_nanos() as u64
     }
 
@@ -362,5 +376,12 @@ mod tests {
         // Settling again, or with nothing owed, changes nothing.
         watch.settle();
         assert_eq!(armed_and_polled(&watch, &ears), (true, false));
+        // The set keeps no `Ears` of its own (once it upgraded one under
+        // its lock, and a connection closing meanwhile left it the last,
+        // whose drop waited on that lock): the connection's is the last,
+        // and its drop takes the socket out.
+        assert_eq!(Arc::strong_count(&ears), 1);
+        drop(ears);
+        assert!(watch.state().sockets.is_empty());
     }
 }
