@@ -105,6 +105,11 @@ impl Pid {
     /// The guest ABI value for "the caller itself" in IPC and copies.
     pub const SELF_ABI: i64 = -2;
 
+    /// The guest ABI value `fork` returns in the child. It packs the PID
+    /// `0.0:0:0`, which is therefore never a process's: its home kernel
+    /// skips that generation of its slot 0.
+    pub const CHILD_ABI: i64 = 0;
+
     pub const fn new(home: KernelId, slot: u16, generation: u16) -> Self {
         Pid {
             home,

@@ -68,6 +68,10 @@ impl Homes {
             None => return Err(Errno::Again),
         };
         let s = &mut self.slots[slot as usize];
+        if Pid::new(self.me, slot, s.generation).to_abi() == Pid::CHILD_ABI {
+            // A parent given this PID would take itself for the child.
+            s.generation = s.generation.wrapping_add(1);
+        }
         s.location = Some(self.me);
         s.kin = kin;
         Ok(Pid::new(self.me, slot, s.generation))
@@ -174,6 +178,24 @@ mod tests {
         assert_eq!(h.locate(b), Some(me));
         h.release(a); // stale release is ignored
         assert_eq!(h.locate(b), Some(me));
+    }
+
+    #[test]
+    fn no_process_is_given_the_pid_fork_returns_in_the_child() {
+        let first = KernelId::new(0, 0);
+        let mut h = Homes::new(first);
+        let mut pid = h.allocate(KIN).unwrap();
+        assert_eq!((pid.slot, pid.generation), (0, 1));
+        // Nor once the slot's generation wraps.
+        for _ in 0..u16::MAX {
+            h.release(pid);
+            pid = h.allocate(KIN).unwrap();
+            assert_ne!(pid.to_abi(), Pid::CHILD_ABI);
+        }
+        assert_eq!((pid.slot, pid.generation), (0, 1));
+        // Other kernels' slot 0 starts at generation 0.
+        let other = Homes::new(KernelId::new(0, 1)).allocate(KIN).unwrap();
+        assert_eq!((other.slot, other.generation), (0, 0));
     }
 
     #[test]

@@ -33,6 +33,19 @@ fn a_forked_child_starts_on_the_kernel_asked_in_either_mode() {
     }
 }
 
+#[test]
+fn a_child_forked_where_no_pid_was_made_yet_still_knows_it_is_the_parent() {
+    // Started on kernel 1, the child is made there and moves to kernel 0,
+    // which makes the grandchild's PID: the first of that kernel, whose
+    // slot and generation are 0 but whose value must not be fork's 0.
+    let node = node(2);
+    let mut spec = job("fork", &["0"]);
+    spec.kernel = Some(atoll_abi::KernelId::new(0, 1));
+    let (code, out) = run(&node, &spec);
+    assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), forked("node 0 kernel 0"));
+}
+
 /// `unlinked ARGS` with `data` preopened as `/data`.
 fn unlinked(data: &std::path::Path, args: &[&str]) -> JobSpec {
     let mut spec = job("unlinked", args);
