@@ -23,8 +23,8 @@ use crate::homes::{Homes, Kin};
 use crate::loader::{Load, Loaded, Loader};
 use crate::migration::{Arriving, Departure, Incoming, Lend};
 use crate::msg::{
-    Control, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec, ReplyTo,
-    ThreadInfo,
+    Control, Handover, IpcCounters, KernelReport, NocMsg, NodeEvent, Packet, ProcInfo, ProcessSpec,
+    ReplyTo, ThreadInfo,
 };
 use crate::placement::{AfterPlace, Placement};
 use crate::runqueue::RunQueue;
@@ -95,6 +95,11 @@ pub(crate) struct Process {
     /// When it came to this kernel (made, arrived or returned): the
     /// balancer leaves it there for a while (`placement.rs`).
     pub arrived: Instant,
+    /// The kernel of this node that handed it its instance before it first
+    /// ran: a fork or exec placed here from there, where the parent is
+    /// likely to fork again. The instance goes back there as a spare when
+    /// the process ends ([`NocMsg::Spare`]).
+    pub spare_home: Option<KernelId>,
 }
 
 impl Process {
@@ -103,6 +108,7 @@ impl Process {
             container,
             last_ran: 0,
             arrived: Instant::now(),
+            spare_home: None,
         }
     }
 }
@@ -806,8 +812,24 @@ impl Kernel {
         } else {
             self.send_lazily(pid.home, NocMsg::Ended { pid });
         }
+        // Ahead of the news, as the parent's next fork may follow it.
+        match p.spare_home {
+            Some(to) if to != self.id => self.give_spare(to, p.container),
+            _ => drop(self.spares.keep(p.container)),
+        }
         self.announce_end(pid, kin, code);
-        drop(self.spares.keep(p.container));
+    }
+
+    /// Hands the instance of a process that ended to kernel `to` of this
+    /// node as a spare, if it can serve as one.
+    fn give_spare(&mut self, to: KernelId, mut container: Container) {
+        if container.retire() {
+            let packet = Packet {
+                handover: Some(Handover(Box::new(container))),
+                ..Packet::new(NocMsg::Spare)
+            };
+            self.transmit(to, packet);
+        }
     }
 
     /// Tells `pid`'s parent, or its job's console, that it ended.
@@ -1177,6 +1199,12 @@ impl Kernel {
             }
             NocMsg::NodeDown { node, incarnation } => self.on_node_down(node, incarnation),
             NocMsg::Migration(m) => self.on_migration(from, m, bulk, handover, files),
+            NocMsg::Spare => {
+                if let Some(Handover(mut container)) = handover {
+                    container.set_host(self.host.clone());
+                    drop(self.spares.keep(*container));
+                }
+            }
             NocMsg::Migrated { req, result } => {
                 let reply_to = ReplyTo::Control {
                     kernel: self.id,

@@ -287,6 +287,11 @@ pub enum NocMsg {
     },
     /// A process moving between kernels (the `migration` module).
     Migration(MigrationMsg),
+    /// The instance of a process that ended, in the packet's `handover`,
+    /// back to the kernel of this node that made it before the process
+    /// first ran (a fork placed elsewhere), to keep as a spare for its
+    /// next fork ([`atoll_process::Spares`]).
+    Spare,
     /// Minix IPC between processes on different kernels.
     Ipc(crate::ipc::IpcMsg),
     /// For the kernel that owns a file: execute the file op in the portal

@@ -840,7 +840,7 @@ impl Container {
     /// global it has), its program's tables never change, none of its
     /// memory is lent or still arriving, and that memory is no larger
     /// than what the pool keeps of it anyway.
-    pub(crate) fn retire(&mut self) -> bool {
+    pub fn retire(&mut self) -> bool {
         let program = self.program.clone();
         let State::Live(store) = &mut self.state else {
             return false;

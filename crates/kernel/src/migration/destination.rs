@@ -402,10 +402,14 @@ impl Kernel {
                     req,
                     mut report,
                     times,
+                    handed_over,
                     ..
                 },
                 Ok(()),
             ) => {
+                if handed_over && process.container.uarea().accounting.slices == 0 {
+                    process.spare_home = Some(from);
+                }
                 // A process whose memory follows it asks its source for
                 // it, or ends, soon: the answer may share that write
                 // (the source keeps the memory whatever the answer's pace).
