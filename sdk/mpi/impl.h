@@ -33,6 +33,9 @@ enum {
     KIND_FIN,                /* the receiver has copied a KIND_RTS payload */
     KIND_HELLO,              /* MPI_Init: a rank introduces itself to rank 0 */
     KIND_BODY,               /* mid-sized payload: in the message's body */
+    KIND_CTS,                /* a receive took a KIND_RTS sent without a grant:
+                                copy the payload through the receiver's grant */
+    KIND_DONE,               /* the sender has copied a KIND_CTS's payload */
 };
 
 /* Bytes of payload a message carries after its envelope. */
@@ -52,12 +55,22 @@ struct wire {
         uint8_t data[EAGER_MAX];      /* KIND_EAGER */
         struct {                      /* KIND_RTS, and KIND_BODY (no grant) */
             uint32_t grant;           /* the sender's grant over the payload */
-            uint32_t sreq;            /* the sender's request, for KIND_FIN */
+            uint32_t sreq;            /* the sender's request, for KIND_FIN or KIND_CTS */
             uint32_t sync;            /* 1: MPI_Ssend/Issend */
+            uint32_t granted;         /* KIND_RTS: 0 when it has no grant (ask with KIND_CTS) */
         } rts;
         struct {                      /* KIND_FIN */
             uint32_t sreq;
         } fin;
+        struct {                      /* KIND_CTS */
+            uint32_t sreq;            /* the send to copy */
+            uint32_t rreq;            /* the receive, for KIND_DONE */
+            uint32_t grant;           /* the receiver's grant (write) over where it lands */
+            uint32_t len;             /* bytes to copy: the payload's, or fewer (truncation) */
+        } cts;
+        struct {                      /* KIND_DONE */
+            uint32_t rreq;
+        } done;
         struct {                      /* KIND_HELLO */
             int32_t rank;             /* to rank 0: the sender's rank */
             uint32_t table_grant;     /* from rank 0: its grant over the table */
@@ -163,8 +176,14 @@ struct atoll_mpi_request {
     void *packed;     /* owned copy of a non-contiguous payload */
     uint32_t grant;
     bool granted;
-    const void *self_payload; /* send to oneself: the payload */
-    size_t self_len;
+    const void *payload; /* a send to oneself, or a KIND_RTS without a grant: */
+    size_t payload_len;  /* what the receive copies, or what KIND_CTS asks for */
+    /* Receive that took a KIND_RTS without a grant: what it took, until
+     * KIND_DONE (`pulling`); `next` links it while it waits for a grant. */
+    bool pulling, pull_granted;
+    int pull_from, pull_tag;
+    size_t pull_len;
+    uint32_t pull_sreq, pull_grant;
 };
 
 /* ----------------------------------------------------------- match.c */
@@ -175,7 +194,7 @@ struct unexpected {
     int kind;          /* KIND_EAGER or KIND_RTS */
     int src_world;
     int ctx, tag, len;
-    uint32_t grant, sreq, sync;
+    uint32_t grant, sreq, sync, granted;
     struct atoll_mpi_request *self_send; /* from oneself: the send */
     uint8_t data[];    /* KIND_EAGER: the payload */
 };
@@ -205,10 +224,12 @@ void mpi_channel_send(int to, int32_t kind, const struct wire *w, const void *bo
  * to mpi_arrived(). With `block`, waits for at least one event. */
 void mpi_progress(bool block);
 /* Waits until every message this rank sent is in the runtime's hands and
- * every rendezvous send has its FIN. */
+ * every send whose RTS went without a grant has been copied (a receiver
+ * may still ask for one that was MPI_Request_free'd). */
 void mpi_channel_drain(void);
-/* Whether messages wait in p2p.c for a grant (or behind one that does). */
-bool mpi_sends_held(void);
+/* Sends of this rank whose RTS went without a grant and that no KIND_CTS
+ * has asked for yet: this rank still owes their copies. */
+int mpi_copies_owed(void);
 
 /* ------------------------------------------------------------- p2p.c */
 

@@ -16,110 +16,58 @@
  * A rank's messages to itself take the same paths without IPC.
  *
  * Grants: each rendezvous send holds one until its FIN, and atoll gives a
- * process 1024. Sends keep to GRANT_BUDGET of them, leaving the rest to the
- * rank table and the program; a send that finds the budget spent is held
- * in its destination's queue, and so is every later message to that
- * destination (MPI's order between a pair), until FINs give grants back.
+ * process 1024. Sends keep to SEND_GRANTS of them, leaving the rest to the
+ * receives below, the rank table and the program. Past that budget (or if
+ * the runtime refuses a grant) the RTS goes without one, at once like any
+ * other: when a receive matches it, the receiver grants where the payload
+ * lands (KIND_CTS, at most RECV_GRANTS at a time, the others wait in
+ * order), the sender copies into it when it next makes progress, and
+ * answers KIND_DONE. So no message ever waits for a grant, nor behind one
+ * that does, and a rank may keep any number of large sends unreceived
+ * while its peer receives what it sent later (with another tag), as Open
+ * MPI allows.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "impl.h"
 
-#define GRANT_BUDGET 960
+#define SEND_GRANTS 928
+#define RECV_GRANTS 32
 
-static int grants_held;
+static int send_grants, recv_grants;
+/* Sends whose RTS went without a grant, not yet asked for by KIND_CTS. */
+static int copies_owed;
+/* Receives that took an RTS without a grant and wait for one of
+ * RECV_GRANTS to ask for it, oldest first (linked by `next`). */
+static struct atoll_mpi_request *asks_head, *asks_tail;
 
-/* A message waiting for a grant, or behind one that is. */
-struct held {
-    struct held *next;
-    int32_t kind;                   /* KIND_EAGER (payload copied), KIND_BODY or KIND_RTS */
-    struct wire w;
-    struct atoll_mpi_request *send; /* KIND_RTS: its send, and the payload */
-    const void *payload;            /* KIND_BODY: a copy of it, freed once sent */
-    size_t len;
-};
-
-/* Per destination world rank: its held messages, oldest first. */
-static struct held **held_head, **held_tail;
-static int held_count;
-
-bool mpi_sends_held(void)
+int mpi_copies_owed(void)
 {
-    return held_count > 0;
+    return copies_owed;
 }
 
-/* Grants the payload and sends the RTS; false when no grant is left. */
-static bool issue_rts(struct atoll_mpi_request *s, int dest_world, struct wire *w,
-                      const void *payload, size_t len)
+/* Sends the RTS of send `s`, with a grant over its payload while the
+ * budget lasts. */
+static void send_rts(struct atoll_mpi_request *s, int dest_world, struct wire *w,
+                     const void *payload, size_t len)
 {
-    if (len > 0) {
-        if (grants_held >= GRANT_BUDGET)
-            return false;
+    s->payload = payload;
+    s->payload_len = len;
+    if (send_grants < SEND_GRANTS) {
         int err = atoll_grant(mpi_world[dest_world].pid, payload, len, CPF_READ, &s->grant);
-        if (err != 0)
+        if (err == 0) {
+            s->granted = true;
+            send_grants++;
+            w->u.rts.grant = s->grant;
+            w->u.rts.granted = 1;
+        } else if (err != ENOSPC) {
             mpi_fatal("granting a message's payload", err);
-        s->granted = true;
-        grants_held++;
-    }
-    w->u.rts.grant = s->grant;
-    mpi_channel_send(dest_world, KIND_RTS, w, NULL, 0);
-    return true;
-}
-
-static void hold(int dest_world, int32_t kind, const struct wire *w, struct atoll_mpi_request *s,
-                 const void *payload, size_t len)
-{
-    if (held_head == NULL) {
-        held_head = mpi_alloc(sizeof *held_head * (size_t)mpi_world_size);
-        held_tail = mpi_alloc(sizeof *held_tail * (size_t)mpi_world_size);
-        memset(held_head, 0, sizeof *held_head * (size_t)mpi_world_size);
-    }
-    struct held *h = mpi_alloc(sizeof *h);
-    *h = (struct held){NULL, kind, *w, s, payload, len};
-    if (held_head[dest_world] == NULL)
-        held_head[dest_world] = h;
-    else
-        held_tail[dest_world]->next = h;
-    held_tail[dest_world] = h;
-    held_count++;
-}
-
-/* Sends a message that needs no grant, or holds it behind those that wait
- * for one (`behind`), with a copy of its body if it has one. */
-static void send_or_hold(int dest_world, int32_t kind, const struct wire *w, bool behind,
-                         const void *body, size_t len)
-{
-    if (!behind) {
-        mpi_channel_send(dest_world, kind, w, body, len);
-        return;
-    }
-    void *copy = NULL;
-    if (body != NULL && len > 0) {
-        copy = mpi_alloc(len);
-        memcpy(copy, body, len);
-    }
-    hold(dest_world, kind, w, NULL, copy, len);
-}
-
-/* Sends held messages, in order per destination, while grants last. */
-static void release_held(void)
-{
-    for (int d = 0; d < mpi_world_size && held_count > 0; d++) {
-        struct held *h;
-        while ((h = held_head[d]) != NULL) {
-            if (h->kind == KIND_RTS) {
-                if (!issue_rts(h->send, d, &h->w, h->payload, h->len))
-                    return;
-            } else {
-                mpi_channel_send(d, h->kind, &h->w, h->payload, h->len);
-                free((void *)h->payload);
-            }
-            held_head[d] = h->next;
-            held_count--;
-            free(h);
         }
     }
+    if (!s->granted)
+        copies_owed++;
+    mpi_channel_send(dest_world, KIND_RTS, w, NULL, 0);
 }
 
 static struct atoll_mpi_request *new_request(enum req_kind kind, struct atoll_mpi_comm *comm)
@@ -188,10 +136,106 @@ static void answer_fin(int to, uint32_t sreq)
     mpi_channel_send(to, KIND_FIN, &fin, NULL, 0);
 }
 
-/* Copies a KIND_RTS payload of another rank into the receive. */
-static void pull(struct atoll_mpi_request *r, int from, int tag, size_t len, uint32_t grant,
-                 uint32_t sreq)
+/* Grants the sender of the RTS that receive `r` took where its payload
+ * lands, and asks it to copy (KIND_CTS). */
+static void send_cts(struct atoll_mpi_request *r)
 {
+    size_t n = r->pull_len < r->capacity ? r->pull_len : r->capacity;
+    struct wire w;
+    memset(&w, 0, sizeof w);
+    w.u.cts.sreq = r->pull_sreq;
+    w.u.cts.rreq = (uint32_t)(uintptr_t)r;
+    w.u.cts.len = (uint32_t)n;
+    if (n > 0) {
+        int err = atoll_grant(mpi_world[r->pull_from].pid, r->landing, n, CPF_WRITE,
+                              &r->pull_grant);
+        if (err != 0)
+            mpi_fatal("granting a receive's buffer", err);
+        r->pull_granted = true;
+        recv_grants++;
+        w.u.cts.grant = r->pull_grant;
+    }
+    mpi_channel_send(r->pull_from, KIND_CTS, &w, NULL, 0);
+}
+
+/* Receive `r` took an RTS that came without a grant: it asks for the
+ * payload now, or once a grant of RECV_GRANTS is free. */
+static void ask(struct atoll_mpi_request *r, int from, int tag, size_t len, uint32_t sreq)
+{
+    r->pulling = true;
+    r->pull_from = from;
+    r->pull_tag = tag;
+    r->pull_len = len;
+    r->pull_sreq = sreq;
+    if (recv_grants < RECV_GRANTS) {
+        send_cts(r);
+        return;
+    }
+    r->next = NULL;
+    if (asks_tail != NULL)
+        asks_tail->next = r;
+    else
+        asks_head = r;
+    asks_tail = r;
+}
+
+/* The sender copied into receive `r` (KIND_DONE from `from`). */
+static void copied(int from, const struct wire *w)
+{
+    struct atoll_mpi_request *r = (struct atoll_mpi_request *)(uintptr_t)w->u.done.rreq;
+    if (r == NULL || r->magic != MAGIC_REQ || r->kind != REQ_RECV || r->done || !r->pulling ||
+        r->pull_from != from)
+        mpi_fatal("a rank copied into a receive this rank does not have", EIO);
+    if (r->pull_granted) {
+        atoll_revoke(r->pull_grant);
+        recv_grants--;
+        r->pull_granted = false;
+    }
+    r->pulling = false;
+    received(r, from, r->pull_tag, r->pull_len);
+    while (asks_head != NULL && recv_grants < RECV_GRANTS) {
+        struct atoll_mpi_request *next = asks_head;
+        asks_head = next->next;
+        if (asks_head == NULL)
+            asks_tail = NULL;
+        send_cts(next);
+    }
+}
+
+/* A receiver asks send `w->u.cts.sreq` of this rank, whose RTS had no
+ * grant, to copy its payload through the receiver's grant (KIND_CTS). */
+static void copy_asked(int from, const struct wire *w)
+{
+    struct atoll_mpi_request *s = (struct atoll_mpi_request *)(uintptr_t)w->u.cts.sreq;
+    if (s == NULL || s->magic != MAGIC_REQ || s->kind != REQ_SEND || s->done || s->granted ||
+        s->payload == NULL || w->u.cts.len > s->payload_len)
+        mpi_fatal("a rank asked for a send this rank does not have", EIO);
+    if (w->u.cts.len > 0) {
+        int err = atoll_safecopy_to(mpi_world[from].pid, w->u.cts.grant, 0, s->payload,
+                                    w->u.cts.len);
+        if (err != 0)
+            mpi_fatal("copying a message to a rank", err);
+    }
+    struct wire done;
+    memset(&done, 0, sizeof done);
+    done.u.done.rreq = w->u.cts.rreq;
+    mpi_channel_send(from, KIND_DONE, &done, NULL, 0);
+    copies_owed--;
+    s->payload = NULL;
+    free(s->packed);
+    s->packed = NULL;
+    complete(s);
+}
+
+/* Receive `r` takes a KIND_RTS payload of another rank: copied through the
+ * sender's grant, or asked for if the RTS came without one. */
+static void pull(struct atoll_mpi_request *r, int from, int tag, size_t len, uint32_t grant,
+                 uint32_t sreq, bool granted)
+{
+    if (!granted) {
+        ask(r, from, tag, len, sreq);
+        return;
+    }
     size_t n = len < r->capacity ? len : r->capacity;
     if (n > 0) {
         int err = atoll_safecopy_from(mpi_world[from].pid, grant, 0, r->landing, n);
@@ -205,10 +249,11 @@ static void pull(struct atoll_mpi_request *r, int from, int tag, size_t len, uin
 /* A send of this rank to itself meets its receive. */
 static void meet_self(struct atoll_mpi_request *r, struct atoll_mpi_request *s, int tag)
 {
-    size_t n = s->self_len < r->capacity ? s->self_len : r->capacity;
+    size_t n = s->payload_len < r->capacity ? s->payload_len : r->capacity;
     if (n > 0)
-        memcpy(r->landing, s->self_payload, n);
-    received(r, mpi_world_rank, tag, s->self_len);
+        memcpy(r->landing, s->payload, n);
+    received(r, mpi_world_rank, tag, s->payload_len);
+    s->payload = NULL;
     free(s->packed);
     s->packed = NULL;
     complete(s);
@@ -225,7 +270,7 @@ static void take_unexpected(struct atoll_mpi_request *r, struct unexpected *u)
     } else if (u->self_send != NULL) {
         meet_self(r, u->self_send, u->tag);
     } else {
-        pull(r, u->src_world, u->tag, (size_t)u->len, u->grant, u->sreq);
+        pull(r, u->src_world, u->tag, (size_t)u->len, u->grant, u->sreq, u->granted);
     }
     free(u);
 }
@@ -274,14 +319,21 @@ void mpi_arrived(int from, int32_t kind, const struct wire *w)
             mpi_fatal("a rank answered a send this rank does not have", EIO);
         if (s->granted) {
             atoll_revoke(s->grant);
-            grants_held--;
+            send_grants--;
         }
         s->granted = false;
+        s->payload = NULL;
         free(s->packed);
         s->packed = NULL;
         complete(s);
-        if (held_count > 0)
-            release_held();
+        return;
+    }
+    if (kind == KIND_CTS) {
+        copy_asked(from, w);
+        return;
+    }
+    if (kind == KIND_DONE) {
+        copied(from, w);
         return;
     }
     if (kind != KIND_EAGER && kind != KIND_BODY && kind != KIND_RTS)
@@ -300,7 +352,8 @@ void mpi_arrived(int from, int32_t kind, const struct wire *w)
             memcpy(r->landing, w->u.data, len < r->capacity ? len : r->capacity);
             received(r, from, w->tag, len);
         } else {
-            pull(r, from, w->tag, (size_t)w->len, w->u.rts.grant, w->u.rts.sreq);
+            pull(r, from, w->tag, (size_t)w->len, w->u.rts.grant, w->u.rts.sreq,
+                 w->u.rts.granted != 0);
         }
         return;
     }
@@ -314,6 +367,7 @@ void mpi_arrived(int from, int32_t kind, const struct wire *w)
     u->grant = kind == KIND_RTS ? w->u.rts.grant : 0;
     u->sreq = kind == KIND_RTS ? w->u.rts.sreq : 0;
     u->sync = kind == KIND_RTS ? w->u.rts.sync : 0;
+    u->granted = kind == KIND_RTS ? w->u.rts.granted : 0;
     u->self_send = NULL;
     memcpy(u->data, w->u.data, extra);
     mpi_add_unexpected(u);
@@ -362,8 +416,8 @@ static struct atoll_mpi_request *start_send(const void *payload, size_t len, voi
     s->status.MPI_ERROR = MPI_SUCCESS;
     bool eager = !sync && len <= EAGER_BODY_MAX;
     if (dest_world == mpi_world_rank) {
-        s->self_payload = payload;
-        s->self_len = len;
+        s->payload = payload;
+        s->payload_len = len;
         struct atoll_mpi_request *r = mpi_take_posted(ctx, dest_world, tag);
         if (r != NULL) {
             meet_self(r, s, tag);
@@ -393,15 +447,14 @@ static struct atoll_mpi_request *start_send(const void *payload, size_t len, voi
     w.ctx = ctx;
     w.tag = tag;
     w.len = (int)len;
-    bool behind = held_head != NULL && held_head[dest_world] != NULL;
     if (eager && len <= EAGER_MAX) {
         memcpy(w.u.data, payload, len);
-        send_or_hold(dest_world, KIND_EAGER, &w, behind, NULL, 0);
+        mpi_channel_send(dest_world, KIND_EAGER, &w, NULL, 0);
     } else if (len <= EAGER_BODY_MAX) {
         /* Synchronous: complete when the receiver's FIN says it matched. */
         w.u.rts.sreq = sync ? (uint32_t)(uintptr_t)s : 0;
         w.u.rts.sync = sync;
-        send_or_hold(dest_world, KIND_BODY, &w, behind, payload, len);
+        mpi_channel_send(dest_world, KIND_BODY, &w, payload, len);
     }
     if (len <= EAGER_BODY_MAX) {
         free(s->packed);
@@ -412,8 +465,7 @@ static struct atoll_mpi_request *start_send(const void *payload, size_t len, voi
     }
     w.u.rts.sreq = (uint32_t)(uintptr_t)s;
     w.u.rts.sync = sync;
-    if (behind || !issue_rts(s, dest_world, &w, payload, len))
-        hold(dest_world, KIND_RTS, &w, s, payload, len);
+    send_rts(s, dest_world, &w, payload, len);
     return s;
 }
 

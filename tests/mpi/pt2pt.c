@@ -2,7 +2,8 @@
  * pt2pt.c - point-to-point semantics of atoll's MPI, in the style of
  * MPICH's pt2pt suite: payload sizes on both sides of the eager limit, any
  * source and any tag with per-sender order, tag matching out of order,
- * many outstanding requests, synchronous sends, Waitany/Testall/Iprobe,
+ * many outstanding requests, more large sends than a rank has grants
+ * (received out of order), synchronous sends, Waitany/Testall/Iprobe,
  * truncation, MPI_PROC_NULL, messages to oneself, zero-length messages,
  * derived datatypes, and the errors a bad call returns.
  *
@@ -261,9 +262,9 @@ static void any_and_all(void)
 }
 
 /* More rendezvous sends outstanding than the library keeps grants for:
- * past the library's budget, sends wait for grants to come back, and eager
- * messages behind them wait too (the order between a pair). The sends
- * share one buffer, each a different length. */
+ * past the library's budget, they go without grants, with eager messages
+ * among them, and still arrive in order (the order between a pair). The
+ * sends share one buffer, each a different length. */
 static void more_sends_than_grants(void)
 {
     enum { N = 1200, BIG = 16400 }; /* 65,600 bytes: above the eager limit */
@@ -287,6 +288,44 @@ static void more_sends_than_grants(void)
         CHECK(in[0] == left * 1000000 && in[n - 1] == left * 1000000 + n - 1);
     }
     OK(MPI_Waitall(N, r, MPI_STATUSES_IGNORE));
+}
+
+/* Past the library's grant budget, a rank's large sends go without
+ * grants; its peer still receives what it sent after them first (other
+ * tags): a synchronous send, and one truncated, which both complete. The
+ * receiver then grants where each lands, and the sender copies. */
+static void later_tags_past_the_grants(void)
+{
+    enum { N = 1100, BIG = 16400 }; /* 65,600 bytes: above the eager limit */
+    int right = (test_rank + 1) % test_size, left = (test_rank - 1 + test_size) % test_size;
+    static int out[BIG], in[BIG];
+    static MPI_Request r[N + 2];
+    MPI_Comm c;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    OK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+    for (int i = 0; i < BIG; i++)
+        out[i] = test_rank * 1000000 + i;
+    for (int t = 0; t < N; t++)
+        OK(MPI_Isend(out, BIG - t % 3, MPI_INT, right, 11, MPI_COMM_WORLD, &r[t]));
+    OK(MPI_Issend(out, BIG, MPI_INT, right, 12, MPI_COMM_WORLD, &r[N]));
+    OK(MPI_Isend(out, BIG, MPI_INT, right, 13, c, &r[N + 1]));
+    MPI_Status st;
+    int got;
+    OK(MPI_Recv(in, BIG, MPI_INT, left, 12, MPI_COMM_WORLD, &st));
+    OK(MPI_Get_count(&st, MPI_INT, &got));
+    CHECK(got == BIG && in[0] == left * 1000000 && in[BIG - 1] == left * 1000000 + BIG - 1);
+    memset(in, 0, sizeof in);
+    CHECK(MPI_Recv(in, 5, MPI_INT, left, 13, c, &st) == MPI_ERR_TRUNCATE);
+    CHECK(st.MPI_ERROR == MPI_ERR_TRUNCATE && in[4] == left * 1000000 + 4 && in[5] == 0);
+    move();
+    for (int t = 0; t < N; t++) {
+        OK(MPI_Recv(in, BIG, MPI_INT, left, 11, MPI_COMM_WORLD, &st));
+        OK(MPI_Get_count(&st, MPI_INT, &got));
+        CHECK(got == BIG - t % 3);
+        CHECK(in[0] == left * 1000000 && in[got - 1] == left * 1000000 + got - 1);
+    }
+    OK(MPI_Waitall(N + 2, r, MPI_STATUSES_IGNORE));
+    OK(MPI_Comm_free(&c));
 }
 
 /* Too small a receive: MPI_ERR_TRUNCATE, and the sender still completes. */
@@ -518,6 +557,7 @@ int main(int argc, char **argv)
     flood();
     more_sends_than_grants();
     move();
+    later_tags_past_the_grants();
     synchronous();
     any_and_all();
     move();
