@@ -159,7 +159,7 @@ void mpi_channel_drain(void)
 {
     for (;;) {
         flush();
-        if (waiting == NULL && mpi_copies_owed() == 0)
+        if (waiting == NULL && mpi_sends_unfinished() == 0)
             return;
         mpi_progress(true);
     }

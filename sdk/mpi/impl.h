@@ -224,12 +224,13 @@ void mpi_channel_send(int to, int32_t kind, const struct wire *w, const void *bo
  * to mpi_arrived(). With `block`, waits for at least one event. */
 void mpi_progress(bool block);
 /* Waits until every message this rank sent is in the runtime's hands and
- * every send whose RTS went without a grant has been copied (a receiver
- * may still ask for one that was MPI_Request_free'd). */
+ * no send needs this rank's memory any more (one MPI_Request_free'd may
+ * still be received after this rank called MPI_Finalize). */
 void mpi_channel_drain(void);
-/* Sends of this rank whose RTS went without a grant and that no KIND_CTS
- * has asked for yet: this rank still owes their copies. */
-int mpi_copies_owed(void);
+/* Rendezvous sends of this rank that still need its memory: a KIND_RTS
+ * with a grant whose KIND_FIN has not come, or one without a grant not
+ * yet copied. */
+int mpi_sends_unfinished(void);
 
 /* ------------------------------------------------------------- p2p.c */
 

@@ -258,7 +258,7 @@ int MPI_Finalize(void)
         return err;
     /* Every rank is here, then every message this rank still keeps is
      * handed to the runtime (which delivers it even after this rank ends)
-     * and every rendezvous send has its FIN. */
+     * and every rendezvous send has been copied by its receiver. */
     MPI_Barrier(MPI_COMM_WORLD);
     mpi_channel_drain();
     mpi_finalized = true;

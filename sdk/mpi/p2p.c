@@ -42,9 +42,9 @@ static int copies_owed;
  * RECV_GRANTS to ask for it, oldest first (linked by `next`). */
 static struct atoll_mpi_request *asks_head, *asks_tail;
 
-int mpi_copies_owed(void)
+int mpi_sends_unfinished(void)
 {
-    return copies_owed;
+    return send_grants + copies_owed;
 }
 
 /* Sends the RTS of send `s`, with a grant over its payload while the

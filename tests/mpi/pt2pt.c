@@ -293,7 +293,8 @@ static void more_sends_than_grants(void)
 /* Past the library's grant budget, a rank's large sends go without
  * grants; its peer still receives what it sent after them first (other
  * tags): a synchronous send, and one truncated, which both complete. The
- * receiver then grants where each lands, and the sender copies. */
+ * receiver then grants where each lands, and the sender copies, also for
+ * a send whose request was freed. */
 static void later_tags_past_the_grants(void)
 {
     enum { N = 1100, BIG = 16400 }; /* 65,600 bytes: above the eager limit */
@@ -307,6 +308,9 @@ static void later_tags_past_the_grants(void)
         out[i] = test_rank * 1000000 + i;
     for (int t = 0; t < N; t++)
         OK(MPI_Isend(out, BIG - t % 3, MPI_INT, right, 11, MPI_COMM_WORLD, &r[t]));
+    /* The last one's request is freed: it still completes, unwatched. */
+    OK(MPI_Request_free(&r[N - 1]));
+    CHECK(r[N - 1] == MPI_REQUEST_NULL);
     OK(MPI_Issend(out, BIG, MPI_INT, right, 12, MPI_COMM_WORLD, &r[N]));
     OK(MPI_Isend(out, BIG, MPI_INT, right, 13, c, &r[N + 1]));
     MPI_Status st;
