@@ -188,6 +188,14 @@ struct atoll_mpi_request {
 
 /* ----------------------------------------------------------- match.c */
 
+/* Requests in order, linked by their `next`. */
+struct req_fifo {
+    struct atoll_mpi_request *first, *last;
+};
+void mpi_fifo_push(struct req_fifo *q, struct atoll_mpi_request *r);
+/* The oldest request, removed; NULL if there is none. */
+struct atoll_mpi_request *mpi_fifo_pop(struct req_fifo *q);
+
 /* A message that arrived before its receive was posted. */
 struct unexpected {
     struct unexpected *next;

@@ -6,8 +6,30 @@
  */
 #include "impl.h"
 
-static struct atoll_mpi_request *posted_first, *posted_last;
+static struct req_fifo posted;
 static struct unexpected *unexpected_first, *unexpected_last;
+
+void mpi_fifo_push(struct req_fifo *q, struct atoll_mpi_request *r)
+{
+    r->next = NULL;
+    if (q->last != NULL)
+        q->last->next = r;
+    else
+        q->first = r;
+    q->last = r;
+}
+
+struct atoll_mpi_request *mpi_fifo_pop(struct req_fifo *q)
+{
+    struct atoll_mpi_request *r = q->first;
+    if (r != NULL) {
+        q->first = r->next;
+        if (q->first == NULL)
+            q->last = NULL;
+        r->next = NULL;
+    }
+    return r;
+}
 
 bool mpi_matches(int ctx, int src_world, int tag, int msg_ctx, int msg_src, int msg_tag)
 {
@@ -18,15 +40,15 @@ bool mpi_matches(int ctx, int src_world, int tag, int msg_ctx, int msg_src, int 
 struct atoll_mpi_request *mpi_take_posted(int ctx, int src_world, int tag)
 {
     struct atoll_mpi_request *prev = NULL;
-    for (struct atoll_mpi_request *r = posted_first; r != NULL; prev = r, r = r->next) {
+    for (struct atoll_mpi_request *r = posted.first; r != NULL; prev = r, r = r->next) {
         if (!mpi_matches(r->ctx, r->src_world, r->tag, ctx, src_world, tag))
             continue;
         if (prev != NULL)
             prev->next = r->next;
         else
-            posted_first = r->next;
-        if (posted_last == r)
-            posted_last = prev;
+            posted.first = r->next;
+        if (posted.last == r)
+            posted.last = prev;
         r->next = NULL;
         return r;
     }
@@ -35,12 +57,7 @@ struct atoll_mpi_request *mpi_take_posted(int ctx, int src_world, int tag)
 
 void mpi_post(struct atoll_mpi_request *r)
 {
-    r->next = NULL;
-    if (posted_last != NULL)
-        posted_last->next = r;
-    else
-        posted_first = r;
-    posted_last = r;
+    mpi_fifo_push(&posted, r);
 }
 
 struct unexpected *mpi_find_unexpected(int ctx, int src_world, int tag, bool peek)
@@ -76,7 +93,7 @@ void mpi_add_unexpected(struct unexpected *u)
 int mpi_posted_count(void)
 {
     int n = 0;
-    for (struct atoll_mpi_request *r = posted_first; r != NULL; r = r->next)
+    for (struct atoll_mpi_request *r = posted.first; r != NULL; r = r->next)
         n++;
     return n;
 }

@@ -39,8 +39,8 @@ static int send_grants, recv_grants;
 /* Sends whose RTS went without a grant, not yet asked for by KIND_CTS. */
 static int copies_owed;
 /* Receives that took an RTS without a grant and wait for one of
- * RECV_GRANTS to ask for it, oldest first (linked by `next`). */
-static struct atoll_mpi_request *asks_head, *asks_tail;
+ * RECV_GRANTS to ask for it. */
+static struct req_fifo asks;
 
 int mpi_sends_unfinished(void)
 {
@@ -167,24 +167,27 @@ static void ask(struct atoll_mpi_request *r, int from, int tag, size_t len, uint
     r->pull_tag = tag;
     r->pull_len = len;
     r->pull_sreq = sreq;
-    if (recv_grants < RECV_GRANTS) {
+    if (recv_grants < RECV_GRANTS)
         send_cts(r);
-        return;
-    }
-    r->next = NULL;
-    if (asks_tail != NULL)
-        asks_tail->next = r;
     else
-        asks_head = r;
-    asks_tail = r;
+        mpi_fifo_push(&asks, r);
+}
+
+/* The active request of this rank, of `kind`, that a peer's message names
+ * by `id`, or NULL if it names none. */
+static struct atoll_mpi_request *named(uint32_t id, enum req_kind kind)
+{
+    struct atoll_mpi_request *r = (struct atoll_mpi_request *)(uintptr_t)id;
+    if (r == NULL || r->magic != MAGIC_REQ || r->kind != kind || r->done)
+        return NULL;
+    return r;
 }
 
 /* The sender copied into receive `r` (KIND_DONE from `from`). */
 static void copied(int from, const struct wire *w)
 {
-    struct atoll_mpi_request *r = (struct atoll_mpi_request *)(uintptr_t)w->u.done.rreq;
-    if (r == NULL || r->magic != MAGIC_REQ || r->kind != REQ_RECV || r->done || !r->pulling ||
-        r->pull_from != from)
+    struct atoll_mpi_request *r = named(w->u.done.rreq, REQ_RECV);
+    if (r == NULL || !r->pulling || r->pull_from != from)
         mpi_fatal("a rank copied into a receive this rank does not have", EIO);
     if (r->pull_granted) {
         atoll_revoke(r->pull_grant);
@@ -193,22 +196,16 @@ static void copied(int from, const struct wire *w)
     }
     r->pulling = false;
     received(r, from, r->pull_tag, r->pull_len);
-    while (asks_head != NULL && recv_grants < RECV_GRANTS) {
-        struct atoll_mpi_request *next = asks_head;
-        asks_head = next->next;
-        if (asks_head == NULL)
-            asks_tail = NULL;
-        send_cts(next);
-    }
+    while (asks.first != NULL && recv_grants < RECV_GRANTS)
+        send_cts(mpi_fifo_pop(&asks));
 }
 
 /* A receiver asks send `w->u.cts.sreq` of this rank, whose RTS had no
  * grant, to copy its payload through the receiver's grant (KIND_CTS). */
 static void copy_asked(int from, const struct wire *w)
 {
-    struct atoll_mpi_request *s = (struct atoll_mpi_request *)(uintptr_t)w->u.cts.sreq;
-    if (s == NULL || s->magic != MAGIC_REQ || s->kind != REQ_SEND || s->done || s->granted ||
-        s->payload == NULL || w->u.cts.len > s->payload_len)
+    struct atoll_mpi_request *s = named(w->u.cts.sreq, REQ_SEND);
+    if (s == NULL || s->granted || s->payload == NULL || w->u.cts.len > s->payload_len)
         mpi_fatal("a rank asked for a send this rank does not have", EIO);
     if (w->u.cts.len > 0) {
         int err = atoll_safecopy_to(mpi_world[from].pid, w->u.cts.grant, 0, s->payload,
@@ -314,8 +311,8 @@ static void body_arrived(int from, const struct wire *w)
 void mpi_arrived(int from, int32_t kind, const struct wire *w)
 {
     if (kind == KIND_FIN) {
-        struct atoll_mpi_request *s = (struct atoll_mpi_request *)(uintptr_t)w->u.fin.sreq;
-        if (s == NULL || s->magic != MAGIC_REQ || s->kind != REQ_SEND || s->done)
+        struct atoll_mpi_request *s = named(w->u.fin.sreq, REQ_SEND);
+        if (s == NULL)
             mpi_fatal("a rank answered a send this rank does not have", EIO);
         if (s->granted) {
             atoll_revoke(s->grant);
