@@ -1,12 +1,15 @@
 //! A job's standard streams as a user meets them: a pipe into `atoll run`,
-//! an interactive program on a terminal, and a reader that goes away.
+//! an interactive program on a terminal, a program that polls its input
+//! with a timeout, and a reader that goes away.
 
 mod common;
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{atoll, guest, pid_of, text, Daemon};
@@ -92,6 +95,84 @@ fn an_interactive_program_answers_on_a_terminal() {
         master.write_all(b"quit\n").unwrap();
         expect(&mut master, &mut seen, "bye");
         assert!(repl.wait().unwrap().success(), "{seen}");
+    }
+}
+
+/// Reads `out` a line at a time until one is `line`; returns those before.
+fn until_line(out: &mut impl BufRead, line: &str) -> Vec<String> {
+    let mut before = Vec::new();
+    loop {
+        let mut l = String::new();
+        let n = out.read_line(&mut l).expect("the job's stdout reads");
+        assert!(n > 0, "the job ended before {line:?}, after {before:?}");
+        if l.trim_end() == line {
+            return before;
+        }
+        before.push(l.trim_end().to_owned());
+    }
+}
+
+#[test]
+fn a_program_polls_its_stdin_with_a_timeout_and_moves_while_it_polls() {
+    let node = Daemon::start(2);
+    for (node, moves) in [(None, ["", ""]), (Some(&node), ["0.1", "0.0"])] {
+        let mut pollin = atoll_on(node, &["run", "--on", "0.0", &guest("pollin"), "30"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A poll that never returns would leave the reads below waiting:
+        // the job is killed after a minute, and they fail.
+        let id = pollin.id() as libc::pid_t;
+        let done = Arc::new(AtomicBool::new(false));
+        let watchdog = std::thread::spawn({
+            let done = done.clone();
+            move || {
+                std::thread::park_timeout(Duration::from_secs(60));
+                if !done.load(Ordering::SeqCst) {
+                    // SAFETY: a signal to the child this test started,
+                    // which has not been waited for.
+                    unsafe { libc::kill(id, libc::SIGKILL) };
+                }
+            }
+        });
+        let mut stdin = pollin.stdin.take().unwrap();
+        let mut out = BufReader::new(pollin.stdout.take().unwrap());
+        // Nothing typed: the poll times out, again and again.
+        until_line(&mut out, "timeout");
+        until_line(&mut out, "timeout");
+        for (to, line) in moves.iter().zip(["hello", "two words"]) {
+            if let Some(node) = node {
+                // Moved while it polls, with its read ahead asked: the
+                // answer finds it on the other kernel.
+                let pid = pid_of(
+                    &text(&node.atoll(&["ps"]).output().unwrap().stdout),
+                    "pollin",
+                )
+                .expect("pollin is listed");
+                let moved = node.atoll(&["migrate", &pid, "--to", to]).output().unwrap();
+                assert!(moved.status.success(), "{}", text(&moved.stderr));
+                until_line(&mut out, "timeout");
+            }
+            stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+            let before = until_line(&mut out, &format!("got: {line}"));
+            assert!(before.iter().all(|l| l == "timeout"), "{before:?}");
+        }
+        stdin.write_all(b"quit\n").unwrap();
+        until_line(&mut out, "bye");
+        done.store(true, Ordering::SeqCst);
+        watchdog.thread().unpark();
+        watchdog.join().unwrap();
+        let status = pollin.wait().unwrap();
+        let mut err = String::new();
+        pollin
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(status.success(), "{err}");
     }
 }
 

@@ -561,9 +561,18 @@ impl Kernel {
             self.timers.pop();
             // The entry may be stale: the process ended, moved or was woken.
             if let Some(p) = self.procs.get_mut(&pid) {
-                if matches!(p.container.uarea().call, CallState::Blocked(KernelCall::Sleep { until_ns }) if until_ns == t)
-                {
-                    p.container.reply(Reply::Done);
+                let due = match p.container.uarea().call {
+                    CallState::Blocked(KernelCall::Sleep { until_ns }) if until_ns == t => {
+                        Some(Reply::Done)
+                    }
+                    CallState::Blocked(KernelCall::PollInput {
+                        until_ns: Some(until_ns),
+                        ..
+                    }) if until_ns == t => Some(Reply::Woken { timed_out: true }),
+                    _ => None,
+                };
+                if let Some(reply) = due {
+                    p.container.reply(reply);
                     self.run_queue.wake(pid);
                 } else if p.container.uarea().threads.active() {
                     let threads = &mut p.container.uarea_mut().threads;
@@ -1325,11 +1334,7 @@ impl Kernel {
             }
             NocMsg::Ipc(m) => self.on_ipc(m, packet.bulk, packet.lent),
             NocMsg::FileDone { .. } => self.on_file_done(pid, packet.bulk),
-            NocMsg::Input { bytes, .. } => self.reply_if_blocked(
-                pid,
-                |c| matches!(c, KernelCall::Input { .. }),
-                Reply::Input(bytes),
-            ),
+            NocMsg::Input { bytes, .. } => self.on_input(pid, bytes),
             NocMsg::Drained { upto, .. } => self.on_drained(pid, upto),
             NocMsg::Admitted {
                 quota,
@@ -1622,6 +1627,13 @@ impl Kernel {
             CallState::Running | CallState::Replied(_) => self.run_queue.push(pid),
             CallState::Blocked(KernelCall::Sleep { until_ns }) => {
                 self.timers.push(Reverse((until_ns, pid)))
+            }
+            // Its poll's read ahead is routed to wherever it is; its clock
+            // is this kernel's now.
+            CallState::Blocked(KernelCall::PollInput { until_ns, .. }) => {
+                if let Some(t) = until_ns {
+                    self.timers.push(Reverse((t, pid)));
+                }
             }
             CallState::Blocked(KernelCall::Wait { pid: which }) => {
                 let u = p.container.uarea_mut();

@@ -9,7 +9,7 @@ use atoll_prepare::ContentHash;
 use atoll_process::threads::Threads;
 use atoll_process::{
     clock::monotonic_ns, Accounting, CallState, Children, ConsoleFlow, Container, ContainerError,
-    FileOp, KernelCall, Quotas, Reply, SpawnModule, SpawnRequest, Stream, Yielding,
+    FileOp, KernelCall, Quotas, Reply, SpawnModule, SpawnRequest, StdinAhead, Stream, Yielding,
 };
 
 use crate::kernel::{Kernel, Process};
@@ -108,6 +108,12 @@ impl Kernel {
             }
             KernelCall::File { owner, op } => self.send_file_op(pid, owner, &op),
             KernelCall::Input { .. } | KernelCall::Drain => self.ask_console(pid),
+            KernelCall::PollInput { until_ns, .. } => {
+                if let Some(t) = until_ns {
+                    self.timers.push(Reverse((t, pid)));
+                }
+                self.ask_console(pid);
+            }
             KernelCall::Bind { domain } => {
                 let result = self.bind(pid, domain.as_deref());
                 self.reply_now(pid, Reply::Ipc(result));
@@ -141,24 +147,63 @@ impl Kernel {
         Ok(())
     }
 
-    /// Hands `pid`'s console call (a stdin read, a drain) to its job's
-    /// console service, which answers it wherever `pid` runs by then. Also
-    /// for a restored process captured in one: the job it was restored into
-    /// has another console, which has not been asked.
+    /// Hands `pid`'s console call (a stdin read or poll, a drain) to its
+    /// job's console service, which answers it wherever `pid` runs by then.
+    /// Also for a restored process captured in one: the job it was restored
+    /// into has another console, which has not been asked. A read or poll
+    /// is not asked again while a poll's read is out: its answer is theirs.
     pub(crate) fn ask_console(&mut self, pid: Pid) {
-        let Some(p) = self.procs.get(&pid) else {
+        let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
-        let u = p.container.uarea();
+        let u = p.container.uarea_mut();
+        let console = u.console;
         match u.call {
-            CallState::Blocked(KernelCall::Input { max }) => {
-                self.console().read(u.console, pid, max)
+            CallState::Blocked(KernelCall::Input { .. } | KernelCall::PollInput { .. })
+                if u.stdin.asked => {}
+            CallState::Blocked(KernelCall::PollInput { .. }) if u.stdin.ready() => {
+                p.container.reply(Reply::Woken { timed_out: false });
+                self.run_queue.wake(pid);
             }
+            CallState::Blocked(KernelCall::PollInput { max, .. }) => {
+                u.stdin.asked = true;
+                self.console().read(console, pid, max)
+            }
+            CallState::Blocked(KernelCall::Input { max }) => self.console().read(console, pid, max),
             CallState::Blocked(KernelCall::Drain) => {
-                self.console().drain(u.console, pid, u.console_flow.written)
+                let written = u.console_flow.written;
+                self.console().drain(console, pid, written)
             }
             _ => {}
         }
+    }
+
+    /// Where `pid` runs: bytes of its job's standard input (none: the end)
+    /// came, for its read, or for its poll's read ahead.
+    pub(crate) fn on_input(&mut self, pid: Pid, bytes: Vec<u8>) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let u = p.container.uarea_mut();
+        if !u.stdin.asked {
+            return self.reply_if_blocked(
+                pid,
+                |c| matches!(c, KernelCall::Input { .. }),
+                Reply::Input(bytes),
+            );
+        }
+        u.stdin.asked = false;
+        u.stdin.bytes = Some(bytes);
+        let reply = match u.call {
+            CallState::Blocked(KernelCall::PollInput { .. }) => Reply::Woken { timed_out: false },
+            // A read that came after the poll, and waited for its answer.
+            CallState::Blocked(KernelCall::Input { max }) => {
+                Reply::Input(u.stdin.take(max as usize).unwrap_or_default())
+            }
+            _ => return,
+        };
+        p.container.reply(reply);
+        self.run_queue.wake(pid);
     }
 
     /// Where `pid` runs: its console passed its output on up to `upto`. A
@@ -304,6 +349,8 @@ impl Kernel {
             granted: Vec::new(),
         };
         u.console_flow = ConsoleFlow::default();
+        // Input the parent read ahead is the parent's to read.
+        u.stdin = StdinAhead::default();
         self.make_room(&[parent]);
         let host = self.host.clone();
         let made = self

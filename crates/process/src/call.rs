@@ -74,6 +74,12 @@ pub enum KernelCall {
     /// Read at most `max` bytes of the job's standard input, from the
     /// console service of the node that started the job.
     Input { max: u32 },
+    /// Wait until the job's standard input has something to read (or its
+    /// end), or until `until_ns` (monotonic) if given: a `poll_oneoff` on
+    /// stdin, which reads ahead at most `max` bytes
+    /// ([`crate::StdinAhead`]). Answered with [`Reply::Woken`], `timed_out`
+    /// if the time came first.
+    PollInput { max: u32, until_ns: Option<u64> },
     /// Wait until the console service has passed on enough of what this
     /// process wrote to its console for its window to have room
     /// ([`crate::ConsoleFlow`]).
@@ -97,6 +103,7 @@ impl KernelCall {
             KernelCall::Fork { .. } => "forking".into(),
             KernelCall::Exec(_) => "executing".into(),
             KernelCall::Input { .. } => "reading stdin".into(),
+            KernelCall::PollInput { .. } => "polling stdin".into(),
             KernelCall::Drain => "waiting for its console".into(),
         }
     }
@@ -104,8 +111,8 @@ impl KernelCall {
     /// Whether the kernel answers this call without waiting for another
     /// process to act: a receive in the process's seat in the kernel may
     /// give way to it ([`crate::threads::Threads::withdraw_receive`]).
-    /// `Wait`, `Input`, `Drain` and IPC may wait on the very process the
-    /// receive waits for.
+    /// `Wait`, `Input`, `PollInput`, `Drain` and IPC may wait on the very
+    /// process the receive waits for.
     pub fn is_prompt(&self) -> bool {
         matches!(
             self,
@@ -172,7 +179,8 @@ pub enum Reply {
     /// The window has room again.
     Drained,
     /// To a thread's futex wait: woken by `futex_wake`, or its deadline
-    /// came first ([`crate::threads`]).
+    /// came first ([`crate::threads`]); to `PollInput`: input came, or the
+    /// time.
     Woken {
         timed_out: bool,
     },

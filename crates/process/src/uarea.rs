@@ -80,6 +80,8 @@ pub struct UArea {
     /// How far its output to the console has gone: a job cannot outrun its
     /// terminal by more than [`crate::CONSOLE_WINDOW`].
     pub console_flow: ConsoleFlow,
+    /// Standard input read ahead for `poll_oneoff`.
+    pub stdin: StdinAhead,
     /// The process quotas it counts in, and those granted for the child it
     /// is making.
     pub quotas: Quotas,
@@ -108,6 +110,37 @@ impl ConsoleFlow {
     /// Takes in the console service's word that it passed on `upto`.
     pub fn passed(&mut self, upto: u64) {
         self.passed = self.passed.max(upto.min(self.written));
+    }
+}
+
+/// Standard input read ahead. Input is pulled: the console service reads
+/// the job's terminal or pipe only when a process asks. A process that
+/// polls stdin (`poll_oneoff`) asks without reading, and the answer is
+/// kept here, whatever the process does meanwhile (a poll that timed out
+/// goes on), for the next read to take. It lives in the UArea so that it
+/// follows the process, and the answer finds it wherever it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StdinAhead {
+    /// A read of the job's input is out for a poll, not answered yet.
+    pub asked: bool,
+    /// What came and no read has taken yet; empty: the end of the input.
+    pub bytes: Option<Vec<u8>>,
+}
+
+impl StdinAhead {
+    /// Whether a read would return at once.
+    pub fn ready(&self) -> bool {
+        self.bytes.is_some()
+    }
+
+    /// Takes what came, at most `max` bytes (the rest stays for the next
+    /// read); `None` if nothing did.
+    pub fn take(&mut self, max: usize) -> Option<Vec<u8>> {
+        let mut bytes = self.bytes.take()?;
+        if bytes.len() > max {
+            self.bytes = Some(bytes.split_off(max));
+        }
+        Some(bytes)
     }
 }
 
@@ -177,6 +210,7 @@ impl UArea {
             limits: Limits::default(),
             pinned: false,
             console_flow: ConsoleFlow::default(),
+            stdin: StdinAhead::default(),
             quotas: Quotas::default(),
         }
     }
@@ -324,5 +358,22 @@ mod tests {
         c.born(pid(4));
         assert!(c.live.is_empty());
         assert_eq!(c.reap(None), Ok(Some((pid(4), 3))));
+    }
+
+    #[test]
+    fn input_read_ahead_is_taken_in_reads_of_any_size() {
+        let mut ahead = StdinAhead::default();
+        assert!(!ahead.ready());
+        assert_eq!(ahead.take(10), None);
+        ahead.bytes = Some(b"hello world".to_vec());
+        assert!(ahead.ready());
+        assert_eq!(ahead.take(6).as_deref(), Some(&b"hello "[..]));
+        assert_eq!(ahead.take(100).as_deref(), Some(&b"world"[..]));
+        assert!(!ahead.ready());
+        // The end of the input is ready too, and read as nothing.
+        ahead.bytes = Some(Vec::new());
+        assert!(ahead.ready());
+        assert_eq!(ahead.take(4).as_deref(), Some(&b""[..]));
+        assert!(!ahead.ready());
     }
 }

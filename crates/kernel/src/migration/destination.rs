@@ -389,6 +389,9 @@ impl Kernel {
         };
         match (arrival, result) {
             (Arrival::Restored(asker), Ok(())) => {
+                // A poll's read ahead was asked of the console it was
+                // captured under, which will not answer here.
+                process.container.uarea_mut().stdin.asked = false;
                 self.procs.insert(pid, process);
                 self.placement.arrivals += 1;
                 self.schedule(pid);

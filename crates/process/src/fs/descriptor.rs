@@ -63,10 +63,11 @@ fn read(
 
 /// Bytes one read of stdin asks for at most: they travel inside a NoC
 /// message (and a daemon frame), not through a portal.
-const MAX_INPUT: u32 = 64 << 10;
+pub(crate) const MAX_INPUT: u32 = 64 << 10;
 
-/// Reads the job's standard input into `iovs`: the answer of the console
-/// service when the call runs again with it, else the call waits for one.
+/// Reads the job's standard input into `iovs`: what a poll read ahead, or
+/// the answer of the console service when the call runs again with it,
+/// else the call waits for one.
 fn read_stdin(
     mem: &mut GuestMemory<'_>,
     ctx: &mut ProcCtx,
@@ -76,15 +77,19 @@ fn read_stdin(
     if max == 0 {
         return Ok(0);
     }
-    match ctx.answer.take() {
-        Some(Reply::Input(mut bytes)) => {
+    let answer = match ctx.answer.take() {
+        Some(Reply::Input(bytes)) => Some(bytes),
+        _ => None,
+    };
+    match answer.or_else(|| ctx.uarea.stdin.take(max as usize)) {
+        Some(mut bytes) => {
             // The service sends at most `max`, which the call asked for
             // from the same memory; more would be a bug there, not data.
             bytes.truncate(max as usize);
             scatter(mem, iovs, &bytes)?;
             Ok(bytes.len())
         }
-        _ => Err(Fail::Wait(KernelCall::Input { max })),
+        None => Err(Fail::Wait(KernelCall::Input { max })),
     }
 }
 

@@ -6,7 +6,7 @@ use atoll_abi::Errno;
 use wasmtime::{Caller, Linker, ValType};
 
 use super::{enter_kernel, exit_process, local_call, take_reply, with_memory};
-use crate::call::{KernelCall, Yielding};
+use crate::call::{KernelCall, Reply, Yielding};
 use crate::clock::{monotonic_ns, realtime_ns};
 use crate::ctx::ProcCtx;
 use crate::fd::Fd;
@@ -156,13 +156,16 @@ enum Sub {
         userdata: u64,
         kind: u8,
         error: Option<Errno>,
+        /// A read of stdin: ready once input (or its end) came.
+        stdin: bool,
     },
 }
 
-/// `poll_oneoff`: descriptors are always ready (files never block; stdin is
-/// reported ready, and a read of it then waits for input), so the call only
-/// ever waits for clocks, and then the process sleeps in the kernel,
-/// holding no thread.
+/// `poll_oneoff`: files and the console's outputs are always ready (they
+/// never block). Stdin is ready once input (or its end) came: the first
+/// poll asks the console service for it without reading it, and what
+/// comes is kept for the next read ([`crate::StdinAhead`]). The call waits
+/// for stdin or the earliest clock, in the kernel, holding no thread.
 fn poll_oneoff(
     mut c: Caller<'_, ProcCtx>,
     subs_ptr: u32,
@@ -170,8 +173,13 @@ fn poll_oneoff(
     nsubs: u32,
     nevents_ptr: u32,
 ) -> wasmtime::Result<i32> {
-    let woken = take_reply(&mut c)?.is_some();
-    let mut sleep_until = None;
+    // After a wait, whether it ended with the earliest clock.
+    let timed_out = match take_reply(&mut c)? {
+        Some(Reply::Woken { timed_out }) => timed_out,
+        Some(_) => true,
+        None => false,
+    };
+    let mut wait = None;
     let rc = with_memory(&mut c, |mem, ctx| {
         if nsubs == 0 {
             return Err(Errno::Inval);
@@ -192,23 +200,26 @@ fn poll_oneoff(
                 Sub::Fd { .. } => None,
             })
             .min();
-        let has_fd = subs.iter().any(|s| matches!(s, Sub::Fd { .. }));
-        // After a sleep, the earliest clock has fired even if the rounding of
-        // relative timeouts puts it a hair in the future.
-        let fired = |deadline: u64| deadline <= now || (woken && Some(deadline) == earliest);
+        let stdin_ready = ctx.uarea.stdin.ready();
+        let ready = |s: &Sub| matches!(s, Sub::Fd { stdin, .. } if !stdin || stdin_ready);
+        let fd_ready = subs.iter().any(ready);
+        // After a wait for it, the earliest clock has fired even if the
+        // rounding of relative timeouts puts it a hair in the future.
+        let fired = |deadline: u64| deadline <= now || (timed_out && Some(deadline) == earliest);
         let mut n = 0;
         for s in &subs {
             let (userdata, kind, error) = match *s {
                 Sub::Clock {
                     userdata,
                     deadline_ns,
-                } if !has_fd && fired(deadline_ns) => (userdata, EVENTTYPE_CLOCK, None),
+                } if !fd_ready && fired(deadline_ns) => (userdata, EVENTTYPE_CLOCK, None),
                 Sub::Fd {
                     userdata,
                     kind,
                     error,
-                } => (userdata, kind, error),
-                Sub::Clock { .. } => continue,
+                    ..
+                } if ready(s) => (userdata, kind, error),
+                Sub::Clock { .. } | Sub::Fd { .. } => continue,
             };
             let at = events_ptr + n * EVENT_SIZE;
             mem.slice_mut(at, EVENT_SIZE)?.fill(0);
@@ -218,12 +229,22 @@ fn poll_oneoff(
             n += 1;
         }
         if n == 0 {
-            sleep_until = earliest;
+            let stdin = subs
+                .iter()
+                .any(|s| matches!(s, Sub::Fd { stdin: true, .. }));
+            wait = match earliest {
+                _ if stdin => Some(KernelCall::PollInput {
+                    max: crate::fs::MAX_INPUT,
+                    until_ns: earliest,
+                }),
+                Some(until_ns) => Some(KernelCall::Sleep { until_ns }),
+                None => None,
+            };
         }
         mem.write_u32(nevents_ptr, n)
     });
-    if let Some(until_ns) = sleep_until {
-        if let Err(e) = enter_kernel(&mut c, KernelCall::Sleep { until_ns }) {
+    if let Some(call) = wait {
+        if let Err(e) = enter_kernel(&mut c, call) {
             return Ok(e.raw() as i32);
         }
     }
@@ -257,15 +278,17 @@ fn decode_subscription(mem: &GuestMemory<'_>, ctx: &ProcCtx, at: u32) -> Result<
         }
         kind @ (EVENTTYPE_FD_READ | EVENTTYPE_FD_WRITE) => {
             let fd = mem.u32(at + 16)?;
-            let error = match ctx.uarea.fds.get(fd) {
-                Ok(Fd::Dir(_)) => Some(Errno::IsDir),
-                Ok(_) => None,
-                Err(e) => Some(e),
+            let (error, stdin) = match ctx.uarea.fds.get(fd) {
+                Ok(Fd::Dir(_)) => (Some(Errno::IsDir), false),
+                Ok(Fd::Stdin) => (None, kind == EVENTTYPE_FD_READ),
+                Ok(_) => (None, false),
+                Err(e) => (Some(e), false),
             };
             Ok(Sub::Fd {
                 userdata,
                 kind,
                 error,
+                stdin,
             })
         }
         _ => Err(Errno::Inval),
