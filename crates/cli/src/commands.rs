@@ -584,7 +584,7 @@ pub fn kill(ctx: &Context, a: KillArgs) -> anyhow::Result<()> {
             pid: a.pid,
             signal: a.signal,
         },
-        &format!("no process {}", a.pid),
+        &format!("kill {}", a.pid),
     )? {
         Response::Done => Ok(()),
         other => Err(unexpected(other)),
@@ -618,7 +618,7 @@ pub fn migrate(ctx: &Context, a: MigrateArgs) -> anyhow::Result<()> {
         mode: a.mode,
     };
     let moving = Progress::start(format!("moving {} to kernel {}", a.pid, a.to), a.json);
-    let answer = ctx.ask(&request, &format!("no process {}", a.pid))?;
+    let answer = ctx.ask(&request, &format!("migrate {}", a.pid))?;
     moving.done();
     match answer {
         Response::Migrated(m) if a.json => {
@@ -658,7 +658,7 @@ pub fn checkpoint(ctx: &Context, a: CheckpointArgs) -> anyhow::Result<()> {
         leave_running: a.leave_running,
     };
     let writing = Progress::start(format!("writing a checkpoint of {}", a.pid), a.json);
-    let answer = ctx.ask(&request, &format!("no process {}", a.pid))?;
+    let answer = ctx.ask(&request, &format!("checkpoint {}", a.pid))?;
     writing.done();
     match answer {
         Response::Checkpointed(bytes) if a.json => {

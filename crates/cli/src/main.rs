@@ -102,7 +102,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("atoll: {e:#}");
+            eprintln!("atoll: {}", atoll_node::report(&e));
             std::process::exit(1);
         }
     }

@@ -170,7 +170,9 @@ impl Shared {
                     *self.latest.lock().expect("latest") = Some(json.clone());
                     let _ = self.events.send(json);
                 }
-                Err(e) => tracing::warn!("dashboard: sampling the node: {e:#}"),
+                Err(e) => {
+                    tracing::warn!("dashboard: sampling the node: {}", atoll_node::report(&e))
+                }
             }
         }
     }
@@ -243,7 +245,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 async fn snapshot(State(shared): State<Arc<Shared>>) -> Response {
     match tokio::task::spawn_blocking(move || shared.sample()).await {
         Ok(Ok(s)) => Json(s).into_response(),
-        Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+        Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, atoll_node::report(&e)),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
@@ -321,7 +323,7 @@ async fn ask<T: serde::Serialize + Send + 'static>(
 ) -> Response {
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(answer)) => Json(answer).into_response(),
-        Ok(Err(e)) => error(StatusCode::CONFLICT, format!("{e:#}")),
+        Ok(Err(e)) => error(StatusCode::CONFLICT, atoll_node::report(&e)),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

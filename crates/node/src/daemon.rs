@@ -168,7 +168,7 @@ pub fn serve(node: Arc<Node>, socket: &Path, dashboard: Option<String>) -> anyho
         let dashboard = dashboard.clone();
         std::thread::spawn(move || {
             if let Err(e) = handle(&node, conn, dashboard) {
-                tracing::warn!("client connection: {e:#}");
+                tracing::warn!("client connection: {}", crate::report(&e));
             }
         });
     }
@@ -296,7 +296,7 @@ fn handle(node: &Node, conn: UnixStream, dashboard: Option<String>) -> anyhow::R
     };
     write_frame(
         &mut writer,
-        &answer.unwrap_or_else(|e| Response::Error(format!("{e:#}"))),
+        &answer.unwrap_or_else(|e| Response::Error(crate::report(&e))),
     )?;
     Ok(())
 }
@@ -321,7 +321,7 @@ fn run(
     };
     let started = match start(Box::new(sink)) {
         Ok(pid) => Response::Started(pid),
-        Err(e) => Response::Error(format!("{e:#}")),
+        Err(e) => Response::Error(crate::report(&e)),
     };
     let _ = write_frame(&mut *writer.lock().expect("writer"), &started);
     let Response::Started(pid) = started else {

@@ -12,7 +12,9 @@ pub mod daemon;
 mod domains;
 mod node;
 mod ranks;
+mod report;
 
 pub use console::{InputAnswer, JobSink};
 pub use node::{JobSpec, Node, NodeConfig, NodeStatus};
 pub use ranks::{MapBy, Ranks};
+pub use report::report;

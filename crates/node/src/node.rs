@@ -597,6 +597,10 @@ impl Node {
     ) -> anyhow::Result<Pid> {
         if kernel.node == self.id {
             self.kernel(kernel)?;
+        } else if !self.linked(kernel) {
+            bail!(
+                "kernel {kernel} does not exist: no node linked to this one has it (`atoll top` shows the cluster's kernels)"
+            );
         }
         let console = self.open_job(sink);
         let spec = ProcessSpec {
