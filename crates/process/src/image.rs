@@ -339,7 +339,7 @@ fn nonzero_blocks(bytes: &[u8], range: std::ops::Range<u32>) -> impl Iterator<It
 }
 
 /// Whether a block is all zero; written so that it vectorizes.
-fn is_zero(block: &[u8]) -> bool {
+pub(crate) fn is_zero(block: &[u8]) -> bool {
     block
         .chunks(64)
         .all(|c| c.iter().fold(0u8, |a, &b| a | b) == 0)

@@ -182,19 +182,14 @@ impl LateMemories {
             last = r.end;
         }
         let left = missing.iter().filter(|m| **m).count();
-        let (base, len) = (memory.as_mut_ptr() as usize, blocks * BLOCK);
-        // SAFETY: the range is this memory, which the caller holds and
-        // whose bytes it gives up.
-        if unsafe { libc::madvise(base as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
-            return Err(format!("madvise: {}", std::io::Error::last_os_error()));
+        let uffd = self.uffd.as_ref().filter(|_| left > 0);
+        let ranges = uffd.map(|_| registered_ranges(coming)).unwrap_or_default();
+        clear(memory, &ranges)?;
+        if let Some(uffd) = uffd {
+            register(uffd, memory, coming, &ranges)?;
         }
-        let registered = match &self.uffd {
-            Some(uffd) if left > 0 => {
-                register(uffd, memory, coming)?;
-                true
-            }
-            _ => false,
-        };
+        let registered = uffd.is_some();
+        let (base, len) = (memory.as_mut_ptr() as usize, blocks * BLOCK);
         let late = Arc::new(Late {
             pid,
             from,
@@ -481,22 +476,79 @@ fn serve_faults(memories: &Weak<LateMemories>) {
 /// node still runs.
 const FAULT_WAIT_MS: i32 = 200;
 
-/// Registers the parts of `memory` (which has no page) where the blocks
-/// `coming` lie for missing-page faults. Every range is a mapping of its
-/// own, so ranges closer than [`MERGED_GAP`] blocks are registered as one,
-/// and the blocks between them mapped zero, as the kernel maps a page of
-/// the memory that is not registered on its first touch; fewer than
-/// [`MOST_RANGES`] are registered in all.
-fn register(uffd: &Uffd, memory: &mut [u8], coming: &[Range<u32>]) -> Result<(), String> {
-    let base = memory.as_mut_ptr();
+/// The ranges of a memory registered for the blocks `coming`: every range
+/// is a mapping of its own, so ranges closer than [`MERGED_GAP`] blocks are
+/// registered as one; fewer than [`MOST_RANGES`] are registered in all.
+fn registered_ranges(coming: &[Range<u32>]) -> Vec<Range<u32>> {
     let mut gap = MERGED_GAP;
-    let merged = loop {
+    loop {
         let merged = merge(coming, gap);
         if merged.len() <= MOST_RANGES {
-            break merged;
+            return merged;
         }
         gap *= 4;
+    }
+}
+
+/// Makes `memory` read as zero, with no page at all in `absent` (blocks),
+/// where `userfaultfd` must see a touch. Only blocks that have a page are
+/// touched: a `MADV_DONTNEED` of the whole memory took 41 us on the 2-core
+/// VM to restore a forked child whose 2 MiB had three pages mapped (a spare
+/// instance's), whatever it gave back (`placebench fork` across nodes).
+fn clear(memory: &mut [u8], absent: &[Range<u32>]) -> Result<(), String> {
+    let len = memory.len();
+    let blocks = len.div_ceil(BLOCK);
+    let Some(entered) = crate::resident::entered_blocks(memory, 0..blocks as u32) else {
+        return give_back(memory, 0..blocks);
     };
+    let mut in_absent = vec![false; blocks];
+    for r in absent {
+        in_absent[r.start as usize..(r.end as usize).min(blocks)].fill(true);
+    }
+    let mut b = 0;
+    while b < blocks {
+        if !entered[b] {
+            b += 1;
+        } else if in_absent[b] {
+            let end = (b..blocks)
+                .find(|&e| !(entered[e] && in_absent[e]))
+                .unwrap_or(blocks);
+            give_back(memory, b..end)?;
+            b = end;
+        } else {
+            let block = &mut memory[b * BLOCK..((b + 1) * BLOCK).min(len)];
+            if !crate::image::is_zero(block) {
+                block.fill(0);
+            }
+            b += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Gives back the pages of `blocks` of `memory`: they read zero, and have
+/// no page until touched.
+fn give_back(memory: &mut [u8], blocks: Range<usize>) -> Result<(), String> {
+    let end = (blocks.end * BLOCK).min(memory.len());
+    let bytes = &mut memory[blocks.start * BLOCK..end];
+    // SAFETY: the range is these bytes, which the caller holds and gives up.
+    if unsafe { libc::madvise(bytes.as_mut_ptr().cast(), bytes.len(), libc::MADV_DONTNEED) } != 0 {
+        return Err(format!("madvise: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Registers `ranges` of `memory` (which have no page), where the blocks
+/// `coming` lie, for missing-page faults; the blocks between the parts of
+/// one range are mapped zero, as the kernel maps a page of the memory that
+/// is not registered on its first touch.
+fn register(
+    uffd: &Uffd,
+    memory: &mut [u8],
+    coming: &[Range<u32>],
+    ranges: &[Range<u32>],
+) -> Result<(), String> {
+    let base = memory.as_mut_ptr();
     let mut done: Vec<Range<u32>> = Vec::new();
     let undo = |done: &[Range<u32>], why: String| {
         for r in done {
@@ -509,7 +561,7 @@ fn register(uffd: &Uffd, memory: &mut [u8], coming: &[Range<u32>]) -> Result<(),
         why
     };
     let mut parts = coming.iter().peekable();
-    for r in merged {
+    for r in ranges {
         // SAFETY: `r` lies within the memory (checked by the caller).
         let at = |b: u32| unsafe { base.add(b as usize * BLOCK) }.cast::<libc::c_void>();
         uffd.register(at(r.start), r.len() * BLOCK)
@@ -784,6 +836,38 @@ mod tests {
             (7, 2)
         );
         assert_eq!(memory.bytes()[9 * BLOCK + BLOCK - 1], 5);
+    }
+
+    #[test]
+    fn a_used_memory_reads_zero_but_for_what_comes() {
+        let Some(m) = faulting() else { return };
+        let rx = asked(&m);
+        let memory = Mapped::new();
+        // Another process's bytes, as a spare instance holds them: blocks
+        // 1, 3, 6 and 14 written, 4 only read (the shared zero page, which
+        // userfaultfd would not report a touch of).
+        for b in [1, 3, 6, 14] {
+            memory.bytes()[b * BLOCK + 5] = 9;
+        }
+        assert_eq!(std::hint::black_box(memory.bytes()[4 * BLOCK + 5]), 0);
+        // Registered as one range, 3..13, block 6 between its parts.
+        let late = m
+            .expect(pid(), SOURCE, memory.bytes(), &[3..5, 12..13])
+            .unwrap();
+        for b in [1, 6, 14] {
+            let read = memory.read_later(b).recv_timeout(Duration::from_secs(5));
+            assert_eq!(read, Ok(0), "block {b}");
+        }
+        let waiting = memory.read_later(4);
+        let asked = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(asked, (pid(), SOURCE, Ask::Block(4)));
+        m.fill(SOURCE, pid(), &piece(4, 6), false).unwrap();
+        assert_eq!(waiting.recv_timeout(Duration::from_secs(5)), Ok(6));
+        m.fill(SOURCE, pid(), &piece(3, 7), false).unwrap();
+        m.fill(SOURCE, pid(), &piece(12, 5), false).unwrap();
+        assert_eq!(late.wait(), Ok(()));
+        assert_eq!(memory.bytes()[3 * BLOCK + 5], 7);
+        assert_eq!(memory.bytes()[12 * BLOCK + 5], 5);
     }
 
     #[test]

@@ -26,14 +26,38 @@ use atoll_migration::BLOCK;
 /// swap is absent to `mincore`): a fork of a process holding 1 MiB asked
 /// four times (one `mincore`, three reads), and now asks once.
 pub(crate) fn mapped_blocks(bytes: &[u8], range: Range<u32>) -> Option<Vec<bool>> {
+    let (addr, blocks) = pages_of(bytes, range)?;
+    scanned(addr, blocks, ZeroPage::Out).or_else(|| resident(addr, blocks))
+}
+
+/// Which blocks of `range` of `bytes` have any page behind them: as
+/// [`mapped_blocks`], the shared zero page too. A block with none is what
+/// `userfaultfd` reports a touch of (`postcopy`). `None` where that cannot
+/// be asked exactly: memory not page-aligned, or a host without
+/// `PAGEMAP_SCAN` (its `mincore` fallback counts the zero page in too, but
+/// the pagemap it reads for absent pages cannot be trusted to).
+pub(crate) fn entered_blocks(bytes: &[u8], range: Range<u32>) -> Option<Vec<bool>> {
+    let (addr, blocks) = pages_of(bytes, range)?;
+    scanned(addr, blocks, ZeroPage::In)
+}
+
+/// The address and page count of `range` of `bytes`; `None` if empty or
+/// not page-aligned.
+fn pages_of(bytes: &[u8], range: Range<u32>) -> Option<(usize, usize)> {
     let start = (range.start as usize * BLOCK).min(bytes.len());
     let end = (range.end as usize * BLOCK).min(bytes.len());
     let addr = bytes.as_ptr() as usize + start;
     if start == end || !addr.is_multiple_of(BLOCK) {
         return None;
     }
-    let blocks = (end - start).div_ceil(BLOCK);
-    scanned(addr, blocks).or_else(|| resident(addr, blocks))
+    Some((addr, (end - start).div_ceil(BLOCK)))
+}
+
+/// Whether a page mapping the shared zero page counts as a page.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ZeroPage {
+    In,
+    Out,
 }
 
 /// The process's `/proc/self/pagemap`, opened once; `None` where it cannot
@@ -78,9 +102,14 @@ const PAGE_IS_PRESENT: u64 = 1 << 3;
 const PAGE_IS_SWAPPED: u64 = 1 << 4;
 const PAGE_IS_PFNZERO: u64 = 1 << 5;
 
-/// [`mapped_blocks`] by `PAGEMAP_SCAN`: pages present or swapped, but not
-/// the shared zero page. `None` where the host kernel lacks the scan.
-fn scanned(addr: usize, blocks: usize) -> Option<Vec<bool>> {
+/// [`mapped_blocks`] by `PAGEMAP_SCAN`: pages present or swapped, and the
+/// shared zero page only if `zero_page` says so. `None` where the host
+/// kernel lacks the scan.
+fn scanned(addr: usize, blocks: usize, zero_page: ZeroPage) -> Option<Vec<bool>> {
+    let left_out = match zero_page {
+        ZeroPage::In => 0,
+        ZeroPage::Out => PAGE_IS_PFNZERO,
+    };
     static MISSING: AtomicBool = AtomicBool::new(false);
     if MISSING.load(Ordering::Relaxed) {
         return None;
@@ -100,8 +129,8 @@ fn scanned(addr: usize, blocks: usize) -> Option<Vec<bool>> {
             vec: regions.as_mut_ptr() as u64,
             vec_len: regions.len() as u64,
             max_pages: 0,
-            category_inverted: PAGE_IS_PFNZERO,
-            category_mask: PAGE_IS_PFNZERO,
+            category_inverted: left_out,
+            category_mask: left_out,
             category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
             return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
         };
@@ -276,13 +305,19 @@ mod tests {
         assert_eq!(pages(&resident(addr, blocks).expect("asked")), [1, 4, 6]);
         let all = m.all();
         let mapped = pages(&mapped_blocks(m.bytes(), all).expect("asked"));
-        assert_eq!(scanned(addr, blocks).is_some(), host_scans());
-        match scanned(addr, blocks) {
+        assert_eq!(scanned(addr, blocks, ZeroPage::Out).is_some(), host_scans());
+        match scanned(addr, blocks, ZeroPage::Out) {
             Some(scan) => {
                 assert_eq!(pages(&scan), [1, 6]);
                 assert_eq!(mapped, [1, 6]);
             }
             None => assert_eq!(mapped, [1, 4, 6]),
+        }
+        // What userfaultfd would not report a touch of: the zero page too.
+        let all = m.all();
+        match entered_blocks(m.bytes(), all) {
+            Some(entered) => assert_eq!(pages(&entered), [1, 4, 6]),
+            None => assert!(!host_scans()),
         }
         // A range inside the mapping answers for its own pages.
         let inner = pages(&mapped_blocks(m.bytes(), 5..8).expect("asked"));
@@ -300,7 +335,7 @@ mod tests {
         let even: Vec<usize> = (0..600).step_by(2).collect();
         let (addr, blocks) = (m.0 as usize, m.1);
         assert_eq!(pages(&resident(addr, blocks).expect("asked")), even);
-        if let Some(scan) = scanned(addr, blocks) {
+        if let Some(scan) = scanned(addr, blocks, ZeroPage::Out) {
             assert_eq!(pages(&scan), even);
         }
         let all = m.all();
