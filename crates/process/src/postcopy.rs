@@ -492,9 +492,9 @@ fn registered_ranges(coming: &[Range<u32>]) -> Vec<Range<u32>> {
 
 /// Makes `memory` read as zero, with no page at all in `absent` (blocks),
 /// where `userfaultfd` must see a touch. Only blocks that have a page are
-/// touched: a `MADV_DONTNEED` of the whole memory took 41 us on the 2-core
-/// VM to restore a forked child whose 2 MiB had three pages mapped (a spare
-/// instance's), whatever it gave back (`placebench fork` across nodes).
+/// touched: one `MADV_DONTNEED` of the whole memory took 41 us on the
+/// 2-core VM when restoring a forked child into a spare instance, whose
+/// 2 MiB had three pages (`placebench fork` across nodes).
 fn clear(memory: &mut [u8], absent: &[Range<u32>]) -> Result<(), String> {
     let len = memory.len();
     let blocks = len.div_ceil(BLOCK);

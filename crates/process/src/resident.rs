@@ -32,10 +32,9 @@ pub(crate) fn mapped_blocks(bytes: &[u8], range: Range<u32>) -> Option<Vec<bool>
 
 /// Which blocks of `range` of `bytes` have any page behind them: as
 /// [`mapped_blocks`], the shared zero page too. A block with none is what
-/// `userfaultfd` reports a touch of (`postcopy`). `None` where that cannot
-/// be asked exactly: memory not page-aligned, or a host without
-/// `PAGEMAP_SCAN` (its `mincore` fallback counts the zero page in too, but
-/// the pagemap it reads for absent pages cannot be trusted to).
+/// `userfaultfd` reports a touch of (`postcopy`). `None` where the memory
+/// is not page-aligned or the host lacks `PAGEMAP_SCAN`: the caller then
+/// treats every block as having a page.
 pub(crate) fn entered_blocks(bytes: &[u8], range: Range<u32>) -> Option<Vec<bool>> {
     let (addr, blocks) = pages_of(bytes, range)?;
     scanned(addr, blocks, ZeroPage::In)
