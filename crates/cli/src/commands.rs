@@ -431,7 +431,31 @@ pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
     if let Some(url) = &url {
         eprintln!("atoll: dashboard at {url}");
     }
+    stop_on_signal(node.clone(), ctx.socket.clone())?;
     daemon::serve(node, &ctx.socket, url)
+}
+
+/// Stops the node in order on SIGTERM or SIGINT (`systemctl stop`, a pod
+/// deleted, Ctrl-C): the other members are told it stops, its control
+/// socket is removed, and it exits 0. Its processes end with it, as they
+/// would if it were killed.
+fn stop_on_signal(node: Arc<Node>, socket: PathBuf) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .context("handling SIGTERM and SIGINT")?;
+    std::thread::Builder::new()
+        .name("atoll-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                tracing::info!(signal, "stopping");
+                node.leave();
+                let _ = std::fs::remove_file(&socket);
+                eprintln!("atoll: node stopped");
+                std::process::exit(0);
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
 }
 
 /// How often the dashboard samples the node while someone watches.

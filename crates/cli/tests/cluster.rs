@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use atoll_bench::netns::Veth;
@@ -25,11 +25,13 @@ fn ok(out: Output) -> String {
     text(&out.stdout)
 }
 
-/// One `atoll node` process of a test cluster, and where it is linked.
+/// One `atoll node` process of a test cluster, where it is linked, and
+/// what it has said on its stderr so far.
 #[derive(Debug)]
 struct Member {
     node: NodeProcess,
     addr: String,
+    said: Arc<Mutex<String>>,
 }
 
 impl std::ops::Deref for Member {
@@ -54,6 +56,11 @@ struct Cluster {
 
 impl Cluster {
     fn start(nodes: usize, kernels: u16) -> Cluster {
+        Cluster::start_with(nodes, kernels, &[])
+    }
+
+    /// As [`start`](Self::start), each node with the options `extra`.
+    fn start_with(nodes: usize, kernels: u16, extra: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let ca = dir.path().join("ca");
         ok(atoll(&["ca", "init", ca.to_str().unwrap()])
@@ -70,7 +77,7 @@ impl Cluster {
                 .unwrap());
             let join = cluster.nodes.first().map(|m| m.addr.clone());
             let member = cluster
-                .spawn(&ca, &name, kernels, join.as_deref(), &[])
+                .spawn(&ca, &name, kernels, join.as_deref(), extra)
                 .unwrap_or_else(|e| panic!("{name} did not start: {e}"));
             cluster.nodes.push(member);
         }
@@ -153,16 +160,18 @@ impl Cluster {
         // The node says where it is linked; its stderr is drained after.
         let (tx, rx) = mpsc::channel();
         let stderr = child.stderr.take().unwrap();
+        let said = Arc::new(Mutex::new(String::new()));
+        let heard = said.clone();
         std::thread::spawn(move || {
-            let mut said = String::new();
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(rest) = line.split_once("linked at ").map(|(_, r)| r) {
                     let _ = tx.send(Ok(rest.split_whitespace().next().unwrap().to_owned()));
                 }
+                let mut said = heard.lock().unwrap();
                 said.push_str(&line);
                 said.push('\n');
             }
-            let _ = tx.send(Err(said));
+            let _ = tx.send(Err(heard.lock().unwrap().clone()));
         });
         let addr = match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(Ok(addr)) => addr,
@@ -178,6 +187,7 @@ impl Cluster {
         Ok(Member {
             node: NodeProcess::started(child, socket),
             addr,
+            said,
         })
     }
 }
@@ -427,6 +437,49 @@ fn a_node_killed_mid_conversation_ends_every_wait_on_it() {
     ok(c.nodes[0].atoll(&["kill", &pid]).output().unwrap());
     assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
     drop(lost);
+}
+
+/// `atoll node` stops in order on SIGTERM: it exits 0 and removes its
+/// socket, and the other members hear that it stopped, not that its links
+/// failed; what ran there is lost as with any lost node.
+#[test]
+fn a_node_stopped_with_sigterm_is_heard_as_stopped() {
+    let mut c = Cluster::start_with(2, 1, &["-v"]);
+    let spin = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();
+    let pid = c.nodes[0].wait_for("spin.wasm");
+    ok(c.nodes[0]
+        .atoll(&["migrate", &pid, "--to", "1.0"])
+        .output()
+        .unwrap());
+    let mut stopped = c.nodes.pop().unwrap();
+    // SAFETY: kill(2) on the node's own child process.
+    let sent = unsafe { libc::kill(stopped.child.id() as i32, libc::SIGTERM) };
+    assert_eq!(sent, 0);
+    assert_eq!(stopped.child.wait().unwrap().code(), Some(0));
+    assert!(!stopped.socket.exists(), "the stopped node left its socket");
+    assert_eq!(spin.wait_with_output().unwrap().status.code(), Some(137));
+    let t = Instant::now();
+    while !c.nodes[0]
+        .said
+        .lock()
+        .unwrap()
+        .contains("the member stopped")
+    {
+        let said = c.nodes[0].said.lock().unwrap().clone();
+        assert!(t.elapsed() < Duration::from_secs(30), "node 0 said: {said}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let said = c.nodes[0].said.lock().unwrap().clone();
+    assert!(
+        !said.contains("link down"),
+        "a stop heard as a failure: {said}"
+    );
+    assert!(
+        said.contains("node stopped: ending what waits on it"),
+        "{said}"
+    );
+    let ps = c.nodes[0].atoll(&["ps"]).output().unwrap();
+    assert!(text(&ps.stderr).contains(": DOWN"), "{}", text(&ps.stderr));
 }
 
 #[test]

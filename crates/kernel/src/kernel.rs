@@ -1206,7 +1206,11 @@ impl Kernel {
                     self.fail_request(req, lost);
                 }
             }
-            NocMsg::NodeDown { node, incarnation } => self.on_node_down(node, incarnation),
+            NocMsg::NodeDown {
+                node,
+                incarnation,
+                stopped,
+            } => self.on_node_down(node, incarnation, stopped),
             NocMsg::Migration(m) => self.on_migration(from, m, bulk, handover, files),
             NocMsg::Spare => {
                 if let Some(Handover(mut container)) = handover {

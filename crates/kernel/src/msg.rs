@@ -223,9 +223,14 @@ pub enum NocMsg {
     /// The answer to `Locate`: `pid` is gone (it ran on the lost node, or
     /// has ended), so the request will never be answered.
     Located { req: u64, lost: u16, gone: bool },
-    /// Node `node` (that incarnation of it) is down: its links failed.
-    /// Every kernel of this node hears it, after whatever that node sent.
-    NodeDown { node: u16, incarnation: u64 },
+    /// Node `node` (that incarnation of it) is down: its links failed, or
+    /// it `stopped` in order. Every kernel of this node hears it, after
+    /// whatever that node sent.
+    NodeDown {
+        node: u16,
+        incarnation: u64,
+        stopped: bool,
+    },
     /// Migrate `pid` to kernel `to` (`atoll migrate` from any node), routed
     /// to wherever it runs.
     Migrate {

@@ -64,9 +64,13 @@ impl Kernel {
         }
     }
 
-    /// Node `node` is down: end every wait on it.
-    pub(crate) fn on_node_down(&mut self, node: u16, incarnation: u64) {
-        tracing::warn!(kernel = %self.id, node, incarnation, "node down: ending what waits on it");
+    /// Node `node` is down (`stopped`: in order): end every wait on it.
+    pub(crate) fn on_node_down(&mut self, node: u16, incarnation: u64, stopped: bool) {
+        if stopped {
+            tracing::info!(kernel = %self.id, node, incarnation, "node stopped: ending what waits on it");
+        } else {
+            tracing::warn!(kernel = %self.id, node, incarnation, "node down: ending what waits on it");
+        }
         // Placement leaves the node out now, not at the next tick.
         let nodes = self.noc_nodes().into_iter().filter(|&(n, _)| n != node);
         self.placement

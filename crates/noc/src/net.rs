@@ -31,4 +31,4 @@ pub mod tls;
 mod watch;
 mod work;
 
-pub use link::{Lane, LinkConfig, LinkError, Links, Member, Wire};
+pub use link::{Down, Lane, LinkConfig, LinkError, Links, Member, Wire};

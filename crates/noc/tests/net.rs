@@ -247,6 +247,15 @@ fn links(
     kernels: u16,
     join: Option<std::net::SocketAddr>,
 ) -> (Links<String>, Arrivals) {
+    links_telling_down(id, kernels, join, Box::new(|_, _| ()))
+}
+
+fn links_telling_down(
+    id: Identity,
+    kernels: u16,
+    join: Option<std::net::SocketAddr>,
+    down: atoll_noc::net::Down,
+) -> (Links<String>, Arrivals) {
     let (tx, rx) = std::sync::mpsc::channel();
     let config = LinkConfig {
         identity: id,
@@ -257,7 +266,7 @@ fn links(
         join,
     };
     let deliver = Box::new(move |to, m| tx.send((to, m)).unwrap());
-    (Links::start(config, deliver, Box::new(|_| ())).unwrap(), rx)
+    (Links::start(config, deliver, down).unwrap(), rx)
 }
 
 /// What arrives for a node's kernels, with the kernel it is for.
@@ -318,6 +327,31 @@ fn links_join_through_any_member_and_carry_both_lanes() {
     assert!(r2.try_recv().is_err());
 }
 
+/// A node that stops in order says so: the others hear that it stopped,
+/// not that its links failed, and only once.
+#[test]
+fn a_member_that_stops_is_heard_as_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = cluster(dir.path(), &["n0", "n1"]).into_iter();
+    let (tx, downs) = std::sync::mpsc::channel();
+    let down = Box::new(move |m: &atoll_noc::net::Member, stopped| {
+        tx.send((m.node, m.incarnation, stopped)).unwrap();
+    });
+    let (l0, _r0) = links_telling_down(ids.next().unwrap(), 1, None, down);
+    let (l1, _r1) = links(ids.next().unwrap(), 1, Some(l0.me().addr));
+    let t = std::time::Instant::now();
+    while l0.members().is_empty() {
+        assert!(t.elapsed().as_secs() < 10, "node 1 never linked");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let life = l1.me().incarnation;
+    drop(l1);
+    let heard = downs.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(heard, (1, life, true));
+    assert!(downs.recv_timeout(Duration::from_millis(300)).is_err());
+    assert_eq!(l0.lost().len(), 1);
+}
+
 /// Kernels write control frames to a link themselves, from their own
 /// threads, while the bulk lane's task writes large frames a piece at a
 /// time: under that load, with the sockets full, every frame arrives whole,
@@ -345,7 +379,7 @@ fn concurrent_senders_and_large_frames_never_interleave() {
         advertise: None,
         join: Some(l0.me().addr),
     };
-    let _l1 = Links::start(config, deliver, Box::new(|_| ())).unwrap();
+    let _l1 = Links::start(config, deliver, Box::new(|_, _| ())).unwrap();
     let l0 = Arc::new(l0);
     let k = KernelId::new;
     const MESSAGES: usize = 2000;

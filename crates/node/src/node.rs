@@ -184,7 +184,7 @@ fn join(
         }
         _ => to_kernels.push(to.index, m),
     };
-    let down = move |m: &Member| {
+    let down = move |m: &Member, stopped: bool| {
         // Before the kernels hear it: one may be waiting in a fault for a
         // block that will never come.
         lost_late.lost(m.node);
@@ -193,6 +193,7 @@ fn join(
             let msg = NocMsg::NodeDown {
                 node: m.node,
                 incarnation: m.incarnation,
+                stopped,
             };
             let from = KernelId::new(m.node, 0);
             let down = Incoming {
@@ -447,6 +448,14 @@ impl Node {
         self.members()
             .iter()
             .any(|m| m.node == k.node && k.index < m.kernels)
+    }
+
+    /// Tells the other members that this node is stopping, so that its
+    /// links closing next is heard as an orderly stop, not a failure.
+    pub fn leave(&self) {
+        if let Some(links) = &self.links {
+            links.leave();
+        }
     }
 
     /// This node and the others it is linked to now, by node id.

@@ -156,6 +156,9 @@ pub enum Wire<M> {
         /// Whether bulk bytes come with it: they are the frame's tail.
         bulk: bool,
     },
+    /// The sender is stopping in order: its links going down next is news,
+    /// not a failure.
+    Leaving,
 }
 
 /// How a node takes part in a cluster.
@@ -195,8 +198,10 @@ pub enum LinkError {
 pub type Deliver<M> = Box<dyn Fn(KernelId, Incoming<M>) + Send + Sync>;
 
 /// Hears that a member is down (its links failed, or it came back as a
-/// new incarnation): nothing more will come from that life of it.
-pub type Down = Box<dyn Fn(&Member) + Send + Sync>;
+/// new incarnation): nothing more will come from that life of it. The
+/// flag is `true` if it said it was stopping (an orderly stop, not a
+/// failure).
+pub type Down = Box<dyn Fn(&Member, bool) + Send + Sync>;
 
 /// Hears that a lost member is linked again (the same life of it).
 pub type Mended = Box<dyn Fn(&Member) + Send + Sync>;
@@ -226,6 +231,9 @@ struct Shared<M> {
     /// Lost members found restarted (another incarnation at their
     /// address): their former life is not dialled again.
     restarted: Mutex<HashSet<(u16, u64)>>,
+    /// Members (node id, incarnation) that said they are stopping
+    /// (`Wire::Leaving`), until their links are down.
+    leaving: Mutex<HashSet<(u16, u64)>>,
     /// Told of each mended link, once set.
     mended: std::sync::OnceLock<Mended>,
     /// The links' runtime, for tasks started by a frame that a kernel's
@@ -350,6 +358,7 @@ where
             dialling: Mutex::default(),
             joining: tokio::sync::Mutex::new(()),
             restarted: Mutex::default(),
+            leaving: Mutex::default(),
             mended: std::sync::OnceLock::new(),
             tasks: runtime.handle().clone(),
             lazy: AtomicBool::new(false),
@@ -419,8 +428,24 @@ where
     }
 }
 
+impl<M> Links<M> {
+    /// Tells every member that this node is stopping (`Wire::Leaving`), on
+    /// both lanes: a member may notice either lane close first. The links
+    /// go down when they are dropped, or when the process ends.
+    pub fn leave(&self) {
+        if let Ok(leaving) = frame::encode(&Wire::<()>::Leaving) {
+            let peers = self.shared.peers.read().expect("peers");
+            for a in peers.values().flat_map(|p| p.lanes.iter().flatten()) {
+                let _ = a.conn.try_send(&[&leaving]);
+            }
+        }
+    }
+}
+
 impl<M> Drop for Links<M> {
+    /// An orderly stop: the members are told ([`Links::leave`]).
     fn drop(&mut self) {
+        self.leave();
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
         }
@@ -673,7 +698,7 @@ impl<M> Shared<M> {
             old.seal();
             let old = old.member;
             tracing::warn!(%old, incarnation = peer.incarnation, "a member came back: its former life is down");
-            (self.down)(&old);
+            (self.down)(&old, false);
         }
         (id, rx)
     }
@@ -693,13 +718,19 @@ impl<M> Shared<M> {
             current.then(|| peers.remove(&peer.node)).flatten()
         };
         if let Some(p) = gone {
-            tracing::warn!(peer = %p.member, ?lane, "link down: the member is down");
+            let key = (p.member.node, p.member.incarnation);
+            let stopped = self.leaving.lock().expect("leaving").remove(&key);
+            if stopped {
+                tracing::info!(peer = %p.member, "the member stopped");
+            } else {
+                tracing::warn!(peer = %p.member, ?lane, "link down: the member is down");
+            }
             p.seal();
             self.lost
                 .write()
                 .expect("lost")
                 .insert(p.member.node, p.member.clone());
-            (self.down)(&p.member);
+            (self.down)(&p.member, stopped);
         }
     }
 
@@ -1142,6 +1173,22 @@ where
         Wire::Ping => return Ok(()),
         Wire::Joined(m) => {
             meet(shared, m);
+            return Ok(());
+        }
+        Wire::Leaving => {
+            let life = shared
+                .peers
+                .read()
+                .expect("peers")
+                .get(&peer)
+                .map(|p| p.member.incarnation);
+            if let Some(incarnation) = life {
+                shared
+                    .leaving
+                    .lock()
+                    .expect("leaving")
+                    .insert((peer, incarnation));
+            }
             return Ok(());
         }
         _ => return Err("a hello out of turn".into()),
