@@ -76,6 +76,16 @@ pub fn job_on_kernel0(program: PathBuf, args: Vec<String>) -> JobSpec {
 /// from submission to exit. Load the program first so compilation is not
 /// timed.
 pub fn atoll_job(node: &Node, job: &JobSpec) -> anyhow::Result<(String, Duration)> {
+    atoll_job_marked(node, job, None)
+}
+
+/// As [`atoll_job`]; with `marked`, its sender is told when the job first
+/// prints its marker on stdout.
+pub fn atoll_job_marked(
+    node: &Node,
+    job: &JobSpec,
+    marked: Option<(&'static str, mpsc::Sender<Instant>)>,
+) -> anyhow::Result<(String, Duration)> {
     let (tx, rx) = mpsc::channel();
     let t = Instant::now();
     node.run_job(
@@ -83,6 +93,7 @@ pub fn atoll_job(node: &Node, job: &JobSpec) -> anyhow::Result<(String, Duration
         Box::new(Collect {
             out: Vec::new(),
             done: tx,
+            marked,
         }),
     )?;
     let (status, out) = rx.recv().context("node stopped")?;
@@ -100,12 +111,21 @@ pub fn atoll_job(node: &Node, job: &JobSpec) -> anyhow::Result<(String, Duration
 struct Collect {
     out: Vec<u8>,
     done: mpsc::Sender<(i32, Vec<u8>)>,
+    /// A marker not printed yet, and who waits for it.
+    marked: Option<(&'static str, mpsc::Sender<Instant>)>,
 }
 
 impl JobSink for Collect {
     fn output(&mut self, stream: Stream, bytes: &[u8]) {
         match stream {
-            Stream::Stdout => self.out.extend_from_slice(bytes),
+            Stream::Stdout => {
+                self.out.extend_from_slice(bytes);
+                if let Some((marker, _)) = &self.marked {
+                    if String::from_utf8_lossy(&self.out).contains(marker) {
+                        let _ = self.marked.take().map(|(_, to)| to.send(Instant::now()));
+                    }
+                }
+            }
             Stream::Stderr => {
                 let _ = std::io::stderr().write_all(bytes);
             }

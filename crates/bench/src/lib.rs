@@ -43,7 +43,9 @@ use schemars::JsonSchema;
 
 use crate::progress::Progress;
 
-pub(crate) use jobs::{artifact, atoll_job, bench_node, field, job_on_kernel0, native, ReadyWhen};
+pub(crate) use jobs::{
+    artifact, atoll_job, atoll_job_marked, bench_node, field, job_on_kernel0, native, ReadyWhen,
+};
 pub(crate) use report::{
     command_line, emit, md_table, median, page_head, text_table, Machine, Recorded, Report, Row,
 };

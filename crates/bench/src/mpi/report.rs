@@ -32,7 +32,7 @@ impl MpiReport {
             .collect()
     }
 
-    fn migration_rows(&self) -> Vec<[String; 6]> {
+    fn migration_rows(&self) -> Vec<[String; 7]> {
         self.migration
             .iter()
             .map(|m| {
@@ -40,7 +40,17 @@ impl MpiReport {
                     m.app.clone(),
                     m.scenario.clone(),
                     format!("{:.3}", m.median),
-                    m.migrations.to_string(),
+                    format!("{:.3}", m.wall_median),
+                    {
+                        let mut cell = format!("{:.1}", m.migrations);
+                        if m.failed_moves > 0 {
+                            cell += &format!(", {} failed", m.failed_moves);
+                        }
+                        if m.unmoved_runs > 0 {
+                            cell += &format!(", {} runs ended first", m.unmoved_runs);
+                        }
+                        cell
+                    },
                     m.downtime_us.map_or("—".into(), |d| format!("{:.0}", d)),
                     m.slowdown_pct.map_or("—".into(), |p| {
                         let (lo, hi) = m

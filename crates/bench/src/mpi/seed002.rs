@@ -12,15 +12,37 @@ use atoll_migration::{MigrationReport, Mode};
 use atoll_node::{JobSpec, Node};
 
 use super::{App, AppRun, MigratedRun};
-use crate::{atoll_job, median, progress, Context};
+use crate::{atoll_job_marked, median, progress, Context};
+
+/// One move's report, or why it failed.
+type Move = Result<MigrationReport, String>;
+
+/// What an NPB kernel prints when its timed part starts (`npb.h`).
+const TIMED_PART_STARTS: &str = "npb: timed part starts\n";
+
+/// Where the timed part starts: `None` until the program says so, if it
+/// does (a sender is waiting); `estimate` if it does not.
+fn timed_part_start(
+    said: &std::sync::mpsc::Receiver<Instant>,
+    estimate: Instant,
+) -> Option<Instant> {
+    match said.try_recv() {
+        Ok(at) => Some(at),
+        Err(std::sync::mpsc::TryRecvError::Empty) => None,
+        Err(std::sync::mpsc::TryRecvError::Disconnected) => Some(estimate),
+    }
+}
 
 /// How seed 002's experiment moves a rank while an application runs: first
-/// at `first` into the run, then every `every` if given.
+/// at `first` into its timed part, then every `every` if given. `setup`:
+/// where the timed part starts, for a program that does not say
+/// ([`App::says_when_timed`]).
 #[derive(Clone, Copy)]
 struct Moves {
     mode: Mode,
     first: Duration,
     every: Option<Duration>,
+    setup: Duration,
 }
 
 /// Where seed 002's experiment runs its 4 ranks, and where it moves one.
@@ -35,11 +57,16 @@ pub(super) enum Over {
 
 /// Seed 002's experiment (Xen VMs running MPI, one migrated: HPL +28 %,
 /// NPB SP +10 %): `app` on 4 ranks over 2 kernels or 2 nodes, unmigrated,
-/// with one rank moved to the other kernel or node and back halfway (copy;
-/// and hand-over within a node), and with a rank moved there and back
-/// every second (copy); beside the same run under Open MPI (shared memory
-/// within a node, TCP between nodes). Times are the job's wall time, start
-/// to end.
+/// with one rank moved to the other kernel or node and back halfway
+/// through its timed part (copy; and hand-over within a node), and with a
+/// rank moved there and back every second of it (copy); beside the same
+/// run under Open MPI (shared memory within a node, TCP between nodes).
+/// The slowdown is that of the timed part, as the program times it (NPB's
+/// and HPL's own timers), which is where the moves fall; the setup before
+/// it (CG builds its matrix for longer than it solves) would dilute it.
+/// An NPB kernel says when its timed part starts; HPL's start is taken as
+/// the earliest the unmigrated runs imply (wall time less timed part). A
+/// run that ends before its first move is left out of the slowdown.
 ///
 /// The scenarios take turns, `runs` rounds of one run each, and each
 /// migrated run is compared with the unmigrated run of its own round: a
@@ -95,19 +122,37 @@ pub(super) fn seed002(
         Some(second),
     ));
     let mut samples = vec![Vec::new(); scenarios.len()];
-    let mut reports: Vec<Vec<MigrationReport>> = vec![Vec::new(); scenarios.len()];
+    let mut walls = vec![Vec::new(); scenarios.len()];
+    let mut reports: Vec<Vec<Move>> = vec![Vec::new(); scenarios.len()];
+    // Moves made in each run of each scenario.
+    let mut made = vec![Vec::new(); scenarios.len()];
     for _ in 0..runs {
         for (i, &(_, mode, every)) in scenarios.iter().enumerate() {
             let run = AppRun::new(build, app, 4)?;
+            // How long the timed part lasts, and where it starts (for a
+            // program that does not say), as far as the unmigrated runs so
+            // far tell (this round's comes first): the earliest start,
+            // since a run that ends before its move measures nothing.
+            let timed = median(&samples[0]);
+            let setup = walls[0]
+                .iter()
+                .zip(&samples[0])
+                .map(|(w, t)| w - t)
+                .fold(f64::INFINITY, f64::min);
             let moves = mode.map(|mode| Moves {
                 mode,
-                // Halfway through an unmigrated run, as far as the runs so
-                // far tell (this round's comes first).
-                first: every.unwrap_or_else(|| Duration::from_secs_f64(median(&samples[0]) / 2.0)),
+                first: every.unwrap_or_else(|| Duration::from_secs_f64(timed / 2.0)),
                 every,
+                setup: Duration::from_secs_f64(if setup.is_finite() {
+                    setup.max(0.0)
+                } else {
+                    0.0
+                }),
             });
-            let (seconds, moved) = migrated_run(&node, app, &run.job, moves, over)?;
+            let (seconds, wall, moved) = migrated_run(&node, app, &run.job, moves, over)?;
             samples[i].push(seconds);
+            walls[i].push(wall);
+            made[i].push(moved.iter().filter(|m| m.is_ok()).count());
             reports[i].extend(moved);
         }
     }
@@ -117,22 +162,32 @@ pub(super) fn seed002(
     node.shutdown();
     let mut rows: Vec<MigratedRun> = scenarios
         .iter()
-        .zip(samples.iter().zip(&reports))
-        .map(|((scenario, ..), (s, r))| {
+        .zip(samples.iter().zip(&walls).zip(&reports).zip(&made))
+        .map(|((scenario, mode, _), (((s, w), r), made))| {
+            // A run that ended before its first move is no migrated run.
+            let counts = |&(_, &m): &(_, &usize)| mode.is_none() || m > 0;
             let paired: Vec<f64> = s
                 .iter()
                 .zip(&samples[0])
-                .map(|(moved, still)| (moved / still - 1.0) * 100.0)
+                .zip(made)
+                .filter(counts)
+                .map(|((moved, still), _)| (moved / still - 1.0) * 100.0)
                 .collect();
-            let downtimes: Vec<f64> = r.iter().map(|r| r.downtime_us as f64).collect();
+            let unmoved_runs = made.iter().filter(|&&m| mode.is_some() && m == 0).count();
+            let moved: Vec<&MigrationReport> = r.iter().flatten().collect();
+            let downtimes: Vec<f64> = moved.iter().map(|r| r.downtime_us as f64).collect();
             MigratedRun {
                 app: app.label(),
                 scenario: scenario.clone(),
                 median: median(s),
                 samples: s.clone(),
-                migrations: r.len() / runs,
+                wall_median: median(w),
+                wall_samples: w.clone(),
+                migrations: moved.len() as f64 / (runs - unmoved_runs).max(1) as f64,
+                failed_moves: r.len() - moved.len(),
+                unmoved_runs,
                 downtime_us: (!downtimes.is_empty()).then(|| median(&downtimes)),
-                slowdown_pct: Some(median(&paired)),
+                slowdown_pct: (!paired.is_empty()).then(|| median(&paired)),
                 paired_pct: paired,
             }
         })
@@ -141,20 +196,24 @@ pub(super) fn seed002(
         Over::Kernels => ("self,vader", "Open MPI, shared memory (native)"),
         Over::Nodes => ("self,tcp", "Open MPI, TCP (native)"),
     };
-    let mut samples = Vec::new();
+    let (mut samples, mut walls) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let run = AppRun::new(build, app, 4)?;
         let t = Instant::now();
         let out = run.open_mpi(btl)?;
-        samples.push(t.elapsed().as_secs_f64());
-        app.seconds(&out).context("under Open MPI")?;
+        walls.push(t.elapsed().as_secs_f64());
+        samples.push(app.seconds(&out).context("under Open MPI")?);
     }
     rows.push(MigratedRun {
         app: app.label(),
         scenario: native.into(),
         median: median(&samples),
         samples,
-        migrations: 0,
+        wall_median: median(&walls),
+        wall_samples: walls,
+        migrations: 0.0,
+        failed_moves: 0,
+        unmoved_runs: 0,
         downtime_us: None,
         slowdown_pct: None,
         paired_pct: Vec::new(),
@@ -163,33 +222,46 @@ pub(super) fn seed002(
 }
 
 /// Runs `job` (of `app`) on `node`, moving ranks as `moves` says; returns
-/// the job's wall time (its answer checked) and the migrations' reports.
+/// the seconds of its timed part (its answer checked), the job's wall time
+/// and each move's report, or why it failed.
 fn migrated_run(
     node: &Node,
     app: &App,
     job: &JobSpec,
     moves: Option<Moves>,
     over: Over,
-) -> anyhow::Result<(f64, Vec<atoll_migration::MigrationReport>)> {
+) -> anyhow::Result<(f64, f64, Vec<Move>)> {
     let done = AtomicBool::new(false);
     let name = app.program();
+    let (marked, timed_from) = std::sync::mpsc::channel();
+    let marked = app.says_when_timed().then_some((TIMED_PART_STARTS, marked));
     let t = Instant::now();
     std::thread::scope(|s| {
-        let mover = s.spawn(|| {
+        let (done, node, name) = (&done, node, &name);
+        let mover = s.spawn(move || {
             let mut reports = Vec::new();
-            let Some(Moves { mode, first, every }) = moves else {
+            let Some(Moves {
+                mode,
+                first,
+                every,
+                setup,
+            }) = moves
+            else {
                 return reports;
             };
+            // The timed part's start, once known.
+            let mut origin = None;
             let mut next = first;
             let mut turn = 0usize;
             while !done.load(Ordering::Relaxed) {
-                if t.elapsed() < next {
+                origin = origin.or_else(|| timed_part_start(&timed_from, t + setup));
+                if origin.is_none_or(|o| o.elapsed() < next) {
                     std::thread::sleep(Duration::from_millis(5));
                     continue;
                 }
                 // There and back: every kernel already runs two ranks, so
                 // staying there would measure the imbalance, not the move.
-                let ranks = ranks_of(node, &name);
+                let ranks = ranks_of(node, name);
                 if let Some(&(pid, at)) = ranks.get(turn % ranks.len().max(1)) {
                     let away = match over {
                         Over::Kernels => {
@@ -198,8 +270,13 @@ fn migrated_run(
                         Over::Nodes => KernelId::new(other_node(node, at.node), 0),
                     };
                     for to in [away, at] {
-                        if let Ok(r) = node.migrate(pid, to, Some(mode)) {
-                            reports.push(r);
+                        match node.migrate(pid, to, Some(mode)) {
+                            Ok(r) => reports.push(Ok(r)),
+                            Err(e) => {
+                                let why = atoll_node::report(&e);
+                                progress::note(&format!("  move of {pid} to {to} failed: {why}"));
+                                reports.push(Err(why));
+                            }
                         }
                     }
                 }
@@ -211,12 +288,12 @@ fn migrated_run(
             }
             reports
         });
-        let out = atoll_job(node, job);
+        let out = atoll_job_marked(node, job, marked);
         done.store(true, Ordering::Relaxed);
         let reports = mover.join().expect("the mover thread");
-        let seconds = t.elapsed().as_secs_f64();
-        app.seconds(&out?.0).context("while migrated")?;
-        Ok((seconds, reports))
+        let wall = t.elapsed().as_secs_f64();
+        let seconds = app.seconds(&out?.0).context("while migrated")?;
+        Ok((seconds, wall, reports))
     })
 }
 
