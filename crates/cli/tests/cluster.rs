@@ -395,6 +395,17 @@ fn read_until(child: &mut Child, line: &str) -> std::thread::JoinHandle<String> 
     })
 }
 
+/// A job started on node 0 (homed there) and moved to run on node 1.
+fn spin_on_node_1(c: &Cluster) -> Child {
+    let spin = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();
+    let pid = c.nodes[0].wait_for("spin.wasm");
+    ok(c.nodes[0]
+        .atoll(&["migrate", &pid, "--to", "1.0"])
+        .output()
+        .unwrap());
+    spin
+}
+
 #[test]
 fn a_node_killed_mid_conversation_ends_every_wait_on_it() {
     let mut c = Cluster::start(2, 1);
@@ -405,13 +416,7 @@ fn a_node_killed_mid_conversation_ends_every_wait_on_it() {
         .spawn()
         .unwrap();
     let rest = read_until(&mut far, "far: ready");
-    // A job homed on node 0 that runs on node 1.
-    let spin = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();
-    let pid = c.nodes[0].wait_for("spin.wasm");
-    ok(c.nodes[0]
-        .atoll(&["migrate", &pid, "--to", "1.0"])
-        .output()
-        .unwrap());
+    let spin = spin_on_node_1(&c);
     let mut lost = c.nodes.pop().unwrap();
     lost.child.kill().unwrap();
     let said = rest.join().unwrap();
@@ -445,12 +450,7 @@ fn a_node_killed_mid_conversation_ends_every_wait_on_it() {
 #[test]
 fn a_node_stopped_with_sigterm_is_heard_as_stopped() {
     let mut c = Cluster::start_with(2, 1, &["-v"]);
-    let spin = c.nodes[0].atoll(&["run", &guest("spin")]).spawn().unwrap();
-    let pid = c.nodes[0].wait_for("spin.wasm");
-    ok(c.nodes[0]
-        .atoll(&["migrate", &pid, "--to", "1.0"])
-        .output()
-        .unwrap());
+    let spin = spin_on_node_1(&c);
     let mut stopped = c.nodes.pop().unwrap();
     // SAFETY: kill(2) on the node's own child process.
     let sent = unsafe { libc::kill(stopped.child.id() as i32, libc::SIGTERM) };
