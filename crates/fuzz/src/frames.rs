@@ -165,6 +165,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         NodeWire::Refused("not a member".into()),
         NodeWire::Ping,
         NodeWire::Joined(member),
+        NodeWire::Leaving,
     ];
     seeds.extend(
         own.iter()

@@ -32,7 +32,9 @@
 //! down: both are closed, sends to it fail at once, and the node is told
 //! (`Down`), once, so that whatever waits on that node can end. A member
 //! that comes back with a new incarnation replaces the old one, whose end
-//! is told the same way.
+//! is told the same way. A member that stops in order says so first
+//! (`Leaving`, [`Links::leave`]): its end is then told as a stop, not a
+//! failure.
 //!
 //! **Mending.** A member that was given up while it lived on (a cut link,
 //! a frozen machine) is dialled again every [`MEND_EVERY`], by the side
