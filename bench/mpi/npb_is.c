@@ -6,7 +6,8 @@
  * test keys are checked against the specification's values (partial
  * verification) and the final order against the keys (full verification).
  *
- *   npb_is CLASS        CLASS: S (2^16 keys below 2^11) or W (2^20 below 2^16)
+ *   npb_is CLASS        CLASS: S (2^16 keys below 2^11), W (2^20 below 2^16),
+ *                       A (2^23 below 2^19) or B (2^25 below 2^21)
  *
  * Distribution: rank r generates the r-th slice of the one global sequence
  * of keys; each ranking sends every key to the rank owning its key range
@@ -35,15 +36,26 @@ static const struct class classes[] = {
     {'S', 16, 11, {48427, 17148, 23627, 62548, 4431}, {0, 18, 346, 64917, 65463}},
     {'W', 20, 16, {357773, 934767, 875723, 898999, 404505},
      {1249, 11698, 1039987, 1043896, 1048018}},
+    {'A', 23, 19, {2112377, 662041, 5336171, 3642833, 4250760},
+     {104, 17523, 123928, 8288932, 8388264}},
+    {'B', 25, 21, {41869, 812306, 5102857, 18232239, 26860214},
+     {33422937, 10244, 59149, 33135281, 99}},
 };
 
 /* The rank test key i must have after ranking `it` (the specification's
  * rule per class: keys below the changed ones move by it). */
 static long expected(const struct class *c, int i, int it)
 {
-    if (c->name == 'S')
+    switch (c->name) {
+    case 'S':
         return i <= 2 ? c->rank[i] + it : c->rank[i] - it;
-    return i < 2 ? c->rank[i] + (it - 2) : c->rank[i] - it;
+    case 'W':
+        return i < 2 ? c->rank[i] + (it - 2) : c->rank[i] - it;
+    case 'A':
+        return i <= 2 ? c->rank[i] + (it - 1) : c->rank[i] - (it - 1);
+    default: /* B */
+        return i == 1 || i == 2 || i == 4 ? c->rank[i] + it : c->rank[i] - it;
+    }
 }
 
 int main(int argc, char **argv)
@@ -52,7 +64,7 @@ int main(int argc, char **argv)
     int me, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const struct class *c = &classes[npb_class(argc, argv, "npb_is", "SW")];
+    const struct class *c = &classes[npb_class(argc, argv, "npb_is", "SWAB")];
     long n = 1L << c->keys_log2, max_key = 1L << c->max_key_log2;
     long first = n * me / size, last = n * (me + 1) / size, mine = last - first;
 

@@ -128,6 +128,8 @@ fn npb_kernels_verify_still_and_with_their_ranks_moving() {
         ("npb_ep", "S", 2),
         ("npb_is", "S", 3),
         ("npb_is", "W", 4),
+        // Class A's own verification rule (seed 002's experiment runs B).
+        ("npb_is", "A", 4),
         ("npb_cg", "S", 3),
     ] {
         let out = passes(&node, &mpi(name, &[class], n));
