@@ -531,8 +531,16 @@ impl Kernel {
     /// A migration that failed before its process froze (or that could not
     /// freeze it): the process goes on running here.
     fn fail_departure(&mut self, pid: Pid, why: String) {
-        if let Some(d) = self.departures.remove(&pid) {
+        if self.departures.contains_key(&pid) {
             tracing::warn!(kernel = %self.id, %pid, "migration failed, process stays: {why}");
+        }
+        self.call_off_departure(pid, why);
+    }
+
+    /// Tells the destination and the asker that `pid` is not coming, and
+    /// lets it go on here.
+    fn call_off_departure(&mut self, pid: Pid, why: String) {
+        if let Some(d) = self.departures.remove(&pid) {
             let abort = NocMsg::Migration(MigrationMsg::Abort { pid, req: d.req });
             self.transmit(
                 d.to,
@@ -547,10 +555,12 @@ impl Kernel {
     }
 
     /// `pid` ends (exits, is killed) here while in pre-copy: the migration
-    /// is abandoned.
+    /// is abandoned. Not a failure: a program may end at any moment, and
+    /// it ends here, whole.
     pub(crate) fn abandon_departure(&mut self, pid: Pid, status: i32) {
         if self.departures.get(&pid).is_some_and(|d| !d.is_frozen()) {
-            self.fail_departure(
+            tracing::info!(kernel = %self.id, %pid, status, "migration called off: the process ended");
+            self.call_off_departure(
                 pid,
                 format!("process ended during the migration (status {status})"),
             );
