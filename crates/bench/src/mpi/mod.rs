@@ -42,15 +42,17 @@ pub struct Args {
     /// Order of the matrix HPL solves beside the NPB kernels
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(100..))]
     hpl_n: u32,
-    /// Problem class of the NPB kernels in seed 002's experiment (class A:
-    /// EP about 8 s here, CG about 5 s; IS has S and W only); `none` leaves
-    /// NPB out of it
+    /// Problem class of the NPB kernels in seed 002's experiment, unless
+    /// `--migrate-npb` gives one (class A: EP about 8 s here, CG about 5 s);
+    /// `none` leaves NPB out of it
     #[arg(long, default_value = "A", value_parser = ["S", "W", "A", "none"])]
     migrate_class: String,
-    /// The NPB kernels of seed 002's experiment, comma-separated: EP
-    /// computes and hardly talks, CG talks at every step
-    #[arg(long, default_value = "ep,cg", value_delimiter = ',', value_parser = ["ep", "is", "cg"])]
-    migrate_npb: Vec<String>,
+    /// The NPB kernels of seed 002's experiment, comma-separated, each
+    /// `KERNEL` or `KERNEL:CLASS`: EP computes and hardly talks, CG talks at
+    /// every step, IS sends every key at every step (its timed part lasts
+    /// 3 s at class B here, 0.7 s at A)
+    #[arg(long, default_value = "ep,cg,is:B", value_delimiter = ',', value_parser = npb_choice)]
+    migrate_npb: Vec<(&'static str, Option<String>)>,
     /// Order of HPL's matrix in seed 002's experiment (4800 runs about 10 s
     /// here); 0 leaves HPL out of it
     #[arg(long, default_value_t = 4800)]
@@ -118,9 +120,15 @@ struct MigratedRun {
     wall_samples: Vec<f64>,
     /// Moves per run that moved, on average (each there or back is one).
     migrations: f64,
-    /// Moves that failed, over all runs (each is reported as it fails).
+    /// Moves that failed while the rank lived on, over all runs (each is
+    /// reported as it fails).
     #[serde(default)]
     failed_moves: usize,
+    /// Moves cut short by the rank's end, over all runs: the last move of a
+    /// run can still be under way when the program finishes. Recordings
+    /// made before they were told apart count them in `failed_moves`.
+    #[serde(default)]
+    ended_moves: usize,
     /// Runs that ended before their first move: left out of the slowdown.
     #[serde(default)]
     unmoved_runs: usize,
@@ -142,6 +150,37 @@ struct AppTimes {
     /// program times its own computation.
     medians: Vec<f64>,
     samples: Vec<Vec<f64>>,
+}
+
+/// One entry of `--migrate-npb`: `ep`, `is` or `cg`, and the class it
+/// runs at if it names one (each program's own classes).
+fn npb_choice(s: &str) -> Result<(&'static str, Option<String>), String> {
+    let (kernel, class) = match s.split_once(':') {
+        Some((k, c)) => (k, Some(c)),
+        None => (s, None),
+    };
+    let (kernel, classes) = match kernel {
+        "ep" => ("ep", "SWA"),
+        "cg" => ("cg", "SWA"),
+        "is" => ("is", "SWAB"),
+        _ => {
+            return Err(format!(
+                "`{kernel}` is not an NPB kernel here: ep, cg or is"
+            ))
+        }
+    };
+    match class {
+        Some(c) if c.len() != 1 || !classes.contains(c) => Err(format!(
+            "NPB {} has classes {} here, not `{c}`",
+            kernel.to_uppercase(),
+            classes
+                .chars()
+                .map(String::from)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        _ => Ok((kernel, class.map(str::to_string))),
+    }
 }
 
 /// An application the benchmark runs: an NPB kernel of a class, or HPL on
@@ -412,18 +451,10 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MpiReport> {
     }
     let mut seed = Vec::new();
     if a.migrate_class != "none" {
-        for kernel in &a.migrate_npb {
-            let kernel = match kernel.as_str() {
-                "ep" => "ep",
-                "is" => "is",
-                _ => "cg",
-            };
-            if kernel == "is" && a.migrate_class == "A" {
-                bail!("NPB IS has classes S and W only: leave it out of --migrate-npb, or choose --migrate-class S or W");
-            }
+        for (kernel, class) in &a.migrate_npb {
             seed.push(App::Npb {
                 kernel,
-                class: a.migrate_class.clone(),
+                class: class.clone().unwrap_or_else(|| a.migrate_class.clone()),
             });
         }
     }

@@ -46,6 +46,9 @@ impl MpiReport {
                         if m.failed_moves > 0 {
                             cell += &format!(", {} failed", m.failed_moves);
                         }
+                        if m.ended_moves > 0 {
+                            cell += &format!(", {} cut short by the end", m.ended_moves);
+                        }
                         if m.unmoved_runs > 0 {
                             cell += &format!(", {} runs ended first", m.unmoved_runs);
                         }

@@ -14,8 +14,16 @@ use atoll_node::{JobSpec, Node};
 use super::{App, AppRun, MigratedRun};
 use crate::{atoll_job_marked, median, progress, Context};
 
-/// One move's report, or why it failed.
-type Move = Result<MigrationReport, String>;
+/// What became of one move.
+#[derive(Clone)]
+enum Move {
+    Made(MigrationReport),
+    /// The rank ended while it moved, or before: a race with the program's
+    /// end, not a failure (the rank ends where it was, its output whole).
+    Ended,
+    /// It failed while the rank lived on (reported as it failed).
+    Failed,
+}
 
 /// What an NPB kernel prints when its timed part starts (`npb.h`).
 const TIMED_PART_STARTS: &str = "npb: timed part starts\n";
@@ -152,7 +160,7 @@ pub(super) fn seed002(
             let (seconds, wall, moved) = migrated_run(&node, app, &run.job, moves, over)?;
             samples[i].push(seconds);
             walls[i].push(wall);
-            made[i].push(moved.iter().filter(|m| m.is_ok()).count());
+            made[i].push(moved.iter().filter(|m| matches!(m, Move::Made(_))).count());
             reports[i].extend(moved);
         }
     }
@@ -174,7 +182,14 @@ pub(super) fn seed002(
                 .map(|((moved, still), _)| (moved / still - 1.0) * 100.0)
                 .collect();
             let unmoved_runs = made.iter().filter(|&&m| mode.is_some() && m == 0).count();
-            let moved: Vec<&MigrationReport> = r.iter().flatten().collect();
+            let moved: Vec<&MigrationReport> = r
+                .iter()
+                .filter_map(|m| match m {
+                    Move::Made(report) => Some(report),
+                    _ => None,
+                })
+                .collect();
+            let count = |f: fn(&Move) -> bool| r.iter().filter(|m| f(m)).count();
             let downtimes: Vec<f64> = moved.iter().map(|r| r.downtime_us as f64).collect();
             MigratedRun {
                 app: app.label(),
@@ -184,7 +199,8 @@ pub(super) fn seed002(
                 wall_median: median(w),
                 wall_samples: w.clone(),
                 migrations: moved.len() as f64 / (runs - unmoved_runs).max(1) as f64,
-                failed_moves: r.len() - moved.len(),
+                failed_moves: count(|m| matches!(m, Move::Failed)),
+                ended_moves: count(|m| matches!(m, Move::Ended)),
                 unmoved_runs,
                 downtime_us: (!downtimes.is_empty()).then(|| median(&downtimes)),
                 slowdown_pct: (!paired.is_empty()).then(|| median(&paired)),
@@ -213,6 +229,7 @@ pub(super) fn seed002(
         wall_samples: walls,
         migrations: 0.0,
         failed_moves: 0,
+        ended_moves: 0,
         unmoved_runs: 0,
         downtime_us: None,
         slowdown_pct: None,
@@ -223,7 +240,7 @@ pub(super) fn seed002(
 
 /// Runs `job` (of `app`) on `node`, moving ranks as `moves` says; returns
 /// the seconds of its timed part (its answer checked), the job's wall time
-/// and each move's report, or why it failed.
+/// and what became of each move.
 fn migrated_run(
     node: &Node,
     app: &App,
@@ -271,11 +288,15 @@ fn migrated_run(
                     };
                     for to in [away, at] {
                         match node.migrate(pid, to, Some(mode)) {
-                            Ok(r) => reports.push(Ok(r)),
+                            Ok(r) => reports.push(Move::Made(r)),
+                            Err(_) if !ranks_of(node, name).iter().any(|&(p, _)| p == pid) => {
+                                reports.push(Move::Ended);
+                                break;
+                            }
                             Err(e) => {
                                 let why = atoll_node::report(&e);
                                 progress::note(&format!("  move of {pid} to {to} failed: {why}"));
-                                reports.push(Err(why));
+                                reports.push(Move::Failed);
                             }
                         }
                     }
