@@ -373,8 +373,6 @@ fn strangers_and_garbage_are_refused_and_the_cluster_carries_on() {
     assert_eq!(job.wait_with_output().unwrap().status.code(), Some(137));
 }
 
-/// Reads `child`'s stdout line by line until a line equals `line`; the
-/// rest is returned when the child ends.
 /// Reads `child`'s stdout up to `line`, then the rest on a thread of its
 /// own (joined for what followed): a child that goes on printing must
 /// not fill its pipe and block while the test waits for it.
