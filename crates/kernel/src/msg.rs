@@ -457,13 +457,30 @@ pub enum MigrationMsg {
     },
 }
 
-/// When a migration was asked for and when its process was frozen, on the
-/// source's monotonic clock (kernels of one machine share it; between
-/// machines the source measures instead, see `on_migration_done`).
+/// When a migration was asked for, when its process was frozen and when
+/// it was sent, on the source's monotonic clock. Kernels of one machine
+/// share that clock; another machine's destination reads the times with
+/// [`Times::rebased`] (and the source measures its own answer, see
+/// `on_migration_done`).
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Times {
     pub requested_ns: u64,
     pub frozen_ns: u64,
+    pub sent_ns: u64,
+}
+
+impl Times {
+    /// The same times on another clock that reads `received_ns` as the
+    /// process arrives: the durations before the send are kept, the trip
+    /// is not counted (it cannot be, without a shared clock).
+    pub fn rebased(self, received_ns: u64) -> Times {
+        let before = |t: u64| received_ns.saturating_sub(self.sent_ns.saturating_sub(t));
+        Times {
+            requested_ns: before(self.requested_ns),
+            frozen_ns: before(self.frozen_ns),
+            sent_ns: received_ns,
+        }
+    }
 }
 
 /// One process, as `atoll ps` shows it.
@@ -680,4 +697,27 @@ pub enum NodeEvent {
     /// process was homed there has nobody left to tell its end, so it
     /// ends here (as a process lost with its node, status 137).
     Lost { node: u16 },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Times;
+
+    #[test]
+    fn times_rebased_keep_the_durations_before_the_send() {
+        let at_source = Times {
+            requested_ns: 1_000,
+            frozen_ns: 9_000,
+            sent_ns: 10_000,
+        };
+        // Another machine's clock, behind the source's.
+        let here = at_source.rebased(5_000);
+        assert_eq!(here.sent_ns, 5_000);
+        assert_eq!(here.frozen_ns, 4_000);
+        // Further back than that clock goes: from its zero.
+        assert_eq!(here.requested_ns, 0);
+        let ahead = at_source.rebased(1_000_000);
+        assert_eq!(ahead.requested_ns, 1_000_000 - 9_000);
+        assert_eq!(ahead.frozen_ns, 1_000_000 - 1_000);
+    }
 }

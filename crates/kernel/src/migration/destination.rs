@@ -80,6 +80,10 @@ impl Kernel {
                 committed,
                 ..
             } => {
+                let times = match from.node == self.id.node {
+                    true => times,
+                    false => times.rebased(monotonic_ns()),
+                };
                 let arrival = Arrival::Migrated {
                     from,
                     req,

@@ -465,6 +465,7 @@ impl Kernel {
         let times = Times {
             requested_ns: d.requested_ns,
             frozen_ns,
+            sent_ns: monotonic_ns(),
         };
         let (req, to, committed) = (d.req, d.to, d.commit_here);
         let alone = d.frames_sent == 0;

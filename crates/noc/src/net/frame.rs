@@ -34,7 +34,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// 13: a fork tells the holders of its parent's files (`FilesShared`); a
 ///     spawn's UArea may name a module already fetched; a kernel's report
 ///     counts the files it holds for other nodes.
-pub const VERSION: u16 = 13;
+/// 14: a migration's times say when its image was sent (`Times::sent_ns`),
+///     for a destination on another clock.
+pub const VERSION: u16 = 14;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;
