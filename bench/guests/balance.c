@@ -2,7 +2,7 @@
  * balance - an unbalanced CPU-bound workload, for the balancer's experiment:
  * N processes of unequal length, all started at once in one place.
  *
- *   balance N UNIT [KERNEL [PAIRS ROUNDS]]
+ *   balance [-m MIB] N UNIT [KERNEL [PAIRS ROUNDS]]
  *
  * Child i (0 <= i < N) runs (1 + i % 4) * UNIT rounds of xorshift64, with no
  * system call, then prints
@@ -25,6 +25,12 @@
  *
  * (the server prints the same with side=server before wall_us), and the
  * makespan covers the pairs too.
+ *
+ * With -m MIB, the parent holds MIB MiB of
+ * memory before it forks the children, and each child writes all of its copy
+ * before each unit of its work: processes that are dear to copy from their
+ * start, and rewrite their memory faster than a link carries it (what the
+ * balancer must weigh before moving one to another node).
  *
  * The same source builds for atoll and for Linux. On atoll, the children are
  * atoll_fork()ed onto KERNEL: an index of this node (default 0, all on one
@@ -64,6 +70,10 @@ static uint64_t work(uint64_t rounds, uint64_t x)
     }
     return x;
 }
+
+/* Where the held memory is published, so that its writes are not optimized
+ * away as never read. */
+unsigned char *volatile balance_held;
 
 /* One end of a ping-pong pair: `server` is 0 in the client. */
 #ifdef __wasi__
@@ -109,10 +119,14 @@ static void pair_end(long p, long rounds, int server, int64_t forked_us)
     _exit(0);
 }
 
-static void child(long i, long unit, int64_t forked_us)
+static void child(long i, long unit, unsigned char *held, size_t hold, int64_t forked_us)
 {
     long w = 1 + i % 4;
-    uint64_t value = work((uint64_t)(w * unit), 0x9E3779B97F4A7C15ull + (uint64_t)i);
+    uint64_t value = 0x9E3779B97F4A7C15ull + (uint64_t)i;
+    for (long u = 0; u < w; u++) {
+        memset(held, (int)(value & 0xff) | 1, hold);
+        value = work((uint64_t)unit, value);
+    }
     int64_t wall = clock_us(CLOCK_MONOTONIC) - forked_us;
     int64_t cpu = clock_us(CLOCK_PROCESS_CPUTIME_ID);
     char kernel[16] = "-";
@@ -128,8 +142,23 @@ static void child(long i, long unit, int64_t forked_us)
 
 int main(int argc, char **argv)
 {
+    static const char usage[] = "usage: balance [-m MIB] N UNIT [KERNEL|any [PAIRS ROUNDS]]\n";
+    long hold = 0;
+    for (int opt; (opt = getopt(argc, argv, "m:")) != -1;) {
+        if (opt != 'm') {
+            fputs(usage, stderr);
+            return 2;
+        }
+        hold = strtol(optarg, NULL, 10);
+        if (hold < 0 || hold > 2048) {
+            fprintf(stderr, "balance: -m takes 0 to 2048 (MiB)\n");
+            return 2;
+        }
+    }
+    argc -= optind - 1;
+    argv += optind - 1;
     if (argc != 3 && argc != 4 && argc != 6) {
-        fprintf(stderr, "usage: balance N UNIT [KERNEL|any [PAIRS ROUNDS]]\n");
+        fputs(usage, stderr);
         return 2;
     }
     long n = strtol(argv[1], NULL, 10), unit = strtol(argv[2], NULL, 10);
@@ -148,6 +177,14 @@ int main(int argc, char **argv)
         return 2;
     }
 #endif
+    size_t hold_bytes = (size_t)hold << 20;
+    unsigned char *held = malloc(hold_bytes ? hold_bytes : 1);
+    if (!held) {
+        fprintf(stderr, "balance: cannot hold %ld MiB\n", hold);
+        return 1;
+    }
+    balance_held = held;
+    memset(held, 1, hold_bytes);
     int64_t start = clock_us(CLOCK_MONOTONIC);
     for (long p = 0; p < pairs; p++) {
         int64_t forked = clock_us(CLOCK_MONOTONIC);
@@ -187,7 +224,7 @@ int main(int argc, char **argv)
         pid_t pid = fork();
 #endif
         if (pid == 0)
-            child(i, unit, forked);
+            child(i, unit, held, hold_bytes, forked);
         if (pid < 0) {
             fprintf(stderr, "balance: fork failed\n");
             return 1;

@@ -7,14 +7,15 @@
 //! (`NocMsg::Place`) to go on; and the balancer, which moves runnable
 //! processes from the most to the least loaded child of each subtree this
 //! kernel hosts, and work stealing, by which a kernel that runs out of work
-//! asks at once for some.
+//! asks at once for some. A move to another node copies the process: the
+//! balancer weighs what that costs ([`far_move_cost`]).
 
 use std::collections::HashMap;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use atoll_abi::{KernelId, Pid};
-use atoll_migration::Mode;
+use atoll_migration::{MigrationReport, Mode};
 use atoll_placement::{Dqdt, Load, Shape, Step, Subtree, Toward, PERIOD, QUIET_PERIOD};
 
 use crate::kernel::Kernel;
@@ -31,6 +32,20 @@ const SETTLED: Duration = Duration::from_millis(20);
 /// except to an idle kernel of its node, which may take it after
 /// [`SETTLED`] (a hand-over costs tens of microseconds).
 const RESIDENCE: Duration = Duration::from_millis(500);
+/// A move to another node copies the process over the link while it runs
+/// (pre-copy): the balancer makes one only once the process has been on
+/// its kernel this many times what the move is expected to take, so that a
+/// process spends at most about a tenth of its time being moved between
+/// nodes, however large it is and however fast it rewrites its memory.
+const COST_FACTOR: u32 = 10;
+/// What a copy to another node carries, in bytes per second, until this
+/// kernel has measured its own: a 10 Gbit/s link's worth, and about what
+/// the TLS links carry over loopback on the test machine
+/// (bench/results/cluster.md).
+const COPY_RATE: f64 = 1e9;
+/// A copy smaller than this tells the link's latency more than its rate:
+/// it does not change the estimate.
+const RATE_FROM_BYTES: u64 = 1 << 20;
 /// An idle kernel asks for work at most this often (its request may find
 /// nothing to move: it asks again, no sooner than this).
 const STEAL_EVERY: Duration = Duration::from_millis(2);
@@ -95,6 +110,11 @@ pub(crate) struct Placement {
     gave: HashMap<KernelId, Instant>,
     /// Processes created here or arrived (the DQDT's `Load::arrivals`).
     pub arrivals: u64,
+    /// The rate, in bytes of a process's memory per second, at which this
+    /// kernel's copies to other nodes moved processes, smoothed
+    /// ([`COPY_RATE`] before the first). Blocks a process rewrote while it
+    /// was copied are sent again, and lower it.
+    copy_rate: f64,
 }
 
 impl Placement {
@@ -117,6 +137,16 @@ impl Placement {
             stole_at: None,
             gave: HashMap::new(),
             arrivals: 0,
+            copy_rate: COPY_RATE,
+        }
+    }
+
+    /// A copy to another node of a process whose memory held `bytes` took
+    /// `total_us`, from its request to the destination's answer.
+    pub(crate) fn copied(&mut self, bytes: u64, total_us: u64) {
+        if bytes >= RATE_FROM_BYTES && total_us > 0 {
+            let rate = bytes as f64 * 1e6 / total_us as f64;
+            self.copy_rate += (rate - self.copy_rate) / 4.0;
         }
     }
 
@@ -330,6 +360,9 @@ impl Kernel {
         // One kernel, which may be idle; the balancer's decisions between
         // nodes name subtrees.
         let taker = shape.children(to).is_empty().then(|| shape.host(to));
+        // Subtrees are within one node or made of whole nodes; `to` is not
+        // this kernel's.
+        let far = shape.host(to).node != self.id.node;
         let idle_taker = taker.filter(|_| idle);
         let (at, from) = match self
             .placement
@@ -377,25 +410,30 @@ impl Kernel {
             None => count,
         };
         let nearby = idle_taker.is_some_and(|t| t.node == self.id.node);
-        let mut candidates: Vec<(u64, Instant, Pid)> = self
+        let rate = self.placement.copy_rate;
+        let mut candidates: Vec<(u64, Instant, Pid, Duration)> = self
             .run_queue
             .ready()
             .filter_map(|pid| {
                 let p = self.procs.get(&pid)?;
                 let u = p.container.uarea();
                 let a = &u.accounting;
+                let stay = match (a.balanced, nearby) {
+                    (0, true) => Duration::ZERO,
+                    (_, true) | (0, false) => SETTLED,
+                    (_, false) => RESIDENCE,
+                };
+                let cost = match far {
+                    true => far_move_cost(p, rate),
+                    false => Duration::ZERO,
+                };
                 let movable = !u.pinned
                     && a.cpu_ns >= a.slices.saturating_mul(CPU_BOUND_SLICE_NS)
                     && !u.wander.enabled
                     && !self.departures.contains_key(&pid)
                     && !self.in_exec(pid)
-                    && now.duration_since(p.arrived)
-                        >= match (a.balanced, nearby) {
-                            (0, true) => Duration::ZERO,
-                            (_, true) | (0, false) => SETTLED,
-                            (_, false) => RESIDENCE,
-                        };
-                movable.then_some((a.cpu_ns, p.arrived, pid))
+                    && now.duration_since(p.arrived) >= stay;
+                movable.then_some((a.cpu_ns, p.arrived, pid, cost))
             })
             .collect();
         // The oldest first: a process that has run long is likely to run
@@ -405,14 +443,42 @@ impl Kernel {
         // early is more likely one end of an IPC pair, which a move parts).
         candidates.sort_unstable_by(|a, b| b.cmp(a));
         candidates.dedup_by_key(|c| c.2);
-        candidates.truncate(count as usize);
+        // To another node, each copy goes out after those ahead of it on
+        // the link, and is made only if the process has been here
+        // COST_FACTOR times as long as it will take to arrive.
+        let mut queued = match far {
+            true => self.copies_out(rate),
+            false => Duration::ZERO,
+        };
+        let mut chosen = Vec::new();
+        for (_, arrived, pid, cost) in candidates {
+            if chosen.len() == count as usize {
+                break;
+            }
+            if now.duration_since(arrived) >= (queued + cost) * COST_FACTOR {
+                queued += cost;
+                chosen.push(pid);
+            }
+        }
+        let candidates = chosen;
         if let (Some(taker), false) = (idle_taker, candidates.is_empty()) {
             self.placement.dqdt.moving_to_idle(taker, now);
         }
         let idle = idle_taker.is_some();
-        for (_, _, pid) in candidates {
+        for pid in candidates {
             self.place_within(to, AfterPlace::Move { pid, idle });
         }
+    }
+
+    /// What the copies this kernel is making to other nodes are expected to
+    /// take still: those of processes still running here (pre-copy).
+    fn copies_out(&self, rate: f64) -> Duration {
+        self.departures
+            .iter()
+            .filter(|(_, d)| d.to().node != self.id.node && !d.is_frozen())
+            .filter_map(|(pid, _)| self.procs.get(pid))
+            .map(|p| far_move_cost(p, rate))
+            .sum()
     }
 
     /// Moves `pid` for the balancer: by hand-over within this node, by copy
@@ -439,5 +505,87 @@ impl Kernel {
                 tracing::debug!(kernel = %self.id, %pid, "balancer: not moving to {to}: {why}");
             }
         }
+    }
+}
+
+/// What moving `p` to another node is expected to take ([`copy_cost`]).
+fn far_move_cost(p: &crate::kernel::Process, rate: f64) -> Duration {
+    let memory = p.container.memory_bytes() as u64;
+    copy_cost(
+        memory,
+        p.container.uarea().accounting.last_migration.as_ref(),
+        rate,
+    )
+}
+
+/// What copying a process that holds `memory` bytes to another node is
+/// expected to take: its memory at `rate` bytes per second, or what its
+/// last move between nodes took if that was longer. That move saw how fast
+/// the process rewrites its memory (each rewritten block is sent again),
+/// which its size alone does not tell.
+fn copy_cost(memory: u64, last: Option<&MigrationReport>, rate: f64) -> Duration {
+    let by_size = Duration::from_secs_f64(memory as f64 / rate);
+    let measured = last
+        .filter(|r| r.mode == Mode::Copy && r.from.node != r.to.node)
+        .map_or(Duration::ZERO, |r| Duration::from_micros(r.total_us));
+    by_size.max(measured)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(from: KernelId, to: KernelId, mode: Mode, total_us: u64) -> MigrationReport {
+        MigrationReport {
+            pid: Pid::new(from, 1, 0),
+            from,
+            to,
+            mode,
+            rounds: Vec::new(),
+            downtime_us: 0,
+            downtime_ns: 0,
+            total_us,
+        }
+    }
+
+    #[test]
+    fn a_copy_costs_the_memory_at_the_rate_or_what_the_last_one_took() {
+        let (a, b, a1) = (
+            KernelId::new(0, 0),
+            KernelId::new(1, 0),
+            KernelId::new(0, 1),
+        );
+        let mib = 1 << 20;
+        // 100 MiB at 1 GB/s.
+        let by_size = copy_cost(100 * mib, None, 1e9);
+        assert_eq!(by_size.as_micros(), 104_857);
+        // A process that rewrote its memory as it was copied took longer.
+        let slow = report(a, b, Mode::Copy, 1_500_000);
+        assert_eq!(
+            copy_cost(100 * mib, Some(&slow), 1e9),
+            Duration::from_millis(1500)
+        );
+        // A quick last move does not make a larger process cheap.
+        let quick = report(b, a, Mode::Copy, 1_000);
+        assert_eq!(copy_cost(100 * mib, Some(&quick), 1e9), by_size);
+        // Moves within a node say nothing of the link.
+        let within = report(a, a1, Mode::Copy, 9_000_000);
+        assert_eq!(copy_cost(mib, Some(&within), 1e9).as_micros(), 1_048);
+        let handover = report(a, a1, Mode::Handover, 9_000_000);
+        assert_eq!(copy_cost(0, Some(&handover), 1e9), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_copy_rate_follows_copies_that_are_large_enough() {
+        let mut p = Placement::new(KernelId::new(0, 0), vec![(0, 1), (1, 1)], true);
+        assert_eq!(p.copy_rate, COPY_RATE);
+        p.copied(4096, 1);
+        p.copied(1 << 30, 0);
+        assert_eq!(p.copy_rate, COPY_RATE, "small or instant copies ignored");
+        // 500 MB/s, again and again: the estimate comes down to it.
+        for _ in 0..40 {
+            p.copied(500_000_000, 1_000_000);
+        }
+        assert!((p.copy_rate / 5e8 - 1.0).abs() < 1e-4, "{}", p.copy_rate);
     }
 }

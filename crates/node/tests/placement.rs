@@ -21,11 +21,18 @@ fn node_balancing(kernels: u16, balance: bool) -> Node {
     Node::start(config).expect("node starts")
 }
 
-/// Runs `balance N UNIT KERNEL` on kernel 0.0; returns how many children ended on each
-/// kernel (NODE.INDEX), after checking that every child printed the value
-/// an unmoved run computes.
-fn balance(node: &Node, n: usize, kernel: &str, pin: bool) -> BTreeMap<String, usize> {
-    let mut spec = job("balance", &[&n.to_string(), UNIT, kernel]);
+/// Runs `balance -m HOLD_MIB N UNIT KERNEL` on kernel 0.0; returns how many
+/// children ended on each kernel (NODE.INDEX), after checking that every
+/// child printed the value an unmoved run computes.
+fn balance(
+    node: &Node,
+    n: usize,
+    kernel: &str,
+    pin: bool,
+    hold_mib: u32,
+) -> BTreeMap<String, usize> {
+    let hold = hold_mib.to_string();
+    let mut spec = job("balance", &["-m", &hold, &n.to_string(), UNIT, kernel]);
     // The parent on kernel 0.0: KERNEL is an index on its node.
     spec.kernel = Some(KernelId::new(0, 0));
     spec.pin = pin;
@@ -66,7 +73,7 @@ fn balancer_moves(node: &Node) -> u64 {
 #[test]
 fn the_balancer_spreads_processes_started_on_one_kernel() {
     let node = node_balancing(2, true);
-    let on = balance(&node, 8, "0", false);
+    let on = balance(&node, 8, "0", false, 0);
     assert!(balancer_moves(&node) > 0, "nothing moved");
     assert!(
         on.contains_key("0.1"),
@@ -128,10 +135,10 @@ fn a_kernel_that_runs_out_of_work_takes_some_from_a_busy_one() {
 fn pinned_processes_and_a_node_without_balancer_stay_where_they_start() {
     let node = node_balancing(2, true);
     let all_on_0 = BTreeMap::from([("0.0".to_string(), 6)]);
-    assert_eq!(balance(&node, 6, "0", true), all_on_0);
+    assert_eq!(balance(&node, 6, "0", true, 0), all_on_0);
     assert_eq!(balancer_moves(&node), 0);
     let node = node_balancing(2, false);
-    assert_eq!(balance(&node, 6, "0", false), all_on_0);
+    assert_eq!(balance(&node, 6, "0", false, 0), all_on_0);
     assert_eq!(balancer_moves(&node), 0);
 }
 
@@ -140,7 +147,7 @@ fn children_forked_anywhere_are_placed_on_every_kernel() {
     let node = node_balancing(3, false);
     // Once the kernels have told each other their loads.
     std::thread::sleep(Duration::from_millis(100));
-    let on = balance(&node, 9, "any", false);
+    let on = balance(&node, 9, "any", false, 0);
     // The parent, runnable on kernel 0 while it forks, counts there.
     assert_eq!(on.len(), 3, "{on:?}");
     let (least, most) = (on.values().min().unwrap(), on.values().max().unwrap());
@@ -204,7 +211,22 @@ fn between_nodes_the_balancer_moves_processes_by_copy() {
     let mut both = config(1);
     both.balance = true;
     let (a, _b) = cluster_pair_of(dir.path(), both);
-    let on = balance(&a, 6, "0", false);
+    let on = balance(&a, 6, "0", false, 0);
     assert!(balancer_moves(&a) > 0, "nothing moved: {on:?}");
     assert!(on.contains_key("1.0"), "no child ended on node 1: {on:?}");
+}
+
+#[test]
+fn between_nodes_the_balancer_leaves_processes_too_dear_to_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut both = config(1);
+    both.balance = true;
+    let (a, _b) = cluster_pair_of(dir.path(), both);
+    // Two children of 256 MiB each from their fork, rewritten before each
+    // unit of work: one would be moved to the idle node 1 (the test
+    // above), but a copy of 256 MiB is expected to take about 0.27 s, and a
+    // child has to have been on its kernel ten times that before it is.
+    let on = balance(&a, 2, "0", false, 256);
+    assert_eq!(on, BTreeMap::from([("0.0".to_string(), 2)]));
+    assert_eq!(balancer_moves(&a), 0);
 }

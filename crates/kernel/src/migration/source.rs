@@ -589,6 +589,18 @@ impl Kernel {
                     report.downtime_ns = now.saturating_sub(d.frozen_ns);
                     report.downtime_us = report.downtime_ns / 1000;
                     report.total_us = now.saturating_sub(d.requested_ns) / 1000;
+                    // Copied whole: a memory that follows later (post-copy)
+                    // says nothing of what a copy takes.
+                    if let (
+                        Phase::Frozen {
+                            process: Some(p), ..
+                        },
+                        None,
+                    ) = (&d.phase, &d.late)
+                    {
+                        let memory = p.container.memory_bytes() as u64;
+                        self.placement.copied(memory, report.total_us);
+                    }
                 }
                 tracing::info!(kernel = %self.id, "migrated {}", report.summary());
                 for packet in d.held {
