@@ -3,7 +3,11 @@
 //! processes of lengths 1 to 4 units, all started at once), on atoll with
 //! the balancer off and on, started on one kernel or placed by the DQDT;
 //! then the same mixed with pairs of processes in IPC ping-pong; beside the
-//! same C source under Linux's scheduler (pipes for the pairs).
+//! same C source under Linux's scheduler (pipes for the pairs). Last,
+//! processes that are dear to copy (each holding and rewriting `--hold-mib`
+//! of memory), started on one of two nodes joined over loopback TLS, with
+//! both balancers off and on: a move between nodes copies the process, and
+//! the balancer must not make such a workload slower than leaving it.
 //!
 //! Each run reports its makespan; the ideal one, from the CPU time the
 //! processes used in that very run (their sum over the CPUs, or the longest
@@ -12,6 +16,7 @@
 //! time); how long the slowest pair took; and the balancer's moves.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use schemars::JsonSchema;
@@ -43,6 +48,13 @@ pub struct Args {
     /// Runs of each configuration; medians are reported
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Processes of the workload between two nodes
+    #[arg(long, default_value_t = 8)]
+    far_n: u32,
+    /// MiB each process of the workload between two nodes holds, and
+    /// rewrites before each unit of its work (0: no workload between nodes)
+    #[arg(long, default_value_t = 128)]
+    hold_mib: u32,
 }
 
 /// The atoll configurations: label, balancer on, balance.c's KERNEL,
@@ -94,6 +106,12 @@ pub struct BalanceReport {
     n: u32,
     unit: u64,
     kernels: u16,
+    /// Of the workload between two nodes (absent from the results recorded
+    /// before it was run).
+    #[serde(default)]
+    far_n: u32,
+    #[serde(default)]
+    hold_mib: u32,
     configurations: Vec<Configuration>,
     notes: Vec<String>,
 }
@@ -225,6 +243,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
         }
         configurations.push(Configuration::new(label, runs));
     }
+    if a.hold_mib > 0 {
+        configurations.extend(far(ctx, &program, &linux, &a)?);
+    }
     Ok(BalanceReport {
         name: "balance".into(),
         command: command_line(),
@@ -232,6 +253,8 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
         n: a.n,
         unit: a.unit,
         kernels: a.kernels,
+        far_n: a.far_n,
+        hold_mib: a.hold_mib,
         configurations,
         notes: vec![
             format!(
@@ -256,10 +279,97 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
              kernel less than 20 ms (500 ms once the balancer has moved it); a kernel that \
              runs out of work asks at once for up to half of a busier kernel's waiting \
              processes, and within a node may take them sooner (at once, or after 20 ms for \
-             one the balancer moved before)"
+             one the balancer moved before); to another node it moves a process only once \
+             the process has been on its kernel ten times what copying it is expected to \
+             take (its memory at the rate the kernel's copies to other nodes went, 1 GB/s \
+             before the first, or its own last such move's time if longer)"
                 .into(),
+            format!(
+                "between 2 nodes: {} processes of the same lengths, forked by a parent holding \
+                 {} MiB (each child a copy) and each rewriting its memory before each unit, on \
+                 two nodes of one kernel each joined over loopback TLS (both on this machine's \
+                 {} CPUs), all started on node 0; Linux: the same forks (copy-on-write, then \
+                 rewritten) under its scheduler",
+                a.far_n, a.hold_mib, cpus
+            ),
         ],
     })
+}
+
+/// The workload of processes dear to copy, started on the first of two
+/// nodes, with both balancers off and on; and under Linux.
+fn far(
+    ctx: &Context,
+    program: &Path,
+    linux: &Path,
+    a: &Args,
+) -> anyhow::Result<Vec<Configuration>> {
+    let args = |kernel: &str| {
+        let mut v = vec![
+            "-m".to_string(),
+            a.hold_mib.to_string(),
+            a.far_n.to_string(),
+        ];
+        v.extend([a.unit.to_string(), kernel.to_string()]);
+        v
+    };
+    let mut configurations = Vec::new();
+    for balance in [false, true] {
+        let label = format!(
+            "between 2 nodes, {} MiB each: all on node 0, balancer {}",
+            a.hold_mib,
+            if balance { "on" } else { "off" }
+        );
+        progress::note(&label);
+        let certs = tempfile::tempdir()?;
+        let (first, second) = crate::cluster::pair(ctx, certs.path(), balance)?;
+        let runs = both_in_tree(&first).and_then(|()| {
+            first.runtime().load_file(program, true)?;
+            let mut argv = vec!["balance".to_string()];
+            argv.extend(args("0"));
+            (0..a.runs.max(1))
+                .map(|_| {
+                    let before = balancer_moves(&first)?;
+                    let (out, _) =
+                        atoll_job(&first, &job_on_kernel0(program.into(), argv.clone()))?;
+                    parse(&out, a.far_n, 2, balancer_moves(&first)? - before)
+                })
+                .collect::<anyhow::Result<Vec<Run>>>()
+        });
+        second.shutdown();
+        first.shutdown();
+        configurations.push(Configuration::new(&label, runs?));
+    }
+    let label = format!("between 2 nodes: Linux, fork, {} MiB each", a.hold_mib);
+    progress::note(&label);
+    let runs = (0..a.runs.max(1))
+        .map(|_| parse(&native(linux, &args("-"))?.0, a.far_n, 2, 0))
+        .collect::<anyhow::Result<Vec<Run>>>()?;
+    configurations.push(Configuration::new(&label, runs));
+    Ok(configurations)
+}
+
+/// Waits until the first kernel of `node` knows the loads of both nodes
+/// (its tree has the other node's kernel): until then its balancer sees
+/// nowhere to move a process.
+fn both_in_tree(node: &atoll_node::Node) -> anyhow::Result<()> {
+    let t = Instant::now();
+    loop {
+        let kernel0 = node
+            .ps()?
+            .into_iter()
+            .find(|r| r.kernel.index == 0 && r.kernel.node == node.id());
+        if kernel0.is_some_and(|r| r.tree.iter().any(|e| e.load.kernels >= 2)) {
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            bail!(
+                "node {}'s kernel 0 did not learn of the other node in 10 s",
+                node.id()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The moves every kernel of `node` has made for its balancer so far.

@@ -137,7 +137,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<PlacementRepo
     }
     progress::note("two nodes:");
     let certs = tempfile::tempdir()?;
-    let (first, second) = super::cluster::pair(ctx, certs.path())?;
+    let (first, second) = super::cluster::pair(ctx, certs.path(), false)?;
     let across = measure(&first, &program, &a, 2, 1, &[("other node", "1.0".into())]);
     second.shutdown();
     first.shutdown();

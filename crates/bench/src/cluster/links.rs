@@ -24,17 +24,18 @@ pub(super) fn json_line(out: &str) -> anyhow::Result<serde_json::Value> {
 }
 
 /// Two nodes of one kernel each, joined over loopback TLS, with a CA and
-/// identities (`n0`, `n1`) made in `certs`.
-pub(crate) fn pair(ctx: &Context, certs: &Path) -> anyhow::Result<(Node, Node)> {
+/// identities (`n0`, `n1`) made in `certs`; with `balance`, their balancers
+/// on.
+pub(crate) fn pair(ctx: &Context, certs: &Path, balance: bool) -> anyhow::Result<(Node, Node)> {
     identity::init_ca(certs)?;
     let id = |name: &str| -> anyhow::Result<Identity> {
         identity::issue(certs, name)?;
         Ok(Identity::load(certs, name)?)
     };
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    let a = start(ctx, id("n0")?, loopback, None)?;
+    let a = start(ctx, id("n0")?, loopback, None, balance)?;
     let join = a.members()[0].addr;
-    let b = start(ctx, id("n1")?, loopback, Some(join))?;
+    let b = start(ctx, id("n1")?, loopback, Some(join), balance)?;
     Ok((a, b))
 }
 
@@ -42,9 +43,9 @@ pub(crate) fn pair(ctx: &Context, certs: &Path) -> anyhow::Result<(Node, Node)> 
 /// `certs`), each in one of `veth`'s namespaces.
 pub(super) fn pair_over(ctx: &Context, certs: &Path, veth: &Veth) -> anyhow::Result<(Node, Node)> {
     let id = |name: &str| Identity::load(certs, name);
-    let a = veth.within(0, || start(ctx, id("n0")?, veth.addr(0), None))?;
+    let a = veth.within(0, || start(ctx, id("n0")?, veth.addr(0), None, false))?;
     let join = a.members()[0].addr;
-    let b = veth.within(1, || start(ctx, id("n1")?, veth.addr(1), Some(join)))?;
+    let b = veth.within(1, || start(ctx, id("n1")?, veth.addr(1), Some(join), false))?;
     Ok((a, b))
 }
 
@@ -54,9 +55,11 @@ fn start(
     identity: Identity,
     host: IpAddr,
     join: Option<SocketAddr>,
+    balance: bool,
 ) -> anyhow::Result<Node> {
     let mut config = crate::bench_node(ctx, Some(1));
     config.pin = false;
+    config.balance = balance;
     config.cluster = Some(LinkConfig {
         identity,
         node: None,

@@ -239,7 +239,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
     let fileio_native = artifact(build, "native/fileio")?;
     let runs = if a.quick { 3 } else { a.runs.max(1) };
     let certs = tempfile::tempdir()?;
-    let (a_node, b_node) = pair(ctx, certs.path())?;
+    let (a_node, b_node) = pair(ctx, certs.path(), false)?;
     let first = Identity::load(certs.path(), "n0")?;
     let there = KernelId::new(b_node.id(), 0);
     for program in [&ipcbench, &dirty, &fileio] {

@@ -343,7 +343,7 @@ impl Runner {
             }
             Runner::AtollTwoNodes => {
                 let certs = tempfile::tempdir()?;
-                let (first, second) = super::cluster::pair(ctx, certs.path())?;
+                let (first, second) = super::cluster::pair(ctx, certs.path(), false)?;
                 first.runtime().load_file(wasm, true)?;
                 let out = atoll_job(&first, job);
                 second.shutdown();

@@ -99,7 +99,7 @@ pub(super) fn seed002(
     let (node, other) = match over {
         Over::Kernels => (Node::start(crate::bench_node(ctx, Some(2)))?, None),
         Over::Nodes => {
-            let (first, second) = crate::cluster::pair(ctx, certs.path())?;
+            let (first, second) = crate::cluster::pair(ctx, certs.path(), false)?;
             (first, Some(second))
         }
     };
