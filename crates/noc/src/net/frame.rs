@@ -124,7 +124,11 @@ pub async fn read_async<T: DeserializeOwned>(
 /// Cuts a byte stream into frames as its bytes arrive, for a reader that
 /// cannot wait for a whole frame (a link's non-blocking connection). The
 /// length of a frame is checked against the link's largest as soon as its
-/// prefix is in, and the buffer grows only with bytes that arrived.
+/// prefix is in, and the buffer grows only with bytes that arrived. The
+/// tail of a large frame (a process image, a copy's bytes) is read into a
+/// vector of its own as soon as the message before it is in, and handed
+/// over as it is: its bytes are copied once, from the stream, not into
+/// the buffer and out again.
 pub struct Frames {
     /// Zeroed once as it grows, so that reading into it costs no zeroing.
     buf: Vec<u8>,
@@ -133,12 +137,26 @@ pub struct Frames {
     /// Where the bytes that arrived end.
     end: usize,
     max: u32,
+    /// The tail of the frame at `start`, arriving.
+    tail: Option<Tail>,
+}
+
+/// A large frame's tail, read apart from the buffer.
+struct Tail {
+    /// Bytes of the frame before it, in the buffer from `start`.
+    head: usize,
+    /// As long as the tail (a large zeroed vector is mapped, not written).
+    bytes: Vec<u8>,
+    /// Bytes of it that arrived.
+    filled: usize,
 }
 
 /// The least room made in the buffer before reading into it.
 const FILL: usize = 64 << 10;
 /// A buffer emptied after growing past this is given back.
 const KEEP: usize = 16 << 20;
+/// Frames at least this long have their tail read apart.
+const APART: u64 = 256 << 10;
 
 impl Frames {
     /// Frames of at most `max` bytes (after the length prefix).
@@ -148,6 +166,7 @@ impl Frames {
             start: 0,
             end: 0,
             max,
+            tail: None,
         }
     }
 
@@ -163,13 +182,21 @@ impl Frames {
             self.start = 0;
         }
         loop {
-            if self.buf.len() - self.end < FILL {
+            let into_tail = self.tail.as_ref().is_some_and(|t| t.filled < t.bytes.len());
+            if !into_tail && self.buf.len() - self.end < FILL {
                 let grown = (self.buf.len() * 2).max(self.end + FILL);
                 self.buf.resize(grown, 0);
             }
-            match r.read(&mut self.buf[self.end..]) {
+            let room = match &mut self.tail {
+                Some(t) if into_tail => &mut t.bytes[t.filled..],
+                _ => &mut self.buf[self.end..],
+            };
+            match r.read(room) {
                 Ok(0) => return Ok(false),
-                Ok(n) => self.end += n,
+                Ok(n) => match &mut self.tail {
+                    Some(t) if into_tail => t.filled += n,
+                    _ => self.end += n,
+                },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -184,23 +211,73 @@ impl Frames {
     /// `Decode`: the stream cannot be read further.
     pub fn take<T: DeserializeOwned>(&mut self) -> Result<Option<(T, Vec<u8>)>, FrameError> {
         let avail = &self.buf[self.start..self.end];
+        if let Some(tail) = &self.tail {
+            if tail.filled < tail.bytes.len() {
+                return Ok(None);
+            }
+            let head = &avail[LEN..tail.head];
+            let (msg, _) = decode_with_tail(head, head.len() as u64)?;
+            self.start += tail.head;
+            let tail = self.tail.take().expect("checked above").bytes;
+            self.emptied();
+            return Ok(Some((msg, tail)));
+        }
         let Some(prefix) = avail.first_chunk::<LEN>() else {
             return Ok(None);
         };
         let len = check_len(*prefix, self.max)?;
         let Some(body) = avail[LEN..].get(..len as usize) else {
+            if len >= APART {
+                self.read_tail_apart::<T>(len)?;
+            }
             return Ok(None);
         };
         let (msg, tail) = decode_with_tail(body, len)?;
         let msg = (msg, tail.to_vec());
         self.start += LEN + len as usize;
+        self.emptied();
+        Ok(Some(msg))
+    }
+
+    /// The frame at `start`, `len` bytes long, is not all in: once the
+    /// message before its tail is, the rest of the tail goes to a vector of
+    /// its own.
+    fn read_tail_apart<T: DeserializeOwned>(&mut self, len: u64) -> Result<(), FrameError> {
+        let body = &self.buf[self.start + LEN..self.end];
+        let Some(version) = body.first_chunk::<VERSION_LEN>() else {
+            return Ok(());
+        };
+        let version = u16::from_le_bytes(*version);
+        if version != VERSION {
+            return Err(FrameError::Version(version));
+        }
+        // Not decoded yet: more of the message is to come (or it is
+        // garbled, which the whole frame will show).
+        let Ok((_, rest)) = postcard::take_from_bytes::<T>(&body[VERSION_LEN..]) else {
+            return Ok(());
+        };
+        let head = body.len() - rest.len();
+        let mut bytes = vec![0u8; len as usize - head];
+        bytes[..rest.len()].copy_from_slice(rest);
+        self.tail = Some(Tail {
+            head: LEN + head,
+            bytes,
+            filled: rest.len(),
+        });
+        // What followed the message is the tail's now.
+        self.end = self.start + LEN + head;
+        Ok(())
+    }
+
+    /// After a frame was taken: an empty buffer starts over, and is given
+    /// back if it grew large.
+    fn emptied(&mut self) {
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
             if self.buf.len() > KEEP {
                 self.buf = Vec::new();
             }
         }
-        Ok(Some(msg))
     }
 }
 
@@ -364,5 +441,51 @@ mod tests {
             read::<Msg>(&mut &whole[..20], 4096),
             Err(FrameError::Io(_))
         ));
+    }
+
+    #[test]
+    fn a_large_tail_is_read_apart_and_handed_over_whole() {
+        let tail: Vec<u8> = (0..APART as usize + 5000)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut wire = Vec::new();
+        write(&mut wire, &Msg::Ping(1)).unwrap();
+        wire.extend(encode_head(&Msg::Ping(2), tail.len()).unwrap());
+        wire.extend(&tail);
+        write(&mut wire, &Msg::Bulk(vec![5; 10])).unwrap();
+        for piece in [3, 1000, 65536, wire.len()] {
+            let mut frames = Frames::new(u32::MAX);
+            let mut got = Vec::new();
+            let mut largest_buffer = 0;
+            for bytes in wire.chunks(piece) {
+                assert!(frames.fill(&mut Trickle(bytes, 7000)).unwrap());
+                largest_buffer = largest_buffer.max(frames.buf.len());
+                while let Some(frame) = frames.take::<Msg>().unwrap() {
+                    got.push(frame);
+                }
+            }
+            assert_eq!(
+                got,
+                [
+                    (Msg::Ping(1), vec![]),
+                    (Msg::Ping(2), tail.clone()),
+                    (Msg::Bulk(vec![5; 10]), vec![])
+                ],
+                "pieces of {piece}"
+            );
+            if piece < APART as usize {
+                // The tail never went through the buffer.
+                assert!(largest_buffer < APART as usize, "pieces of {piece}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_frame_of_another_version_is_refused_before_its_tail() {
+        let mut head = encode_head(&Msg::Ping(2), APART as usize).unwrap();
+        head[LEN..LEN + VERSION_LEN].copy_from_slice(&(VERSION + 1).to_le_bytes());
+        let mut frames = Frames::new(u32::MAX);
+        frames.fill(&mut Trickle(&head, 100)).unwrap();
+        assert!(matches!(frames.take::<Msg>(), Err(FrameError::Version(_))));
     }
 }
