@@ -13,8 +13,10 @@ use crate::Outcome;
 const PAGES_WRITTEN: usize = 4;
 
 pub fn run(data: &[u8]) -> Outcome {
-    // As a whole file: the magic, version, length and checksum checks.
+    // As a whole file: the magic, version, length and checksum checks; and
+    // as another kernel's image, which has no checksum.
     let _ = ProcessImage::decode(data);
+    let _ = ProcessImage::decode_in_transit(data);
     // As a payload that passed those checks, as an encoder's bug would
     // make: the view (a migration's destination) and the owned image (a
     // restore) decode alike, and the view writes into a memory.

@@ -676,12 +676,14 @@ impl Container {
         }
     }
 
-    /// Encodes the process ([`ProcessImage::encode`]) with the part of its
-    /// memory `memory` takes from its bytes (all of it, the blocks written
-    /// since a pre-copy round, a piece of a first round), straight from the
-    /// process: a migration sends each round as soon as it is taken, and
-    /// copying the UArea or the memory into an image first cost time that
-    /// is downtime in the last round. A dormant process is encoded whole.
+    /// Encodes the process for another kernel, as an image without a
+    /// checksum ([`ProcessImage::decode_in_transit`] reads it), with the
+    /// part of its memory `memory` takes from its bytes (all of it, the
+    /// blocks written since a pre-copy round, a piece of a first round),
+    /// straight from the process: a migration sends each round as soon as
+    /// it is taken, and copying the UArea or the memory into an image first
+    /// cost time that is downtime in the last round. A dormant process is
+    /// encoded whole.
     ///
     /// # Errors
     /// As [`capture`](Self::capture).
@@ -691,7 +693,7 @@ impl Container {
     ) -> Result<EncodedImage, ContainerError> {
         let parts = self.stopped(memory)?;
         Ok(EncodedImage {
-            bytes: parts.encode(),
+            bytes: parts.encode_in_transit(),
             blocks: parts.memory.blocks(),
         })
     }

@@ -164,7 +164,7 @@ impl Kernel {
         bulk: Option<Vec<u8>>,
     ) -> Result<(), String> {
         let bulk = bulk.unwrap_or_default();
-        let image = ProcessImage::decode_view(&bulk).map_err(|e| e.to_string())?;
+        let image = ProcessImage::decode_in_transit(&bulk).map_err(|e| e.to_string())?;
         if image.uarea.pid != pid {
             return Err(format!("round for {pid} carries {}", image.uarea.pid));
         }
@@ -205,7 +205,7 @@ impl Kernel {
             .remove(&pid)
             .filter(|i| i.req == req && i.from == from);
         let bulk = bulk.unwrap_or_default();
-        let image = ProcessImage::decode_view(&bulk).map_err(|e| e.to_string())?;
+        let image = ProcessImage::decode_in_transit(&bulk).map_err(|e| e.to_string())?;
         if image.uarea.pid != pid {
             return Err(format!("final frame for {pid} carries {}", image.uarea.pid));
         }
