@@ -205,12 +205,19 @@ fn placements_by_load_spread_and_mpi_ranks_use_them() {
     assert_eq!(code, 0, "{}{}", out.stdout(), out.stderr());
 }
 
-#[test]
-fn between_nodes_the_balancer_moves_processes_by_copy() {
+/// Two nodes of one kernel each, their balancers on (the directory holds
+/// their certificates).
+fn balancing_pair() -> (tempfile::TempDir, Node, Node) {
     let dir = tempfile::tempdir().unwrap();
     let mut both = config(1);
     both.balance = true;
-    let (a, _b) = cluster_pair_of(dir.path(), both);
+    let (a, b) = cluster_pair_of(dir.path(), both);
+    (dir, a, b)
+}
+
+#[test]
+fn between_nodes_the_balancer_moves_processes_by_copy() {
+    let (_dir, a, _b) = balancing_pair();
     let on = balance(&a, 6, "0", false, 0);
     assert!(balancer_moves(&a) > 0, "nothing moved: {on:?}");
     assert!(on.contains_key("1.0"), "no child ended on node 1: {on:?}");
@@ -218,10 +225,7 @@ fn between_nodes_the_balancer_moves_processes_by_copy() {
 
 #[test]
 fn between_nodes_the_balancer_leaves_processes_too_dear_to_copy() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut both = config(1);
-    both.balance = true;
-    let (a, _b) = cluster_pair_of(dir.path(), both);
+    let (_dir, a, _b) = balancing_pair();
     // Two children of 256 MiB each from their fork, rewritten before each
     // unit of work: one would be moved to the idle node 1 (the test
     // above), but a copy of 256 MiB is expected to take about 0.27 s, and a
