@@ -1731,6 +1731,7 @@ impl Kernel {
             tree: self.placement.dqdt.entries(),
             balancer_moves: self.placement.moves,
             balancer_moves_to_idle: self.placement.moves_to_idle,
+            copy_rate_mbps: self.placement.copy_rate() / 1e6,
             held_files: self.held.len(),
         }
     }

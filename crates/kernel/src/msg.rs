@@ -540,6 +540,11 @@ pub struct KernelReport {
     /// Of those, the ones moved to a kernel that had nothing to run (work
     /// stealing).
     pub balancer_moves_to_idle: u64,
+    /// The rate, in MB of a process's memory per second, at which its
+    /// balancer expects a copy to another node to go: what its own went,
+    /// or 1,000 before the first.
+    #[serde(default)]
+    pub copy_rate_mbps: f64,
     /// Host files it holds open for processes that run on other nodes
     /// (`HeldFiles`).
     #[serde(default)]

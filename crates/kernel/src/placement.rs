@@ -141,6 +141,12 @@ impl Placement {
         }
     }
 
+    /// The rate, in bytes per second, at which a copy to another node is
+    /// expected to move a process's memory.
+    pub(crate) fn copy_rate(&self) -> f64 {
+        self.copy_rate
+    }
+
     /// A copy to another node of a process whose memory held `bytes` took
     /// `total_us`, from its request to the destination's answer.
     pub(crate) fn copied(&mut self, bytes: u64, total_us: u64) {
@@ -455,9 +461,17 @@ impl Kernel {
             if chosen.len() == count as usize {
                 break;
             }
-            if now.duration_since(arrived) >= (queued + cost) * COST_FACTOR {
+            let (here, arrival) = (now.duration_since(arrived), queued + cost);
+            if here >= arrival * COST_FACTOR {
                 queued += cost;
                 chosen.push(pid);
+            } else {
+                tracing::debug!(
+                    kernel = %self.id,
+                    %pid,
+                    "balancer: not moving it to {to}: it would arrive in {arrival:?}, and has \
+                     been here {here:?}"
+                );
             }
         }
         let candidates = chosen;

@@ -35,7 +35,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 ///     spawn's UArea may name a module already fetched; a kernel's report
 ///     counts the files it holds for other nodes.
 /// 14: a migration's times say when its image was sent (`Times::sent_ns`),
-///     for a destination on another clock.
+///     for a destination on another clock; a kernel's report says the rate
+///     its balancer expects of a copy to another node.
 pub const VERSION: u16 = 14;
 
 /// Bytes of the length prefix.
