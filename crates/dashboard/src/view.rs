@@ -358,6 +358,7 @@ mod tests {
             balancer_moves: 0,
             balancer_moves_to_idle: 0,
             held_files: 0,
+            copy_rate_mbps: 1000.0,
         }
     }
 
