@@ -219,15 +219,9 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
         if with_pairs {
             args.extend(mixed.clone());
         }
-        let mut runs = Vec::new();
-        for _ in 0..a.runs.max(1) {
-            let before = balancer_moves(&node)?;
-            let (out, _) = atoll_job(&node, &job_on_kernel0(program.clone(), args.clone()))?;
-            let moves = balancer_moves(&node)? - before;
-            runs.push(parse(&out, a.n, a.kernels, moves)?);
-        }
+        let runs = atoll_runs(&node, &program, &args, a.n, a.kernels, a.runs);
         node.shutdown();
-        configurations.push(Configuration::new(label, runs));
+        configurations.push(Configuration::new(label, runs?));
     }
     for (label, with_pairs) in LINUX {
         progress::note(label);
@@ -236,11 +230,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<BalanceReport
             args.push("-".into()); // KERNEL: Linux's scheduler places them
             args.extend(mixed.clone());
         }
-        let mut runs = Vec::new();
-        for _ in 0..a.runs.max(1) {
-            let (out, _) = native(&linux, &args)?;
-            runs.push(parse(&out, a.n, cpus, 0)?);
-        }
+        let runs = linux_runs(&linux, &args, a.n, cpus, a.runs)?;
         configurations.push(Configuration::new(label, runs));
     }
     if a.hold_mib > 0 {
@@ -327,14 +317,7 @@ fn far(
             first.runtime().load_file(program, true)?;
             let mut argv = vec!["balance".to_string()];
             argv.extend(args("0"));
-            (0..a.runs.max(1))
-                .map(|_| {
-                    let before = balancer_moves(&first)?;
-                    let (out, _) =
-                        atoll_job(&first, &job_on_kernel0(program.into(), argv.clone()))?;
-                    parse(&out, a.far_n, 2, balancer_moves(&first)? - before)
-                })
-                .collect::<anyhow::Result<Vec<Run>>>()
+            atoll_runs(&first, program, &argv, a.far_n, 2, a.runs)
         });
         second.shutdown();
         first.shutdown();
@@ -342,11 +325,42 @@ fn far(
     }
     let label = format!("between 2 nodes: Linux, fork, {} MiB each", a.hold_mib);
     progress::note(&label);
-    let runs = (0..a.runs.max(1))
-        .map(|_| parse(&native(linux, &args("-"))?.0, a.far_n, 2, 0))
-        .collect::<anyhow::Result<Vec<Run>>>()?;
+    let runs = linux_runs(linux, &args("-"), a.far_n, 2, a.runs)?;
     configurations.push(Configuration::new(&label, runs));
     Ok(configurations)
+}
+
+/// `runs` runs of balance.c (`argv`, loaded on `node`) with `n` children,
+/// whose ideal is counted over `cpus`, each with the moves the balancers
+/// made during it.
+fn atoll_runs(
+    node: &atoll_node::Node,
+    program: &Path,
+    argv: &[String],
+    n: u32,
+    cpus: u16,
+    runs: usize,
+) -> anyhow::Result<Vec<Run>> {
+    (0..runs.max(1))
+        .map(|_| {
+            let before = balancer_moves(node)?;
+            let (out, _) = atoll_job(node, &job_on_kernel0(program.into(), argv.to_vec()))?;
+            parse(&out, n, cpus, balancer_moves(node)? - before)
+        })
+        .collect()
+}
+
+/// The same under Linux: the native build with `args`.
+fn linux_runs(
+    linux: &Path,
+    args: &[String],
+    n: u32,
+    cpus: u16,
+    runs: usize,
+) -> anyhow::Result<Vec<Run>> {
+    (0..runs.max(1))
+        .map(|_| parse(&native(linux, args)?.0, n, cpus, 0))
+        .collect()
 }
 
 /// Waits until the first kernel of `node` knows the loads of both nodes

@@ -146,7 +146,7 @@ pub struct Frames {
 struct Tail {
     /// Bytes of the frame before it, in the buffer from `start`.
     head: usize,
-    /// As long as the tail (a large zeroed vector is mapped, not written).
+    /// As long as the tail, zeroed when made.
     bytes: Vec<u8>,
     /// Bytes of it that arrived.
     filled: usize,
