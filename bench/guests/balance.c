@@ -26,11 +26,11 @@
  * (the server prints the same with side=server before wall_us), and the
  * makespan covers the pairs too.
  *
- * With -m MIB, the parent holds MIB MiB of
- * memory before it forks the children, and each child writes all of its copy
- * before each unit of its work: processes that are dear to copy from their
- * start, and rewrite their memory faster than a link carries it (what the
- * balancer must weigh before moving one to another node).
+ * With -m MIB, the parent holds MIB MiB of memory before it forks the
+ * children, and each child writes all of its copy before each unit of its
+ * work: processes that are dear to copy from their start, and rewrite their
+ * memory faster than a link carries it (what the balancer must weigh before
+ * moving one to another node).
  *
  * The same source builds for atoll and for Linux. On atoll, the children are
  * atoll_fork()ed onto KERNEL: an index of this node (default 0, all on one
