@@ -386,9 +386,14 @@ fn both_in_tree(node: &atoll_node::Node) -> anyhow::Result<()> {
     }
 }
 
-/// The moves every kernel of `node` has made for its balancer so far.
+/// The moves every kernel of `node` has made for its balancer so far
+/// (those it called off were not made).
 fn balancer_moves(node: &atoll_node::Node) -> anyhow::Result<u64> {
-    Ok(node.ps()?.iter().map(|r| r.balancer_moves).sum())
+    Ok(node
+        .ps()?
+        .iter()
+        .map(|r| r.balancer_moves - r.balancer_called_off)
+        .sum())
 }
 
 impl BalanceReport {

@@ -357,6 +357,7 @@ mod tests {
             tree: vec![],
             balancer_moves: 0,
             balancer_moves_to_idle: 0,
+            balancer_called_off: 0,
             held_files: 0,
             copy_rate_mbps: 1000.0,
         }

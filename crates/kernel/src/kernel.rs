@@ -100,6 +100,16 @@ pub(crate) struct Process {
     /// likely to fork again. The instance goes back there as a spare when
     /// the process ends ([`NocMsg::Spare`]).
     pub spare_home: Option<KernelId>,
+    /// What a copy of it to another node is projected to take, from one
+    /// the balancer called off here (`call_off_dear_move`): the balancer
+    /// weighs its next such move at that.
+    pub far_copy: Option<Duration>,
+    /// CPU time of its current turn: the slices in a row it ran before
+    /// stopping for the kernel's messages. It goes on with the rest of its
+    /// quantum, not a new one: messages that come more often than a
+    /// quantum (a copy's acknowledgements, a busy link) must not keep it
+    /// on the CPU while the others of the kernel wait.
+    pub turn_ns: u64,
 }
 
 impl Process {
@@ -109,6 +119,8 @@ impl Process {
             last_ran: 0,
             arrived: Instant::now(),
             spare_home: None,
+            far_copy: None,
+            turn_ns: 0,
         }
     }
 }
@@ -606,7 +618,8 @@ impl Kernel {
         p.last_ran = self.slices;
         self.running = Some(pid);
         let cpu_before = p.container.uarea().accounting.cpu_ns;
-        let slice = p.container.run(self.quantum, Some(self));
+        let left = self.quantum.saturating_sub(Duration::from_nanos(p.turn_ns));
+        let slice = p.container.run(left, Some(self));
         self.confirm_taken(pid);
         let waited = std::mem::take(&mut self.waited_in_place).as_nanos() as u64;
         let accounting = &mut p.container.uarea_mut().accounting;
@@ -622,6 +635,12 @@ impl Kernel {
         self.placement.busy_ns += cpu;
         self.run_queue.ran(cpu, woken);
         self.running = None;
+        let for_messages = matches!(
+            slice,
+            Slice::Preempted(Yielding::Messages)
+                | Slice::Call(KernelCall::Yield(Yielding::Messages))
+        );
+        p.turn_ns = if for_messages { p.turn_ns + cpu } else { 0 };
         self.procs.insert(pid, p);
         match slice {
             Slice::Exited(code) => self.end(pid, code),
@@ -641,10 +660,7 @@ impl Kernel {
             }
             Slice::Preempted(why) => {
                 if !self.over_cpu_limit(pid) {
-                    match why {
-                        Yielding::Messages => self.run_queue.resume(pid),
-                        Yielding::Quantum | Yielding::Asked => self.run_queue.push(pid),
-                    }
+                    self.requeue(pid, why);
                 }
             }
             Slice::Idle { until_ns } => {
@@ -665,6 +681,21 @@ impl Kernel {
         // sent: a process that ends sends its parent the news, and with it
         // its home's and its memory source's.
         self.flush_lazy();
+    }
+
+    /// Puts `pid`, which stopped with its threads ready, back in the run
+    /// queue: before the other ready processes if it stopped early for the
+    /// kernel's messages and its turn lasts ([`Process::turn_ns`]), after
+    /// them otherwise.
+    pub(crate) fn requeue(&mut self, pid: Pid, why: Yielding) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if why == Yielding::Messages && p.turn_ns < self.quantum.as_nanos() as u64 {
+            return self.run_queue.resume(pid);
+        }
+        p.turn_ns = 0;
+        self.run_queue.push(pid);
     }
 
     /// A process whose kernel call waits may have other threads to run:
@@ -1731,6 +1762,7 @@ impl Kernel {
             tree: self.placement.dqdt.entries(),
             balancer_moves: self.placement.moves,
             balancer_moves_to_idle: self.placement.moves_to_idle,
+            balancer_called_off: self.placement.called_off,
             copy_rate_mbps: self.placement.copy_rate() / 1e6,
             held_files: self.held.len(),
         }

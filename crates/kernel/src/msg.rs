@@ -535,11 +535,16 @@ pub struct KernelReport {
     pub processes: Vec<ProcInfo>,
     /// Its leaf of the DQDT and the subtrees it hosts, with their loads.
     pub tree: Vec<TreeEntry>,
-    /// Processes its balancer has moved away since it started.
+    /// Processes its balancer has started to move away since it started.
     pub balancer_moves: u64,
     /// Of those, the ones moved to a kernel that had nothing to run (work
     /// stealing).
     pub balancer_moves_to_idle: u64,
+    /// Of those, moves to another node it called off during their
+    /// pre-copy: the process rewrote a quarter of its memory or more in a
+    /// round, faster than the link carried it, and stayed.
+    #[serde(default)]
+    pub balancer_called_off: u64,
     /// The rate, in MB of a process's memory per second, at which its
     /// balancer expects a copy to another node to go: what its own went,
     /// or 1,000 before the first.

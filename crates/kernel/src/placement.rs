@@ -19,7 +19,7 @@ use atoll_migration::{MigrationReport, Mode};
 use atoll_placement::{Dqdt, Load, Shape, Step, Subtree, Toward, PERIOD, QUIET_PERIOD};
 
 use crate::kernel::Kernel;
-use crate::msg::{NocMsg, ProcessSpec, ReplyTo};
+use crate::msg::{NocMsg, ProcessSpec};
 
 /// A placement asked of another kernel is given up after this long (that
 /// kernel's node may have been lost), and made here instead.
@@ -99,6 +99,9 @@ pub(crate) struct Placement {
     /// Of those, the moves to a kernel that had nothing to run (work
     /// stealing).
     pub moves_to_idle: u64,
+    /// Of those, moves to another node called off during their pre-copy
+    /// (`call_off_dear_move`).
+    pub called_off: u64,
     /// Whether the kernel had nothing to run when it last looked: running
     /// out of work is when it steals.
     idle: bool,
@@ -133,6 +136,7 @@ impl Placement {
             next_target: me.index,
             moves: 0,
             moves_to_idle: 0,
+            called_off: 0,
             idle: false,
             stole_at: None,
             gave: HashMap::new(),
@@ -505,7 +509,7 @@ impl Kernel {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.container.uarea_mut().accounting.balanced += 1;
         }
-        match self.migrate(pid, to, mode, ReplyTo::Process(pid)) {
+        match self.migrate_for_balancer(pid, to, mode) {
             Ok(()) => {
                 self.placement.moves += 1;
                 self.placement.moves_to_idle += u64::from(idle);
@@ -522,14 +526,16 @@ impl Kernel {
     }
 }
 
-/// What moving `p` to another node is expected to take ([`copy_cost`]).
+/// What moving `p` to another node is expected to take ([`copy_cost`]),
+/// or what a move of it that the balancer called off projected, if more.
 fn far_move_cost(p: &crate::kernel::Process, rate: f64) -> Duration {
     let memory = p.container.memory_bytes() as u64;
-    copy_cost(
+    let cost = copy_cost(
         memory,
         p.container.uarea().accounting.last_migration.as_ref(),
         rate,
-    )
+    );
+    cost.max(p.far_copy.unwrap_or_default())
 }
 
 /// What copying a process that holds `memory` bytes to another node is

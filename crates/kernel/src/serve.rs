@@ -9,7 +9,7 @@ use atoll_prepare::ContentHash;
 use atoll_process::threads::Threads;
 use atoll_process::{
     clock::monotonic_ns, Accounting, CallState, Children, ConsoleFlow, Container, ContainerError,
-    FileOp, KernelCall, Quotas, Reply, SpawnModule, SpawnRequest, StdinAhead, Stream, Yielding,
+    FileOp, KernelCall, Quotas, Reply, SpawnModule, SpawnRequest, StdinAhead, Stream,
 };
 
 use crate::kernel::{Kernel, Process};
@@ -26,13 +26,7 @@ impl Kernel {
             KernelCall::Yield(why) => {
                 if let Some(p) = self.procs.get_mut(&pid) {
                     p.container.reply(Reply::Done);
-                    match why {
-                        // Stopped early for the kernel's messages: it goes
-                        // on before the other ready ones.
-                        Yielding::Messages => self.run_queue.resume(pid),
-                        // Its quantum ran out, or it let the others run.
-                        Yielding::Quantum | Yielding::Asked => self.run_queue.push(pid),
-                    }
+                    self.requeue(pid, why);
                 }
             }
             KernelCall::Sleep { until_ns } if until_ns <= monotonic_ns() => {

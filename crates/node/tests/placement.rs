@@ -234,3 +234,53 @@ fn between_nodes_the_balancer_leaves_processes_too_dear_to_copy() {
     assert_eq!(on, BTreeMap::from([("0.0".to_string(), 2)]));
     assert_eq!(balancer_moves(&a), 0);
 }
+
+#[test]
+fn between_nodes_the_balancer_calls_off_a_copy_the_link_cannot_keep_up_with() {
+    // A link slower than the processes' writes: pre-copy sends one piece
+    // of 64 KiB at a time, each once the one before is in.
+    let dir = tempfile::tempdir().unwrap();
+    let mut both = config(1);
+    both.balance = true;
+    both.migration.policy.chunk_bytes = 64 << 10;
+    both.migration.policy.window = 1;
+    let (a, _b) = cluster_pair_of(dir.path(), both);
+    let k0 = KernelId::new(0, 0);
+    // Node 1 busy, and two processes on node 0's one kernel, each rewriting
+    // all of its 16 MiB over and over: nothing to even out.
+    let mut spin = job("spin", &[]);
+    spin.kernel = Some(KernelId::new(1, 0));
+    let (spinner, _spun, _rx) = start(&a, &spin);
+    let dirty = on(job("dirty", &["16", "16384", "0"]), 0);
+    let writers: Vec<_> = (0..2).map(|_| start(&a, &dirty)).collect();
+    for (_, out, _) in &writers {
+        wait_for_lines(out, 1);
+    }
+    // Once their size alone makes a copy worth it (ten times 17 ms), node
+    // 1 runs out of work: its kernel takes one of them, and the rounds of
+    // the copy find most of what they sent written again.
+    std::thread::sleep(Duration::from_millis(300));
+    a.kill(spinner, 9).unwrap();
+    let called_off = |node: &Node| -> u64 {
+        node.ps()
+            .unwrap()
+            .iter()
+            .map(|r| r.balancer_called_off)
+            .sum()
+    };
+    let t = Instant::now();
+    while called_off(&a) == 0 {
+        assert!(
+            t.elapsed() < HANG,
+            "never called off: {:#?}",
+            a.ps().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Both stayed, and never stopped to move.
+    for (pid, _, _) in &writers {
+        let p = wait_until(&a, "a writer", |p| p.pid == *pid);
+        assert_eq!((p.kernel, p.moves), (k0, 0), "{p:#?}");
+        a.kill(*pid, 9).unwrap();
+    }
+}

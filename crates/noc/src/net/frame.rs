@@ -37,7 +37,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// 14: a migration's times say when its image was sent (`Times::sent_ns`),
 ///     for a destination on another clock; a kernel's report says the rate
 ///     its balancer expects of a copy to another node.
-pub const VERSION: u16 = 14;
+/// 15: a kernel's report counts the balancer's moves it called off
+///     (`balancer_called_off`).
+pub const VERSION: u16 = 15;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;
