@@ -60,7 +60,7 @@ pub(crate) struct Departure {
     /// Messages for the process that arrived after it froze; they follow it
     /// to its destination, or are delivered here if it stays.
     pub held: Vec<Packet>,
-    /// The balancer asked for it: a copy to another node whose first round
+    /// The balancer asked for it: a copy to another node a round of which
     /// finds the process rewriting its memory faster than the link carries
     /// it is called off ([`Kernel::precopy_step`]) rather than made at any
     /// cost. A move someone asked for is always made.
@@ -241,7 +241,7 @@ impl Kernel {
     }
 
     /// As [`migrate`](Self::migrate), for the balancer: a copy to another
-    /// node may be called off after its first round.
+    /// node may be called off during its pre-copy.
     pub(crate) fn migrate_for_balancer(
         &mut self,
         pid: Pid,
