@@ -345,7 +345,7 @@ fn atoll_runs(
         .map(|_| {
             let before = balancer_moves(node)?;
             let (out, _) = atoll_job(node, &job_on_kernel0(program.into(), argv.to_vec()))?;
-            parse(&out, n, cpus, balancer_moves(node)? - before)
+            parse(&out, n, cpus, balancer_moves(node)?.saturating_sub(before))
         })
         .collect()
 }
@@ -387,7 +387,8 @@ fn both_in_tree(node: &atoll_node::Node) -> anyhow::Result<()> {
 }
 
 /// The moves every kernel of `node` has made for its balancer so far
-/// (those it called off were not made).
+/// (those it called off were not made: a move started before a run and
+/// called off during it lowers the count).
 fn balancer_moves(node: &atoll_node::Node) -> anyhow::Result<u64> {
     Ok(node
         .ps()?
