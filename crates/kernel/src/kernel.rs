@@ -941,9 +941,8 @@ impl Kernel {
                 packet.bulk = Some(loan.bytes().to_vec());
             }
         }
-        if !local && !matches!(packet.msg, NocMsg::Dqdt(_)) {
-            self.remote_talk
-                .exchanged(packet.bulk.as_ref().map_or(0, Vec::len));
+        if !local {
+            self.talked_remotely(&packet);
         }
         let sent = match packet.bulk.take() {
             None if packet.lazy => self.noc.send_lazy(to, packet),
@@ -1174,11 +1173,19 @@ impl Kernel {
         }
     }
 
+    /// Counts `packet`, sent to or taken from another node, in how long
+    /// this kernel polls for that node (`talk.rs`); the DQDT's messages do
+    /// not count.
+    fn talked_remotely(&mut self, packet: &Packet) {
+        if !matches!(packet.msg, NocMsg::Dqdt(_)) {
+            self.remote_talk.exchanged(packet.stream_bytes());
+        }
+    }
+
     /// The NoC dispatcher.
     fn on_noc(&mut self, from: KernelId, packet: Packet) {
-        if from.node != self.id.node && !matches!(packet.msg, NocMsg::Dqdt(_)) {
-            self.remote_talk
-                .exchanged(packet.bulk.as_ref().map_or(0, Vec::len));
+        if from.node != self.id.node {
+            self.talked_remotely(&packet);
         }
         if let Some(hash) = packet.msg.module() {
             if from.node != self.id.node && self.runtime.program(&hash).is_none() {

@@ -105,6 +105,17 @@ impl Packet {
             lazy: false,
         }
     }
+
+    /// How many of its bulk bytes belong to a stream, whose next piece
+    /// follows (a pre-copy round): none for a copy, a file op or a
+    /// letter's body, each awaited alone ([`NocMsg::bulk_order_free`]).
+    /// What an idle kernel weighs to poll for another node (`talk.rs`).
+    pub(crate) fn stream_bytes(&self) -> usize {
+        match &self.bulk {
+            Some(bulk) if !self.msg.bulk_order_free() => bulk.len(),
+            _ => 0,
+        }
+    }
 }
 
 /// A container in transit from one kernel to another of the same node: its
@@ -711,7 +722,51 @@ pub enum NodeEvent {
 
 #[cfg(test)]
 mod tests {
-    use super::Times;
+    use atoll_abi::{KernelId, Pid};
+    use atoll_ipc::{CopyAddr, CopyRequest, CopySide};
+
+    use super::*;
+    use crate::ipc::{CopyOrder, IpcMsg};
+
+    #[test]
+    fn only_a_streams_bulk_bytes_count_as_streamed() {
+        let pid = Pid {
+            home: KernelId::new(1, 0),
+            slot: 1,
+            generation: 1,
+        };
+        let side = CopySide {
+            pid,
+            at: CopyAddr::Direct(0),
+        };
+        let copy = CopyOrder {
+            requester: pid,
+            domain: None,
+            seq: 1,
+            req: CopyRequest {
+                src: side,
+                dst: side,
+                len: 1 << 20,
+            },
+        };
+        let with_bulk = |msg| Packet {
+            bulk: Some(vec![0; 1 << 20]),
+            ..Packet::new(msg)
+        };
+        let copied = with_bulk(NocMsg::Ipc(IpcMsg::CopyWrite { to: pid, copy }));
+        assert_eq!(copied.stream_bytes(), 0);
+        let asked_for = with_bulk(NocMsg::Migration(MigrationMsg::Fill {
+            pid,
+            streamed: false,
+        }));
+        assert_eq!(asked_for.stream_bytes(), 0);
+        let piece = with_bulk(NocMsg::Migration(MigrationMsg::Fill {
+            pid,
+            streamed: true,
+        }));
+        assert_eq!(piece.stream_bytes(), 1 << 20);
+        assert_eq!(Packet::new(NocMsg::FilesReleased { pid }).stream_bytes(), 0);
+    }
 
     #[test]
     fn times_rebased_keep_the_durations_before_the_send() {

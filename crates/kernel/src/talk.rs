@@ -9,9 +9,14 @@
 //! of a cross-node fork's exit trip. So a kernel that talked with another
 //! node lately polls until [`REMOTE_SPIN`] after that exchange.
 //!
-//! Not while large bulk bytes flow (a copy, a pre-copy round, in either
-//! direction, within that window): encrypting and decrypting them needs
-//! the cores, and a kernel polling for the next one takes one. And not
+//! Not while a stream's large bulk bytes flow (a pre-copy round, in
+//! either direction, within that window): encrypting and decrypting them
+//! needs the cores, and a kernel polling for the next piece takes one. A
+//! copy, a file op or a letter's body is no stream: each is awaited
+//! alone, and the small answer that follows it at once is what the kernel
+//! polls for (`Packet::stream_bytes`; when they closed the window, an
+//! MPI message of 256 KiB between two nodes took 1.7x as long:
+//! `docs/mpi.md`). And not
 //! while the links' thread has work (the caller checks
 //! [`Endpoint::links_busy`](atoll_noc::Endpoint::links_busy)). Messages
 //! of the DQDT do not count: they come every tick whether anyone waits or
@@ -30,13 +35,14 @@ pub(crate) const REMOTE_SPIN: Duration = Duration::from_micros(500);
 pub(crate) struct RemoteTalk {
     /// The last message sent to or taken from another node.
     talked: Option<Instant>,
-    /// The last one of them with more than [`SMALL_BULK`] bulk bytes.
+    /// The last one of them with more than [`SMALL_BULK`] bulk bytes of
+    /// a stream.
     streamed: Option<Instant>,
 }
 
 impl RemoteTalk {
-    /// A message with `bulk` bulk bytes went to, or came from, another
-    /// node.
+    /// A message with `bulk` bulk bytes of a stream (0 for any other
+    /// message) went to, or came from, another node.
     pub(crate) fn exchanged(&mut self, bulk: usize) {
         let now = Instant::now();
         self.talked = Some(now);

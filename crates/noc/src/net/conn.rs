@@ -96,8 +96,8 @@ struct Tls {
 
 impl Conn {
     /// Takes over a handshaken stream whose frames are at most `max`
-    /// bytes, its socket watched by `watch` (`always`: armed even while
-    /// kernels poll it), what it leaves to its task counted in `work`.
+    /// bytes, its socket watched by `watch`, what it leaves to its task
+    /// counted in `work`.
     /// Runs inside the links' runtime.
     ///
     /// # Errors
@@ -106,7 +106,6 @@ impl Conn {
         stream: TlsStream<TcpStream>,
         max: u32,
         watch: &Arc<Watch>,
-        always: bool,
         work: Arc<LinksWork>,
     ) -> io::Result<Conn> {
         let (tcp, mut conn) = match stream {
@@ -126,7 +125,7 @@ impl Conn {
         // SAFETY: the copy is owned by the `AsyncFd`, and stays open as long.
         let out = unsafe { AsyncFd::register_with_interest(io.try_clone()?, Interest::WRITABLE) }?;
         Ok(Conn {
-            ears: watch.add(io.as_raw_fd(), always)?,
+            ears: watch.add(io.as_raw_fd())?,
             out,
             io,
             tls: Mutex::new(Tls {

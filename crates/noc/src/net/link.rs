@@ -542,11 +542,11 @@ where
     /// Reads the connections that are talking (`Conn::poll`), the peers'
     /// lock released first: what is delivered may send. A kernel calls
     /// this at every turn of its spin, so quiet connections cost it a
-    /// clock read each and nothing more. Bulk connections stay armed for
-    /// the links' thread ([`super::watch`]), but are read here too: a copy
-    /// a process waits for comes on one, and the links' thread, on a
-    /// machine whose cores all run kernels, runs only once one of them
-    /// stops polling.
+    /// clock read each and nothing more. A bulk connection that talks is
+    /// read here even while it is armed for the links' thread
+    /// ([`super::watch`]): a copy a process waits for comes on one, and
+    /// the links' thread, on a machine whose cores all run kernels, runs
+    /// only once one of them stops polling.
     fn poll(&self) {
         let polled: SmallVec<[(Arc<Conn>, u16); 8]> = self
             .shared
@@ -556,7 +556,7 @@ where
             .values()
             .flat_map(|p| p.lanes.iter().flatten().map(move |a| (a, p.member.node)))
             .filter(|(attached, _)| match attached.queue {
-                Some(_) => attached.conn.talking(),
+                Some(_) => attached.conn.talking() || attached.conn.polled(),
                 None => attached.conn.polled(),
             })
             .map(|(attached, node)| (attached.conn.clone(), node))
@@ -1053,14 +1053,8 @@ where
         return Err("the first frame was not a hello".into());
     };
     tls::check_peer(peer_certificate(&stream)?, &member.name).map_err(|e| e.to_string())?;
-    let conn = Conn::new(
-        stream,
-        lane.max(),
-        &shared.watch,
-        lane == Lane::Bulk,
-        shared.work.clone(),
-    )
-    .map_err(|e| format!("cannot watch its socket: {e}"))?;
+    let conn = Conn::new(stream, lane.max(), &shared.watch, shared.work.clone())
+        .map_err(|e| format!("cannot watch its socket: {e}"))?;
     let conn = Arc::new(conn);
     // Admitted and attached at once, so that a member joining meanwhile
     // is either in the welcome's list or told of this one (`Joined`).
@@ -1109,13 +1103,7 @@ where
     /// Serves a dialled connection: from now on its peer is linked on its
     /// lane. Runs inside the links' runtime.
     fn serve_dialled(self: &Arc<Self>, d: Dialled) {
-        let conn = match Conn::new(
-            d.stream,
-            d.lane.max(),
-            &self.watch,
-            d.lane == Lane::Bulk,
-            self.work.clone(),
-        ) {
+        let conn = match Conn::new(d.stream, d.lane.max(), &self.watch, self.work.clone()) {
             Ok(conn) => Arc::new(conn),
             Err(e) => {
                 return tracing::warn!(peer = %d.peer, lane = ?d.lane, "cannot watch its socket: {e}")

@@ -13,7 +13,7 @@
 //! connection's socket is one-shot and armed only while nobody polls it:
 //!
 //! - when a kernel starts polling and none was ([`Watch::polling`]), the
-//!   control connections that talk are disarmed, and kernels poll every
+//!   connections that talk are disarmed, and kernels poll every
 //!   disarmed one ([`Ears::polled`]) until the last of them stops and
 //!   they are armed again ([`Watch::settle`]). That is not at once: a
 //!   kernel stops polling whenever it runs a process, and a process that
@@ -26,12 +26,18 @@
 //!   Arming at every stop and disarming at every start cost a cross-node
 //!   IPC2 round trip four `epoll_ctl` (strace of a node serving one: 2.5
 //!   a round trip before, 0.25 after);
-//! - a connection's task asks to hear of bytes ([`Watch::want`]) before it
-//!   waits for them; the event disarms the socket until it asks again;
-//! - bulk connections are never disarmed: a migration's stream is the
-//!   links' thread's to read. Kernels that poll read those that talk
-//!   too, first come first served (a copy a process waits for comes on
-//!   one).
+//! - a connection's task asks to hear of bytes ([`Ears::heard`]) before
+//!   it waits for them; the event disarms the socket until it asks again;
+//! - bulk connections are disarmed as control ones are. A copy a process
+//!   waits for comes on one, and so does a piece of a pre-copy. Left armed
+//!   for the links' thread, every copy between two nodes woke that thread
+//!   on both, which on a machine whose cores run the kernels waits for
+//!   one to stop polling. With them armed, and a copy closing the
+//!   kernels' polling window (`kernel/src/talk.rs`), an MPI message of
+//!   256 KiB between two nodes took a median 552 us one way; with
+//!   neither, 315 us (`docs/mpi.md`). Kernels also read a bulk
+//!   connection that talks while it is still armed, first come first
+//!   served.
 //!
 //! A socket is therefore armed, or firing, or polled by a kernel that is
 //! polling now: nothing that arrives waits for a reader. Arming and
@@ -80,8 +86,6 @@ struct Entry {
     /// Strong: the set must never hold the last `Ears` (its drop takes
     /// the set's lock).
     signals: Arc<Signals>,
-    /// Bulk connections: never disarmed.
-    always: bool,
     /// Its task waits to hear of bytes.
     wanted: bool,
     /// Armed in the epoll set.
@@ -131,9 +135,8 @@ impl Watch {
         }))
     }
 
-    /// Adds `socket` to the set, disarmed. `always`: never disarmed for
-    /// the kernels (a bulk connection).
-    pub(super) fn add(self: &Arc<Self>, socket: RawFd, always: bool) -> io::Result<Arc<Ears>> {
+    /// Adds `socket` to the set, disarmed.
+    pub(super) fn add(self: &Arc<Self>, socket: RawFd) -> io::Result<Arc<Ears>> {
         let mut state = self.state();
         let key = state.next_key;
         state.next_key += 1;
@@ -154,7 +157,6 @@ impl Watch {
             Entry {
                 fd: socket,
                 signals,
-                always,
                 wanted: false,
                 armed: false,
             },
@@ -201,7 +203,7 @@ impl Watch {
         self.owed.store(false, Ordering::Release);
         for (&key, e) in &mut state.sockets {
             let signals = &e.signals;
-            if on && !e.always && signals.talking() {
+            if on && signals.talking() {
                 signals.polled.store(true, Ordering::Release);
                 if e.armed && self.ctl(libc::EPOLL_CTL_MOD, e.fd, key, false).is_ok() {
                     e.armed = false;
@@ -273,7 +275,7 @@ impl Ears {
                 e.wanted = true;
                 // A socket that starts talking while kernels poll is
                 // theirs too.
-                let polled = pollers > 0 && !e.always && self.talking();
+                let polled = pollers > 0 && self.talking();
                 if polled {
                     self.signals.polled.store(true, Ordering::Release);
                 }
@@ -349,7 +351,7 @@ mod tests {
         let _in_runtime = runtime.enter();
         let watch = Watch::new().expect("epoll set");
         let (socket, _peer) = UnixStream::pair().expect("socket pair");
-        let ears = watch.add(socket.as_raw_fd(), false).expect("added");
+        let ears = watch.add(socket.as_raw_fd()).expect("added");
         // Its task waits for bytes, armed, and a frame just went out.
         {
             let mut state = watch.state();
