@@ -52,8 +52,8 @@ impl RemoteTalk {
     }
 
     /// Until when an idle kernel may poll for another node's answer, if
-    /// it talked with one within `window` and no large bulk bytes flowed
-    /// meanwhile.
+    /// it talked with one within `window` and no large bulk bytes of a
+    /// stream flowed meanwhile.
     pub(crate) fn poll_until(&self, window: Duration) -> Option<Instant> {
         let talked = self.talked?;
         match self.streamed {
