@@ -723,7 +723,6 @@ pub enum NodeEvent {
 #[cfg(test)]
 mod tests {
     use atoll_abi::{KernelId, Pid};
-    use atoll_ipc::{CopyAddr, CopyRequest, CopySide};
 
     use super::*;
     use crate::ipc::{CopyOrder, IpcMsg};
@@ -735,20 +734,7 @@ mod tests {
             slot: 1,
             generation: 1,
         };
-        let side = CopySide {
-            pid,
-            at: CopyAddr::Direct(0),
-        };
-        let copy = CopyOrder {
-            requester: pid,
-            domain: None,
-            seq: 1,
-            req: CopyRequest {
-                src: side,
-                dst: side,
-                len: 1 << 20,
-            },
-        };
+        let copy = CopyOrder::within(pid, 1 << 20);
         let with_bulk = |msg| Packet {
             bulk: Some(vec![0; 1 << 20]),
             ..Packet::new(msg)

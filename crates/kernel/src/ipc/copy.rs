@@ -271,9 +271,29 @@ fn locate(
 }
 
 #[cfg(test)]
+impl CopyOrder {
+    /// A copy of `len` bytes within the memory of `pid`, which asks it.
+    pub(crate) fn within(pid: Pid, len: u32) -> CopyOrder {
+        let side = CopySide {
+            pid,
+            at: CopyAddr::Direct(0),
+        };
+        CopyOrder {
+            requester: pid,
+            domain: None,
+            seq: 1,
+            req: CopyRequest {
+                src: side,
+                dst: side,
+                len,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use atoll_abi::KernelId;
-    use atoll_ipc::{CopyAddr, CopySide};
 
     use super::*;
 
@@ -284,20 +304,7 @@ mod tests {
             slot: 1,
             generation: 1,
         };
-        let side = CopySide {
-            pid,
-            at: CopyAddr::Direct(0),
-        };
-        let copy = CopyOrder {
-            requester: pid,
-            domain: None,
-            seq: 1,
-            req: CopyRequest {
-                src: side,
-                dst: side,
-                len: 8,
-            },
-        };
+        let copy = CopyOrder::within(pid, 8);
         assert_eq!(check_length(&copy, &[0; 8]), Ok(()));
         assert_eq!(check_length(&copy, &[0; 9]), Err(Errno::Io));
         assert_eq!(check_length(&copy, &[]), Err(Errno::Io));
