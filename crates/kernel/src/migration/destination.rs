@@ -57,6 +57,23 @@ impl Kernel {
         handover: Option<Handover>,
         files: Option<HostFiles>,
     ) {
+        // The process comes back from another node before the answer to
+        // its move from here (that answer travels the control connection,
+        // this the bulk one): it may only arrive once that move has ended.
+        if let MigrationMsg::Round { pid, .. }
+        | MigrationMsg::Final { pid, .. }
+        | MigrationMsg::Abort { pid, .. } = &msg
+        {
+            if let Some(d) = self
+                .departures
+                .get_mut(pid)
+                .filter(|_| from.node != self.id.node)
+            {
+                tracing::debug!(kernel = %self.id, %pid, "its next move overtook the answer to its last one: held until that answer");
+                d.overtaken.push((from, msg, bulk));
+                return;
+            }
+        }
         match msg {
             MigrationMsg::Round {
                 pid, req, frame, ..

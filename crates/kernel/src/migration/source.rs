@@ -60,6 +60,10 @@ pub(crate) struct Departure {
     /// Messages for the process that arrived after it froze; they follow it
     /// to its destination, or are delivered here if it stays.
     pub held: Vec<Packet>,
+    /// Frames of the process's next move here (from where this one took
+    /// it), which overtook this move's answer on another connection:
+    /// handled once that answer has ended this move.
+    pub overtaken: Vec<(KernelId, MigrationMsg, Option<Vec<u8>>)>,
     /// The balancer asked for it: a copy to another node a round of which
     /// finds the process rewriting its memory faster than the link carries
     /// it is called off ([`Kernel::precopy_step`]) rather than made at any
@@ -224,6 +228,7 @@ impl Kernel {
                 },
             },
             held: Vec::new(),
+            overtaken: Vec::new(),
             by_balancer: false,
         };
         self.departures.insert(pid, departure);
@@ -646,7 +651,8 @@ impl Kernel {
         if self.departures.get(&pid).is_none_or(|d| d.req != req) {
             return;
         }
-        let d = self.departures.remove(&pid).expect("checked above");
+        let mut d = self.departures.remove(&pid).expect("checked above");
+        let overtaken = std::mem::take(&mut d.overtaken);
         match result {
             Ok(mut report) => {
                 if d.to.node != self.id.node {
@@ -723,6 +729,9 @@ impl Kernel {
                 }
                 self.answer_migration(d.reply, Err(why));
             }
+        }
+        for (from, msg, bulk) in overtaken {
+            self.on_migration(from, msg, bulk, None, None);
         }
     }
 
