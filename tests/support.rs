@@ -44,3 +44,24 @@ pub fn guest(name: &str) -> PathBuf {
 pub fn cache_dir() -> PathBuf {
     repo().join("target/test-cache")
 }
+
+/// What `roam -w FILL NODES ROUNDS` (`tests/guests/roam.c`) prints before
+/// its last line, wherever it runs: its output is checked against this.
+pub fn roam_output(fill: usize, nodes: usize, rounds: usize) -> String {
+    let mut out = String::new();
+    for r in 0..rounds {
+        for n in 0..nodes {
+            let mut written = 0;
+            for i in 0.. {
+                if written >= fill {
+                    break;
+                }
+                let line = format!("roam {r}.{n}: line {i}\n");
+                written += line.len();
+                out += &line;
+            }
+            out += &format!("roam {r}.{n}: moved\n");
+        }
+    }
+    out
+}

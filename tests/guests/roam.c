@@ -1,7 +1,7 @@
 /*
  * roam - a process that moves itself from node to node of a cluster.
  *
- *   roam NODES ROUNDS [LOG]
+ *   roam [-w BYTES] NODES ROUNDS [LOG]
  *
  * ROUNDS times, visits kernel 0 of nodes 0 to NODES-1 in turn with
  * kmigrate_to(ATOLL_KERNEL(node, 0)), checking after each move that it runs
@@ -13,16 +13,37 @@
  * With LOG (a path beneath a preopened directory), it opens LOG before it
  * first moves, writes a line to it after each move through that one open
  * file, then reads it back: "roam: LOG has N lines, SUM".
+ *
+ * With -w, it also writes about BYTES of numbered lines to stdout before
+ * each move, each line flushed as it goes: output written on every node,
+ * whose order a reader can check.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <atoll.h>
 
 static unsigned char buf[256 * 1024];
 
+/* About `bytes` of lines "roam R.N: line I" to stdout, one write each. */
+static void fill(long r, int n, long bytes)
+{
+    for (long i = 0, written = 0; written < bytes; i++) {
+        int len = printf("roam %ld.%d: line %ld\n", r, n, i);
+        fflush(stdout);
+        written += len > 0 ? len : 1;
+    }
+}
+
 int main(int argc, char **argv)
 {
+    long fill_bytes = 0;
+    if (argc > 2 && strcmp(argv[1], "-w") == 0) {
+        fill_bytes = strtol(argv[2], NULL, 10);
+        argv += 2;
+        argc -= 2;
+    }
     int nodes = argc > 1 ? atoi(argv[1]) : 2;
     long rounds = argc > 2 ? strtol(argv[2], NULL, 10) : 1;
     const char *path = argc > 3 ? argv[3] : NULL;
@@ -35,6 +56,7 @@ int main(int argc, char **argv)
     unsigned sum = 0;
     for (long r = 0; r < rounds; r++) {
         for (int n = 0; n < nodes; n++) {
+            fill(r, n, fill_bytes);
             int to = (atoll_kernel_node() + 1) % nodes;
             for (size_t i = 0; i < sizeof buf; i++)
                 buf[i] = (unsigned char)(buf[i] * 7 + i + (unsigned)to);

@@ -825,9 +825,12 @@ impl Kernel {
 
     /// Ends a process: tells whoever waits for it and frees its PID.
     pub(crate) fn end(&mut self, pid: Pid, code: i32) {
-        if !self.procs.contains_key(&pid) {
+        let Some(p) = self.procs.get(&pid) else {
             return;
-        }
+        };
+        // One that had ended, and waited only for its output, keeps its
+        // own status however it goes now.
+        let code = p.container.uarea().ending.unwrap_or(code);
         // Before the container goes: pre-copy may have write-protected it.
         self.abandon_departure(pid, code);
         let mut p = self.procs.remove(&pid).expect("checked above");
@@ -1712,7 +1715,7 @@ impl Kernel {
                 | KernelCall::Ipc(_)
                 | KernelCall::File { .. }
                 | KernelCall::Input { .. }
-                | KernelCall::Drain
+                | KernelCall::Drain { .. }
                 | KernelCall::Bind { .. },
             ) => {}
         }
@@ -1725,6 +1728,7 @@ impl Kernel {
             .map(|(&pid, p)| {
                 let u = p.container.uarea();
                 let state = match &u.call {
+                    _ if u.ending.is_some() => "ended, its output on its way".into(),
                     CallState::Blocked(c) => c.describe(),
                     CallState::Running | CallState::Replied(_) => "ready".into(),
                 };

@@ -118,7 +118,8 @@ impl Kernel {
     }
 
     /// Ends what `pid` (which runs here) waits for on node `node`: its
-    /// children homed there, and the call it is blocked in.
+    /// children homed there, its output written there, and the call it is
+    /// blocked in.
     fn unwait(&mut self, pid: Pid, node: u16) {
         let u = self.procs[&pid].container.uarea();
         let orphaned: Vec<Pid> = u
@@ -130,6 +131,10 @@ impl Kernel {
             .collect();
         for child in orphaned {
             self.child_exited(pid, child, lost());
+        }
+        let u = self.procs[&pid].container.uarea();
+        if let Some(upto) = u.console_flow.lost(node) {
+            self.on_drained(pid, upto);
         }
         let u = self.procs[&pid].container.uarea();
         if let Some((exec, ..)) =

@@ -101,7 +101,7 @@ impl Kernel {
                 self.reply_now(pid, Reply::File(answer));
             }
             KernelCall::File { owner, op } => self.send_file_op(pid, owner, &op),
-            KernelCall::Input { .. } | KernelCall::Drain => self.ask_console(pid),
+            KernelCall::Input { .. } | KernelCall::Drain { .. } => self.ask_console(pid),
             KernelCall::PollInput { until_ns, .. } => {
                 if let Some(t) = until_ns {
                     self.timers.push(Reverse((t, pid)));
@@ -164,9 +164,17 @@ impl Kernel {
                 self.console().read(console, pid, max)
             }
             CallState::Blocked(KernelCall::Input { max }) => self.console().read(console, pid, max),
-            CallState::Blocked(KernelCall::Drain) => {
-                let written = u.console_flow.written;
-                self.console().drain(console, pid, written)
+            CallState::Blocked(KernelCall::Drain { upto }) if u.console_flow.drained(upto) => {
+                p.container.reply(Reply::Drained);
+                self.run_queue.wake(pid);
+            }
+            // Else its output from another node is on its way, and the
+            // drain that follows it was asked there as the process left.
+            CallState::Blocked(KernelCall::Drain { .. })
+                if u.console_flow.may_ask_from(self.id.node, console.node()) =>
+            {
+                let upto = u.console_flow.ask();
+                self.console().drain(console, pid, upto)
             }
             _ => {}
         }
@@ -201,16 +209,19 @@ impl Kernel {
     }
 
     /// Where `pid` runs: its console passed its output on up to `upto`. A
-    /// writer waiting for room in its window goes on once there is some.
+    /// process waiting for its output to get that far goes on.
     pub(crate) fn on_drained(&mut self, pid: Pid, upto: u64) {
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
         let flow = &mut p.container.uarea_mut().console_flow;
         flow.passed(upto);
-        if flow.room() > 0 {
-            self.reply_if_blocked(pid, |c| *c == KernelCall::Drain, Reply::Drained);
-        }
+        let flow = *flow;
+        self.reply_if_blocked(
+            pid,
+            |c| matches!(c, KernelCall::Drain { upto } if flow.drained(*upto)),
+            Reply::Drained,
+        );
     }
 
     /// Fails `parent`'s spawn or fork with `errno`, freeing the places its

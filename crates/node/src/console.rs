@@ -7,7 +7,9 @@
 //! its own job and no other. Because everything goes through FIFO channels,
 //! output a process wrote before it ended (or before a parent learned that
 //! it ended) reaches the job before the job's end: output written is output
-//! shown.
+//! shown. Output from other nodes comes on their links, which nothing
+//! orders; a process that moves between nodes keeps its output in order,
+//! and ahead of its end, with drains ([`ConsoleFlow`]).
 //!
 //! **Backpressure.** A process may have [`CONSOLE_WINDOW`] bytes of output
 //! on their way. At each half window it asks (`Drain { upto }`) to be told
@@ -21,6 +23,7 @@
 //! whose reader stalls would wait in a pipeline.
 //!
 //! [`CONSOLE_WINDOW`]: atoll_process::CONSOLE_WINDOW
+//! [`ConsoleFlow`]: atoll_process::ConsoleFlow
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, Sender};

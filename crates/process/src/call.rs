@@ -80,10 +80,11 @@ pub enum KernelCall {
     /// ([`crate::StdinAhead`]). Answered with [`Reply::Woken`], `timed_out`
     /// if the time came first.
     PollInput { max: u32, until_ns: Option<u64> },
-    /// Wait until the console service has passed on enough of what this
-    /// process wrote to its console for its window to have room
+    /// Wait until the console service has passed on what this process
+    /// wrote to its console up to `upto`: for room in its window, for its
+    /// output from another node, or, ended, before its end is told
     /// ([`crate::ConsoleFlow`]).
-    Drain,
+    Drain { upto: u64 },
 }
 
 impl KernelCall {
@@ -104,7 +105,7 @@ impl KernelCall {
             KernelCall::Exec(_) => "executing".into(),
             KernelCall::Input { .. } => "reading stdin".into(),
             KernelCall::PollInput { .. } => "polling stdin".into(),
-            KernelCall::Drain => "waiting for its console".into(),
+            KernelCall::Drain { .. } => "waiting for its console".into(),
         }
     }
 
@@ -176,7 +177,7 @@ pub enum Reply {
     ExecFailed(Errno),
     /// Bytes of standard input, at most the `max` asked; none at its end.
     Input(Vec<u8>),
-    /// The window has room again.
+    /// Its console output got as far as it waited for.
     Drained,
     /// To a thread's futex wait: woken by `futex_wake`, or its deadline
     /// came first ([`crate::threads`]); to `PollInput`: input came, or the

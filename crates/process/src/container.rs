@@ -533,6 +533,11 @@ impl Container {
     /// A dormant process is woken first; if it cannot be, the slice ends
     /// as a trap that says why.
     pub fn run(&mut self, quantum: Duration, link: Option<&mut dyn KernelLink>) -> Slice {
+        // It ended, and its output from another node has now been passed
+        // on (`UArea::hold_end`): none of its code runs again.
+        if let Some(status) = self.uarea().ending {
+            return Slice::Exited(status);
+        }
         if let Err(e) = self.wake() {
             return Slice::Trapped(format!("cannot wake the dormant process: {e}"));
         }
@@ -583,7 +588,13 @@ impl Container {
                 late.stream();
             }
         }
-        slice
+        match slice {
+            Slice::Exited(status) => {
+                let here = ctx.host.kernel.node;
+                ctx.uarea.hold_end(status, here).map_or(slice, Slice::Call)
+            }
+            slice => slice,
+        }
     }
 
     /// Answers the kernel call the process is blocked in; it returns the
@@ -749,6 +760,25 @@ impl Container {
         match &mut self.state {
             State::Live(store) => &mut store.data_mut().files,
             State::Dormant(dormant) => &mut dormant.files,
+        }
+    }
+
+    /// Before the process leaves its node for another: output it wrote
+    /// here that the console has not passed on yet must reach it before
+    /// what the process writes elsewhere, and before its end, so the drain
+    /// that follows that output is asked now, from here
+    /// ([`ConsoleFlow`](crate::ConsoleFlow)).
+    pub fn leave_node(&mut self) {
+        let (uarea, host) = match &mut self.state {
+            State::Live(store) => {
+                let ctx = store.data_mut();
+                (&mut ctx.uarea, &ctx.host)
+            }
+            State::Dormant(dormant) => (&mut dormant.image.uarea, &dormant.host),
+        };
+        let console = uarea.console;
+        if let Some(upto) = uarea.console_flow.leaving(host.kernel.node, console.node()) {
+            host.console.drain(console, uarea.pid, upto);
         }
     }
 

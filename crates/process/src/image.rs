@@ -56,7 +56,11 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 ///     (`IpcCall::SendA::more`).
 /// 16: letters may carry a body (`IpcCall::SendA::body`, held with the
 ///     letter, `IpcState::body` once received).
-const VERSION: u16 = 16;
+/// 17: a drain says how far it waits for (`KernelCall::Drain::upto`), the
+///     console's flow the node of the last write (`ConsoleFlow::from`),
+///     and a process may have ended waiting for its output
+///     (`UArea::ending`).
+const VERSION: u16 = 17;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

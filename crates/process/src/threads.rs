@@ -648,12 +648,15 @@ mod tests {
         t.spawn(Entry { func: 1, arg: 0 }).unwrap();
         t.take_seat(1);
         assert!(t.seat_taken());
-        t.wait(2, Wait::Seat(Some(KernelCall::Drain)));
+        t.wait(2, Wait::Seat(Some(KernelCall::Drain { upto: 1 })));
         t.wait(3, Wait::Seat(None));
         assert_eq!(t.next_in_line(), None, "the seat is taken");
         t.resume_seat();
         assert!(t.runnable());
-        assert_eq!(t.next_in_line(), Some((2, Some(KernelCall::Drain))));
+        assert_eq!(
+            t.next_in_line(),
+            Some((2, Some(KernelCall::Drain { upto: 1 })))
+        );
         t.take_seat(2);
         t.resume_seat();
         assert_eq!(t.next_in_line(), Some((3, None)));

@@ -14,7 +14,7 @@ use atoll_ipc::{DomainId, IpcState};
 use atoll_prepare::ContentHash;
 use serde::{Deserialize, Serialize};
 
-use crate::call::CallState;
+use crate::call::{CallState, KernelCall};
 use crate::fd::FdTable;
 use crate::threads::Threads;
 
@@ -80,6 +80,10 @@ pub struct UArea {
     /// How far its output to the console has gone: a job cannot outrun its
     /// terminal by more than [`crate::CONSOLE_WINDOW`].
     pub console_flow: ConsoleFlow,
+    /// The status it ended with, while it waits for its output from
+    /// another node to be passed on before its end is told
+    /// ([`UArea::hold_end`]).
+    pub ending: Option<i32>,
     /// Standard input read ahead for `poll_oneoff`.
     pub stdin: StdinAhead,
     /// The process quotas it counts in, and those granted for the child it
@@ -92,6 +96,16 @@ pub struct UArea {
 /// has been passed on (`Console::drain`), without waiting; it waits
 /// (`KernelCall::Drain`) only when a whole window is still on its way, so
 /// writer and console overlap.
+///
+/// **Order across nodes.** Output goes to the console's node on the link
+/// from the node it was written on, so output written on two nodes may
+/// arrive in either order, and so may output and the news of the end that
+/// follows it. A drain asked on the node the output was written from is
+/// answered after that output, wherever it comes from. So a process that
+/// leaves a node with output from there still out asks a drain as it
+/// leaves; elsewhere it writes again, and ends, only once that output has
+/// been passed on. Output written on the console's own node needs none of
+/// this: it is with the console before the process can be anywhere else.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConsoleFlow {
     pub written: u64,
@@ -99,6 +113,8 @@ pub struct ConsoleFlow {
     pub passed: u64,
     /// Up to where a drain was last asked.
     pub asked: u64,
+    /// The node the last output was written on.
+    pub from: u16,
 }
 
 impl ConsoleFlow {
@@ -110,6 +126,80 @@ impl ConsoleFlow {
     /// Takes in the console service's word that it passed on `upto`.
     pub fn passed(&mut self, upto: u64) {
         self.passed = self.passed.max(upto.min(self.written));
+    }
+
+    /// Whether its output up to `upto` has been passed on: a process
+    /// blocked in `KernelCall::Drain { upto }` goes on.
+    pub fn drained(&self, upto: u64) -> bool {
+        self.passed >= upto
+    }
+
+    /// What a write on node `here` must wait for (`KernelCall::Drain`'s
+    /// `upto`) before it sends anything, for a console of node `console`:
+    /// the output still out from another node, or room in the window.
+    pub fn before_write(&self, here: u16, console: u16) -> Option<u64> {
+        if self.out_elsewhere(here, console) {
+            Some(self.written)
+        } else if self.room() == 0 {
+            Some(self.written - crate::CONSOLE_WINDOW + 1)
+        } else {
+            None
+        }
+    }
+
+    /// Counts `bytes` written on node `here`; returns the drain to ask
+    /// (`upto`) at each half window.
+    pub fn wrote(&mut self, bytes: u64, here: u16) -> Option<u64> {
+        self.written += bytes;
+        self.from = here;
+        let ask = self.written - self.asked >= crate::CONSOLE_WINDOW / 2;
+        ask.then(|| self.ask())
+    }
+
+    /// What a process that ended on node `here` waits for before anyone
+    /// learns that it did: the output it wrote on a node other than the
+    /// console's. Output written here goes first by itself when the news
+    /// is for the console, on the same link (a job's first process).
+    pub fn before_end(&self, here: u16, console: u16, has_parent: bool) -> Option<u64> {
+        let news_follows = self.from == here && !has_parent;
+        (self.passed < self.written && self.from != console && !news_follows)
+            .then_some(self.written)
+    }
+
+    /// Whether a drain asked on node `here` is answered after all the
+    /// output written so far.
+    pub fn may_ask_from(&self, here: u16, console: u16) -> bool {
+        self.from == here || self.from == console
+    }
+
+    /// A drain of everything written, to ask the console now.
+    pub fn ask(&mut self) -> u64 {
+        self.asked = self.written;
+        self.written
+    }
+
+    /// The process leaves node `here` for another: the drain to ask now,
+    /// if its output from here is not all passed on or asked for, as
+    /// nothing asked elsewhere would come after that output.
+    pub fn leaving(&mut self, here: u16, console: u16) -> Option<u64> {
+        (self.from == here && here != console && self.asked < self.written).then(|| self.ask())
+    }
+
+    /// Node `node` was lost: the console will never say how far the
+    /// output written there got. Returns how far to take it as passed on.
+    pub fn lost(&self, node: u16) -> Option<u64> {
+        (self.from == node && self.passed < self.written).then_some(self.written)
+    }
+
+    /// Restored from a checkpoint, into another job: whatever became of
+    /// the output before, nothing waits for it.
+    pub fn restored(&mut self) {
+        self.passed = self.written;
+        self.asked = self.written;
+    }
+
+    fn out_elsewhere(&self, here: u16, console: u16) -> bool {
+        self.passed < self.written && self.from != here && self.from != console
     }
 }
 
@@ -210,9 +300,24 @@ impl UArea {
             limits: Limits::default(),
             pinned: false,
             console_flow: ConsoleFlow::default(),
+            ending: None,
             stdin: StdinAhead::default(),
             quotas: Quotas::default(),
         }
+    }
+
+    /// The process ended with `status` on node `here`: if output it wrote
+    /// on another node is still on its way to the console, it waits for it
+    /// in a drain, no longer running any code, and ends once it has been
+    /// passed on; so its parent or its job learns of its end after its
+    /// output. Returns the call it waits in.
+    pub fn hold_end(&mut self, status: i32, here: u16) -> Option<KernelCall> {
+        let flow = &self.console_flow;
+        let upto = flow.before_end(here, self.console.node(), self.parent.is_some())?;
+        let call = KernelCall::Drain { upto };
+        self.ending = Some(status);
+        self.call = CallState::Blocked(call.clone());
+        Some(call)
     }
 
     /// The program's name for listings: the file name of argv[0].
@@ -358,6 +463,66 @@ mod tests {
         c.born(pid(4));
         assert!(c.live.is_empty());
         assert_eq!(c.reap(None), Ok(Some((pid(4), 3))));
+    }
+
+    /// Console on node 0; the process writes on node 1, moves to node 2
+    /// and then to node 0.
+    #[test]
+    fn output_from_another_node_goes_before_what_follows_it() {
+        const WINDOW: u64 = crate::CONSOLE_WINDOW;
+        let mut flow = ConsoleFlow::default();
+        assert_eq!(flow.before_write(1, 0), None);
+        assert_eq!(flow.wrote(100, 1), None);
+        // Its end, told to its job on the link its output took, needs no
+        // wait; told to a parent, which may be anywhere, it does.
+        assert_eq!(flow.before_end(1, 0, false), None);
+        assert_eq!(flow.before_end(1, 0, true), Some(100));
+        assert!(flow.may_ask_from(1, 0));
+        // Leaving node 1, it asks there; elsewhere it writes and ends only
+        // once all of it has been passed on, and does not ask again.
+        assert_eq!(flow.leaving(1, 0), Some(100));
+        assert_eq!(flow.leaving(1, 0), None);
+        for here in [2, 0] {
+            assert_eq!(flow.before_write(here, 0), Some(100));
+            assert_eq!(flow.before_end(here, 0, false), Some(100));
+            assert!(!flow.may_ask_from(here, 0));
+        }
+        // Node 1 lost: what it carried is as good as passed on.
+        assert_eq!(flow.lost(2), None);
+        assert_eq!(flow.lost(1), Some(100));
+        flow.passed(100);
+        assert!(flow.drained(100));
+        assert_eq!(flow.before_write(2, 0), None);
+        // Written on the console's node, output is there before the
+        // process can be anywhere else.
+        assert_eq!(flow.wrote(10, 0), None);
+        assert_eq!(flow.leaving(0, 0), None);
+        assert_eq!(flow.before_write(2, 0), None);
+        assert_eq!(flow.before_end(2, 0, true), None);
+        assert!(flow.may_ask_from(2, 0));
+        // The window: a drain asked at each half, a wait once it is full.
+        flow.passed(110);
+        assert_eq!(flow.wrote(WINDOW / 2, 0), Some(110 + WINDOW / 2));
+        assert_eq!(flow.wrote(WINDOW / 2, 0), Some(110 + WINDOW));
+        assert_eq!(flow.room(), 0);
+        assert_eq!(flow.before_write(0, 0), Some(111));
+        flow.passed(111);
+        assert_eq!(flow.room(), 1);
+        assert_eq!(flow.before_write(0, 0), None);
+    }
+
+    #[test]
+    fn an_end_waits_for_output_from_another_node_then_keeps_its_status() {
+        let console = ConsoleId::new(0, 1);
+        let fds = FdTable::default();
+        let module = ContentHash([0; 32]);
+        let mut u = UArea::new(pid(1), None, module, vec![], vec![], console, fds, None);
+        assert_eq!(u.hold_end(3, 1), None);
+        u.console_flow.wrote(5, 1);
+        u.console_flow.leaving(1, 0);
+        assert_eq!(u.hold_end(3, 0), Some(KernelCall::Drain { upto: 5 }));
+        assert_eq!(u.ending, Some(3));
+        assert_eq!(u.call, CallState::Blocked(KernelCall::Drain { upto: 5 }));
     }
 
     #[test]

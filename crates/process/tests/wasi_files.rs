@@ -176,7 +176,7 @@ fn run(
                 container.reply(Reply::File(op.serve(&mut held, pid, node)));
             }
             // Everything written is captured at once; stdin is empty.
-            Slice::Call(KernelCall::Drain) => {
+            Slice::Call(KernelCall::Drain { .. }) => {
                 container.uarea_mut().console_flow.passed(u64::MAX);
                 container.reply(Reply::Drained)
             }

@@ -307,7 +307,9 @@ impl Kernel {
         container
             .revive_ghosts(self.id.node)
             .map_err(|e| e.to_string())?;
-        container.uarea_mut().ipc.restored();
+        let u = container.uarea_mut();
+        u.ipc.restored();
+        u.console_flow.restored();
         self.arrive(container, Arrival::Restored(asker))
             .map_err(|(why, _)| why)
     }

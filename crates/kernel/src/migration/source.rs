@@ -488,9 +488,11 @@ impl Kernel {
             Phase::Frozen { .. } => None,
         };
         // Leaving this node, it keeps the files it has open here: this
-        // kernel holds them, and serves them to it from afar.
+        // kernel holds them, and serves them to it from afar. Its output
+        // from here goes before what it writes there.
         if d.to.node != self.id.node {
             container.hold_files(&mut self.held, self.id, d.to.node);
+            container.leave_node();
         }
         let image = match (d.mode, &mut tracker) {
             (Mode::Handover, _) => None,

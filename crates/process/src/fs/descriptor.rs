@@ -13,7 +13,7 @@ use super::stat::{self, filetype};
 use super::times::Times;
 use super::{fdflags, rights, Fail, MAX_IO, MAX_IOVS};
 use crate::call::{KernelCall, Reply};
-use crate::ctx::{ProcCtx, Stream, CONSOLE_WINDOW};
+use crate::ctx::{ProcCtx, Stream};
 use crate::fd::{Fd, FdTable, FileFd, Rights};
 use crate::memory::GuestMemory;
 
@@ -97,6 +97,7 @@ fn read_stdin(
 /// (a short write, which wasi-libc completes), or, with the window full,
 /// nothing until the console service has passed enough on. Past each half
 /// window it asks the service to say how far it got, without waiting.
+/// Output it wrote on another node goes first ([`crate::ConsoleFlow`]).
 fn write_console(
     mem: &mut GuestMemory<'_>,
     ctx: &mut ProcCtx,
@@ -112,16 +113,13 @@ fn write_console(
         ctx.host.console.write(console, stream, &data);
         return Ok(data.len());
     }
+    let here = ctx.host.kernel.node;
     let flow = &mut ctx.uarea.console_flow;
-    if flow.room() == 0 {
-        return Err(Fail::Wait(KernelCall::Drain));
+    if let Some(upto) = flow.before_write(here, console.node()) {
+        return Err(Fail::Wait(KernelCall::Drain { upto }));
     }
     data.truncate(flow.room().min(data.len() as u64) as usize);
-    flow.written += data.len() as u64;
-    let ask = (flow.written - flow.asked >= CONSOLE_WINDOW / 2).then_some(flow.written);
-    if let Some(upto) = ask {
-        flow.asked = upto;
-    }
+    let ask = flow.wrote(data.len() as u64, here);
     ctx.host.console.write(console, stream, &data);
     if let Some(upto) = ask {
         ctx.host.console.drain(console, pid, upto);
