@@ -645,12 +645,17 @@ impl Kernel {
         match slice {
             Slice::Exited(code) => self.end(pid, code),
             Slice::Trapped(why) => {
-                let u = self.procs[&pid].container.uarea();
+                let u = self.procs.get_mut(&pid).expect("ran").container.uarea_mut();
                 let line = format!("atoll: process {pid} ({}) trapped: {why}\n", u.name());
                 self.host
                     .console
                     .write(u.console, Stream::Stderr, line.as_bytes());
-                self.end(pid, status::TRAPPED);
+                // Its output from another node, if still on its way, goes
+                // ahead of its end, as for an exit.
+                match u.hold_end(status::TRAPPED, self.id.node) {
+                    Some(call) => self.serve(pid, call),
+                    None => self.end(pid, status::TRAPPED),
+                }
             }
             Slice::Call(call) => {
                 if !self.over_cpu_limit(pid) {
