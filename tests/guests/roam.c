@@ -1,7 +1,7 @@
 /*
  * roam - a process that moves itself from node to node of a cluster.
  *
- *   roam [-w BYTES] NODES ROUNDS [LOG]
+ *   roam [-w BYTES] [-t] NODES ROUNDS [LOG]
  *
  * ROUNDS times, visits kernel 0 of nodes 0 to NODES-1 in turn with
  * kmigrate_to(ATOLL_KERNEL(node, 0)), checking after each move that it runs
@@ -16,7 +16,9 @@
  *
  * With -w, it also writes about BYTES of numbered lines to stdout before
  * each move, each line flushed as it goes: output written on every node,
- * whose order a reader can check.
+ * whose order a reader can check. With -t, it traps right after its last
+ * move, before it prints anything there: a process whose end comes while
+ * its output from the node before is on its way.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,10 +41,16 @@ static void fill(long r, int n, long bytes)
 int main(int argc, char **argv)
 {
     long fill_bytes = 0;
+    int trap = 0;
     if (argc > 2 && strcmp(argv[1], "-w") == 0) {
         fill_bytes = strtol(argv[2], NULL, 10);
         argv += 2;
         argc -= 2;
+    }
+    if (argc > 1 && strcmp(argv[1], "-t") == 0) {
+        trap = 1;
+        argv++;
+        argc--;
     }
     int nodes = argc > 1 ? atoi(argv[1]) : 2;
     long rounds = argc > 2 ? strtol(argv[2], NULL, 10) : 1;
@@ -67,6 +75,8 @@ int main(int argc, char **argv)
                         atoll_kernel_node(), atoll_kernel_index());
                 return 1;
             }
+            if (trap && r == rounds - 1 && n == nodes - 1)
+                __builtin_trap();
             for (size_t i = 0; i < sizeof buf; i += 4096)
                 sum = sum * 31 + buf[i];
             printf("roam %ld.%d: moved\n", r, n);

@@ -14,7 +14,7 @@ use atoll_noc::{Doorbell, Endpoint, SendError};
 use atoll_prepare::ContentHash;
 pub(crate) use atoll_process::clock::monotonic_ns;
 use atoll_process::{
-    CallState, Console, Container, ContainerError, FdTable, HeldFiles, Host, KernelCall,
+    CallState, Console, Container, ContainerError, EndStep, FdTable, HeldFiles, Host, KernelCall,
     ProcessImage, Reply, Runtime, Slice, Spares, Stream, UArea, Yielding,
 };
 use rustc_hash::FxHashMap;
@@ -643,19 +643,11 @@ impl Kernel {
         p.turn_ns = if for_messages { p.turn_ns + cpu } else { 0 };
         self.procs.insert(pid, p);
         match slice {
-            Slice::Exited(code) => self.end(pid, code),
+            Slice::Exited(code) => self.ended(pid, code, None),
             Slice::Trapped(why) => {
-                let u = self.procs.get_mut(&pid).expect("ran").container.uarea_mut();
-                let line = format!("atoll: process {pid} ({}) trapped: {why}\n", u.name());
-                self.host
-                    .console
-                    .write(u.console, Stream::Stderr, line.as_bytes());
-                // Its output from another node, if still on its way, goes
-                // ahead of its end, as for an exit.
-                match u.hold_end(status::TRAPPED, self.id.node) {
-                    Some(call) => self.serve(pid, call),
-                    None => self.end(pid, status::TRAPPED),
-                }
+                let name = self.procs[&pid].container.uarea().name();
+                let line = format!("atoll: process {pid} ({name}) trapped: {why}\n");
+                self.ended(pid, status::TRAPPED, Some(line));
             }
             Slice::Call(call) => {
                 if !self.over_cpu_limit(pid) {
@@ -736,10 +728,7 @@ impl Kernel {
             u.name(),
             limit as f64 / 1e9
         );
-        self.host
-            .console
-            .write(u.console, Stream::Stderr, line.as_bytes());
-        self.end(pid, status::killed(status::SIGXCPU));
+        self.ended(pid, status::killed(status::SIGXCPU), Some(line));
         true
     }
 
@@ -828,6 +817,32 @@ impl Kernel {
         }
     }
 
+    /// `pid` ended with `code` as it ran (an exit, a trap, its CPU time
+    /// used up), and this node has `words` to show about it on its stderr,
+    /// if any. Its output from another node goes ahead of the words, and
+    /// all of its output ahead of its end ([`UArea::end_step`]): until
+    /// then it waits in a drain.
+    ///
+    /// [`UArea::end_step`]: atoll_process::UArea::end_step
+    pub(crate) fn ended(&mut self, pid: Pid, code: i32, words: Option<String>) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let u = p.container.uarea_mut();
+        u.ended(code, words);
+        loop {
+            match u.end_step(self.id.node) {
+                EndStep::Say(words) => {
+                    self.host
+                        .console
+                        .write(u.console, Stream::Stderr, words.as_bytes())
+                }
+                EndStep::Wait(call) => return self.serve(pid, call),
+                EndStep::End(code) => return self.end(pid, code),
+            }
+        }
+    }
+
     /// Ends a process: tells whoever waits for it and frees its PID.
     pub(crate) fn end(&mut self, pid: Pid, code: i32) {
         let Some(p) = self.procs.get(&pid) else {
@@ -835,7 +850,12 @@ impl Kernel {
         };
         // One that had ended, and waited only for its output, keeps its
         // own status however it goes now.
-        let code = p.container.uarea().ending.unwrap_or(code);
+        let code = p
+            .container
+            .uarea()
+            .ending
+            .as_ref()
+            .map_or(code, |e| e.status);
         // Before the container goes: pre-copy may have write-protected it.
         self.abandon_departure(pid, code);
         let mut p = self.procs.remove(&pid).expect("checked above");

@@ -533,10 +533,10 @@ impl Container {
     /// A dormant process is woken first; if it cannot be, the slice ends
     /// as a trap that says why.
     pub fn run(&mut self, quantum: Duration, link: Option<&mut dyn KernelLink>) -> Slice {
-        // It ended, and its output from another node has now been passed
-        // on (`UArea::hold_end`): none of its code runs again.
-        if let Some(status) = self.uarea().ending {
-            return Slice::Exited(status);
+        // It ended, and waited for its output (`UArea::end_step`): none of
+        // its code runs again.
+        if let Some(ending) = &self.uarea().ending {
+            return Slice::Exited(ending.status);
         }
         if let Err(e) = self.wake() {
             return Slice::Trapped(format!("cannot wake the dormant process: {e}"));
@@ -588,13 +588,7 @@ impl Container {
                 late.stream();
             }
         }
-        match slice {
-            Slice::Exited(status) => {
-                let here = ctx.host.kernel.node;
-                ctx.uarea.hold_end(status, here).map_or(slice, Slice::Call)
-            }
-            slice => slice,
-        }
+        slice
     }
 
     /// Answers the kernel call the process is blocked in; it returns the

@@ -60,7 +60,9 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 ///     console's flow the node of the last write (`ConsoleFlow::from`),
 ///     and a process may have ended waiting for its output
 ///     (`UArea::ending`).
-const VERSION: u16 = 17;
+/// 18: a process that ended keeps its node's words about its end (a trap's
+///     line) while they wait for its output (`Ending::words`).
+const VERSION: u16 = 18;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

@@ -51,6 +51,6 @@ pub use postcopy::{LateMemories, LateMemory};
 pub use runtime::{LoadError, Program, Runtime, RuntimeConfig, SystemCall};
 pub use spare::Spares;
 pub use uarea::{
-    Accounting, Children, ConsoleFlow, ConsoleId, Limits, Quota, Quotas, StackArea, StdinAhead,
-    UArea, Wander,
+    Accounting, Children, ConsoleFlow, ConsoleId, EndStep, Ending, Limits, Quota, Quotas,
+    StackArea, StdinAhead, UArea, Wander,
 };

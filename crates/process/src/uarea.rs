@@ -80,15 +80,37 @@ pub struct UArea {
     /// How far its output to the console has gone: a job cannot outrun its
     /// terminal by more than [`crate::CONSOLE_WINDOW`].
     pub console_flow: ConsoleFlow,
-    /// The status it ended with, while it waits for its output from
-    /// another node to be passed on before its end is told
-    /// ([`UArea::hold_end`]).
-    pub ending: Option<i32>,
+    /// How it ended, while its end waits for its output to go ahead of
+    /// it ([`UArea::end_step`]).
+    pub ending: Option<Ending>,
     /// Standard input read ahead for `poll_oneoff`.
     pub stdin: StdinAhead,
     /// The process quotas it counts in, and those granted for the child it
     /// is making.
     pub quotas: Quotas,
+}
+
+/// How a process ended, kept while its end waits for its output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ending {
+    /// Its exit status.
+    pub status: i32,
+    /// Its node's line about its end (a trap's, say), for its stderr, not
+    /// yet written: it waits for the output the process wrote on another
+    /// node.
+    pub words: Option<String>,
+}
+
+/// What a process that ended does next ([`UArea::end_step`]).
+#[derive(Debug, PartialEq)]
+pub enum EndStep {
+    /// Its node writes these words on its stderr now (they are counted as
+    /// its output), then asks again.
+    Say(String),
+    /// It waits in this call (a drain) for its output to be passed on.
+    Wait(KernelCall),
+    /// It ends now, with this status.
+    End(i32),
 }
 
 /// A process's output to its console, in bytes since it started. At each
@@ -306,18 +328,45 @@ impl UArea {
         }
     }
 
-    /// The process ended with `status` on node `here`: if output it wrote
-    /// on another node is still on its way to the console, it waits for it
-    /// in a drain, no longer running any code, and ends once it has been
-    /// passed on; so its parent or its job learns of its end after its
-    /// output. Returns the call it waits in.
-    pub fn hold_end(&mut self, status: i32, here: u16) -> Option<KernelCall> {
-        let flow = &self.console_flow;
-        let upto = flow.before_end(here, self.console.node(), self.parent.is_some())?;
+    /// The process ended with `status`, and its node has `words` to show
+    /// about it on its stderr (a trap's line), if any. What it does until
+    /// its end is told is [`UArea::end_step`]'s; one that had already
+    /// ended keeps its status and words.
+    pub fn ended(&mut self, status: i32, words: Option<String>) {
+        self.ending.get_or_insert(Ending { status, words });
+    }
+
+    /// What comes next for a process that [ended](UArea::ended), on node
+    /// `here`. Its node's words come after the output it wrote on another
+    /// node, and its end after all of it, so that its parent or its job
+    /// learns of its end last. Until then it waits in a drain, running no
+    /// code.
+    ///
+    /// # Panics
+    /// If the process has not ended.
+    pub fn end_step(&mut self, here: u16) -> EndStep {
+        let ending = self.ending.as_mut().expect("the process ended");
+        let console = self.console.node();
+        let flow = &mut self.console_flow;
+        let upto = match ending.words.take() {
+            Some(words) => match flow.before_write(here, console) {
+                Some(upto) => {
+                    ending.words = Some(words);
+                    upto
+                }
+                None => {
+                    flow.wrote(words.len() as u64, here);
+                    return EndStep::Say(words);
+                }
+            },
+            None => match flow.before_end(here, console, self.parent.is_some()) {
+                Some(upto) => upto,
+                None => return EndStep::End(ending.status),
+            },
+        };
         let call = KernelCall::Drain { upto };
-        self.ending = Some(status);
         self.call = CallState::Blocked(call.clone());
-        Some(call)
+        EndStep::Wait(call)
     }
 
     /// The program's name for listings: the file name of argv[0].
@@ -438,6 +487,7 @@ pub struct Accounting {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use atoll_abi::status::TRAPPED;
     use atoll_abi::{Errno, KernelId};
 
     fn pid(slot: u16) -> Pid {
@@ -517,12 +567,52 @@ mod tests {
         let fds = FdTable::default();
         let module = ContentHash([0; 32]);
         let mut u = UArea::new(pid(1), None, module, vec![], vec![], console, fds, None);
-        assert_eq!(u.hold_end(3, 1), None);
+        u.ended(3, None);
+        assert_eq!(u.end_step(1), EndStep::End(3));
         u.console_flow.wrote(5, 1);
         u.console_flow.leaving(1, 0);
-        assert_eq!(u.hold_end(3, 0), Some(KernelCall::Drain { upto: 5 }));
-        assert_eq!(u.ending, Some(3));
+        assert_eq!(u.end_step(0), EndStep::Wait(KernelCall::Drain { upto: 5 }));
         assert_eq!(u.call, CallState::Blocked(KernelCall::Drain { upto: 5 }));
+        // Killed meanwhile, or ended again: the first status stays.
+        u.ended(9, Some("late\n".into()));
+        u.console_flow.passed(5);
+        assert_eq!(u.end_step(0), EndStep::End(3));
+    }
+
+    #[test]
+    fn a_nodes_words_about_an_end_follow_the_output_from_another_node() {
+        let console = ConsoleId::new(0, 1);
+        let fds = FdTable::default();
+        let module = ContentHash([0; 32]);
+        let parent = Some(pid(2));
+        let mut u = UArea::new(pid(1), parent, module, vec![], vec![], console, fds, None);
+        // Written on node 1, which it left for node 2, where it traps.
+        u.console_flow.wrote(5, 1);
+        u.console_flow.leaving(1, 0);
+        u.ended(TRAPPED, Some("trapped\n".into()));
+        assert_eq!(u.end_step(2), EndStep::Wait(KernelCall::Drain { upto: 5 }));
+        assert_eq!(u.end_step(2), EndStep::Wait(KernelCall::Drain { upto: 5 }));
+        u.console_flow.passed(5);
+        // Then the words go, from node 2; the end, told to the parent on
+        // another link than theirs, waits for them too.
+        assert_eq!(u.end_step(2), EndStep::Say("trapped\n".into()));
+        assert_eq!(u.end_step(2), EndStep::Wait(KernelCall::Drain { upto: 13 }));
+        u.console_flow.passed(13);
+        assert_eq!(u.end_step(2), EndStep::End(TRAPPED));
+        // On the console's node they go at once, and the end after them.
+        let mut u = UArea::new(
+            pid(1),
+            parent,
+            module,
+            vec![],
+            vec![],
+            console,
+            FdTable::default(),
+            None,
+        );
+        u.ended(TRAPPED, Some("trapped\n".into()));
+        assert_eq!(u.end_step(0), EndStep::Say("trapped\n".into()));
+        assert_eq!(u.end_step(0), EndStep::End(TRAPPED));
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! node), and the console's node is reached over links this test delivers
 //! as late as it can, and in the worst order: only when the process waits
 //! for its output, newest link first. What is still on a link when the
-//! process ends is lost, as when the news of a job's end outruns it.
+//! process ends is lost, as when the news of a job's end outruns it. The
+//! end of a process is made as the kernel makes it (`UArea::end_step`),
+//! and so is the line a trap makes a node write on the job's stderr.
 
 #[path = "../../../tests/support.rs"]
 mod support;
@@ -17,10 +19,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use atoll_abi::status::TRAPPED;
 use atoll_abi::{KernelId, Pid};
 use atoll_process::{
-    Console, ConsoleId, Container, FdTable, Host, KernelCall, ProcessImage, Reply, Runtime,
-    RuntimeConfig, Slice, Stream, UArea,
+    Console, ConsoleId, Container, EndStep, FdTable, Host, KernelCall, ProcessImage, Reply,
+    Runtime, RuntimeConfig, Slice, Stream, UArea,
 };
 
 /// The console is on node 0.
@@ -72,8 +75,9 @@ impl NodeConsole {
 }
 
 impl Console for NodeConsole {
-    fn write(&self, console: ConsoleId, stream: Stream, bytes: &[u8]) {
-        assert_eq!((console, stream), (CONSOLE, Stream::Stdout));
+    /// Stdout and stderr both: a terminal shows them in one stream.
+    fn write(&self, console: ConsoleId, _: Stream, bytes: &[u8]) {
+        assert_eq!(console, CONSOLE);
         self.carry(Carried::Output(bytes.to_vec()));
     }
     fn read(&self, _: ConsoleId, _: Pid, _: u32) {
@@ -98,18 +102,24 @@ fn host(to: KernelId, world: &Arc<Mutex<World>>) -> Host {
     }
 }
 
-/// How a run of `roam -w 300 3 4` went.
+/// How a run of `roam -w 300 ... 3 4` went.
 struct Run {
     shown: String,
     /// Times it waited for its output to be passed on.
     waits: u32,
     /// Whether it ended waiting for its output.
     held_end: bool,
+    /// Its status.
+    status: i32,
 }
 
-/// Runs `roam -w 300 3 4` from node 1 (it visits 2, 0, 1, ...) to its end
-/// on node 1, as a job's first process or (`parent`) as a child.
-fn roam_between_nodes(parent: Option<Pid>) -> Run {
+/// The line the test's node writes about a trap.
+const TRAP_LINE: &str = "roam trapped\n";
+
+/// Runs `roam -w 300 [-t] 3 4` from node `start` (it visits the next
+/// nodes in turn) to its end back there, as a job's first process or
+/// (`parent`) as a child.
+fn roam_between_nodes(start: u16, trap: bool, parent: Option<Pid>) -> Run {
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(support::cache_dir()),
         ..RuntimeConfig::default()
@@ -117,8 +127,13 @@ fn roam_between_nodes(parent: Option<Pid>) -> Run {
     .unwrap();
     let program = runtime.load_file(&support::guest("roam"), true).unwrap();
     let world = Arc::new(Mutex::new(World::default()));
-    let start = KernelId::new(1, 0);
-    let args = ["roam", "-w", "300", "3", "4"].map(String::from).to_vec();
+    let start = KernelId::new(start, 0);
+    let trap = trap.then_some("-t");
+    let args = ["roam", "-w", "300"]
+        .into_iter()
+        .chain(trap)
+        .chain(["3", "4"]);
+    let args = args.map(String::from).collect();
     let uarea = UArea::new(
         Pid::new(start, 1, 0),
         parent,
@@ -131,9 +146,31 @@ fn roam_between_nodes(parent: Option<Pid>) -> Run {
     );
     let mut container = Container::new(&runtime, program, uarea, host(start, &world)).unwrap();
     let (mut here, mut moves, mut waits) = (start, 0, 0);
+    let (mut ended, mut held_end) = (None, false);
     let status = loop {
-        match container.run(Duration::from_millis(50), None) {
-            Slice::Exited(status) => break status,
+        let slice = match &mut ended {
+            // As the kernel does: its end waits for its output.
+            Some((status, words)) => {
+                let u = container.uarea_mut();
+                u.ended(*status, Option::take(words));
+                match u.end_step(here.node) {
+                    EndStep::End(status) => break status,
+                    EndStep::Say(words) => {
+                        let console = host(here, &world).console;
+                        console.write(CONSOLE, Stream::Stderr, words.as_bytes());
+                        continue;
+                    }
+                    EndStep::Wait(call) => {
+                        held_end = true;
+                        Slice::Call(call)
+                    }
+                }
+            }
+            None => container.run(Duration::from_millis(50), None),
+        };
+        match slice {
+            Slice::Exited(status) => ended = Some((status, None)),
+            Slice::Trapped(_) => ended = Some((TRAPPED, Some(TRAP_LINE.to_string()))),
             Slice::Call(KernelCall::Yield(_)) => container.reply(Reply::Done),
             Slice::Call(KernelCall::Migrate { to }) => {
                 assert_ne!(to.node, here.node);
@@ -166,7 +203,7 @@ fn roam_between_nodes(parent: Option<Pid>) -> Run {
             other => panic!("roam stopped with {other:?}"),
         }
     };
-    assert_eq!((status, moves), (0, 12));
+    assert_eq!(moves, 12);
     // The end: the news of a job's first process goes to the console on
     // the link its last output took; a child's goes to its parent, and
     // the console never hears of it. Anything else still on its way is
@@ -178,7 +215,8 @@ fn roam_between_nodes(parent: Option<Pid>) -> Run {
     Run {
         shown: String::from_utf8(std::mem::take(&mut w.shown)).unwrap(),
         waits,
-        held_end: container.uarea().ending.is_some(),
+        held_end,
+        status,
     }
 }
 
@@ -187,11 +225,12 @@ fn check(run: &Run) {
     let (body, last_line) = run.shown.rsplit_once("roam: ok ").expect("the last line");
     assert_eq!(body, support::roam_output(300, 3, 4));
     assert!(last_line.ends_with('\n'));
+    assert_eq!(run.status, 0);
 }
 
 #[test]
 fn output_written_on_every_node_is_shown_in_order() {
-    let run = roam_between_nodes(None);
+    let run = roam_between_nodes(1, false, None);
     check(&run);
     // Each move to a node other than the console's waited once for the
     // output of the node before (node 1 to 2 and 2 to 0); the end, told
@@ -201,7 +240,24 @@ fn output_written_on_every_node_is_shown_in_order() {
 
 #[test]
 fn a_child_ends_only_once_its_output_is_shown() {
-    let run = roam_between_nodes(Some(Pid::new(KernelId::new(2, 0), 9, 0)));
+    let run = roam_between_nodes(1, false, Some(parent()));
     check(&run);
     assert_eq!((run.waits, run.held_end), (9, true));
+}
+
+/// A trap right after a move from node 1 to node 2: the node's line about
+/// it comes after the output written on node 1, and the end after both.
+#[test]
+fn a_trap_is_told_after_the_output_before_it() {
+    for parent in [None, Some(parent())] {
+        let run = roam_between_nodes(2, true, parent);
+        let all = support::roam_output(300, 3, 4);
+        let before = all.strip_suffix("roam 3.2: moved\n").unwrap();
+        assert_eq!(run.shown, format!("{before}{TRAP_LINE}"));
+        assert_eq!(run.status, TRAPPED);
+    }
+}
+
+fn parent() -> Pid {
+    Pid::new(KernelId::new(2, 0), 9, 0)
 }

@@ -39,7 +39,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 ///     its balancer expects of a copy to another node.
 /// 15: a kernel's report counts the balancer's moves it called off
 ///     (`balancer_called_off`).
-pub const VERSION: u16 = 15;
+/// 16: UAreas name the node of a process's last console write, and keep
+///     how a process that ended waits for its output (`UArea::ending`).
+pub const VERSION: u16 = 16;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;
