@@ -307,12 +307,25 @@ fn a_process_moves_itself_across_nodes_with_kmigrate_to() {
     // A trap right after a move to the other node: what it wrote before on
     // stdout, the node's line about the trap on stderr, a trap's status.
     let out = c.nodes[0]
-        .atoll(&["run", "--on", "1.0", &guest("roam"), "-w", "1000", "-t", "2", "2"])
+        .atoll(&[
+            "run",
+            "--on",
+            "1.0",
+            &guest("roam"),
+            "-w",
+            "1000",
+            "-t",
+            "2",
+            "2",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(134), "{}", text(&out.stderr));
     let all = common::support::roam_output(1000, 2, 2);
-    assert_eq!(text(&out.stdout), all.strip_suffix("roam 1.1: moved\n").unwrap());
+    assert_eq!(
+        text(&out.stdout),
+        all.strip_suffix("roam 1.1: moved\n").unwrap()
+    );
     assert_stderr(&out, "(roam.wasm) trapped: wasm trap: wasm `unreachable`");
     // A node that does not exist: the move is refused and the process
     // carries on where it was (and reports the failure).

@@ -118,8 +118,14 @@ const TRAP_LINE: &str = "roam trapped\n";
 
 /// Runs `roam -w 300 [-t] 3 4` from node `start` (it visits the next
 /// nodes in turn) to its end back there, as a job's first process or
-/// (`parent`) as a child.
-fn roam_between_nodes(start: u16, trap: bool, parent: Option<Pid>) -> Run {
+/// (`parent`) as a child. With `held_moves_to`, a process whose end waits
+/// is moved to that node first, as `atoll migrate` may move it.
+fn roam_between_nodes(
+    start: u16,
+    trap: bool,
+    parent: Option<Pid>,
+    held_moves_to: Option<u16>,
+) -> Run {
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(support::cache_dir()),
         ..RuntimeConfig::default()
@@ -162,6 +168,10 @@ fn roam_between_nodes(start: u16, trap: bool, parent: Option<Pid>) -> Run {
                     }
                     EndStep::Wait(call) => {
                         held_end = true;
+                        if let Some(node) = held_moves_to.filter(|&n| n != here.node) {
+                            here = KernelId::new(node, 0);
+                            container = moved(&runtime, &mut container, host(here, &world));
+                        }
                         Slice::Call(call)
                     }
                 }
@@ -174,10 +184,7 @@ fn roam_between_nodes(start: u16, trap: bool, parent: Option<Pid>) -> Run {
             Slice::Call(KernelCall::Yield(_)) => container.reply(Reply::Done),
             Slice::Call(KernelCall::Migrate { to }) => {
                 assert_ne!(to.node, here.node);
-                container.leave_node();
-                let bytes = container.capture().unwrap().encode();
-                let image = ProcessImage::decode(&bytes).unwrap();
-                container = Container::restore(&runtime, image, host(to, &world)).unwrap();
+                container = moved(&runtime, &mut container, host(to, &world));
                 container.reply(Reply::Migrated(Ok(())));
                 here = to;
                 moves += 1;
@@ -220,6 +227,15 @@ fn roam_between_nodes(start: u16, trap: bool, parent: Option<Pid>) -> Run {
     }
 }
 
+/// `container` moved to the node of `to`, as the kernels move a process
+/// between nodes.
+fn moved(runtime: &Arc<Runtime>, container: &mut Container, to: Host) -> Container {
+    container.leave_node();
+    let bytes = container.capture().unwrap().encode();
+    let image = ProcessImage::decode(&bytes).unwrap();
+    Container::restore(runtime, image, to).unwrap()
+}
+
 /// The output of a run, checked against an unmoved run's.
 fn check(run: &Run) {
     let (body, last_line) = run.shown.rsplit_once("roam: ok ").expect("the last line");
@@ -230,7 +246,7 @@ fn check(run: &Run) {
 
 #[test]
 fn output_written_on_every_node_is_shown_in_order() {
-    let run = roam_between_nodes(1, false, None);
+    let run = roam_between_nodes(1, false, None, None);
     check(&run);
     // Each move to a node other than the console's waited once for the
     // output of the node before (node 1 to 2 and 2 to 0); the end, told
@@ -240,17 +256,20 @@ fn output_written_on_every_node_is_shown_in_order() {
 
 #[test]
 fn a_child_ends_only_once_its_output_is_shown() {
-    let run = roam_between_nodes(1, false, Some(parent()));
+    let run = roam_between_nodes(1, false, Some(parent()), None);
     check(&run);
     assert_eq!((run.waits, run.held_end), (9, true));
 }
 
 /// A trap right after a move from node 1 to node 2: the node's line about
-/// it comes after the output written on node 1, and the end after both.
+/// it comes after the output written on node 1, and the end after both;
+/// also when the process, waiting for its end, is moved to the console's
+/// node (the line, not yet written, goes with it).
 #[test]
 fn a_trap_is_told_after_the_output_before_it() {
-    for parent in [None, Some(parent())] {
-        let run = roam_between_nodes(2, true, parent);
+    let child = Some(parent());
+    for (parent, held_moves_to) in [(None, None), (child, None), (child, Some(0))] {
+        let run = roam_between_nodes(2, true, parent, held_moves_to);
         let all = support::roam_output(300, 3, 4);
         let before = all.strip_suffix("roam 3.2: moved\n").unwrap();
         assert_eq!(run.shown, format!("{before}{TRAP_LINE}"));
