@@ -135,11 +135,14 @@ impl GrantTable {
     /// bytes at `addr`: while none does, only their owner can change them.
     pub fn writable(&self, addr: u32, len: u32) -> bool {
         let end = u64::from(addr) + u64::from(len);
-        self.grants.values().any(|g| {
-            g.access.write
-                && u64::from(g.addr) < end
-                && u64::from(addr) < u64::from(g.addr) + u64::from(g.len)
-        })
+        // Empty ranges share no byte with anything.
+        len > 0
+            && self.grants.values().any(|g| {
+                g.access.write
+                    && g.len > 0
+                    && u64::from(g.addr) < end
+                    && u64::from(addr) < u64::from(g.addr) + u64::from(g.len)
+            })
     }
 
     pub fn len(&self) -> usize {
@@ -226,6 +229,24 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_empty_grant_or_range_is_never_writable() {
+        let mut t = GrantTable::default();
+        let grant = |addr, len| Grant {
+            grantee: Some(pid(1)),
+            addr,
+            len,
+            access: Access::from_bits(3).unwrap(),
+        };
+        // Found by `writable_is_overlap`: an empty grant inside the range.
+        t.create(grant(252, 0)).unwrap();
+        assert!(!t.writable(0, 253));
+        t.create(grant(10, 5)).unwrap();
+        assert!(!t.writable(12, 0));
+        assert!(t.writable(12, 1));
+        assert!(!t.writable(15, 100));
+    }
+
     proptest! {
         /// `covers` agrees with a byte-by-byte reading of one grant.
         #[test]
@@ -241,7 +262,7 @@ mod tests {
 
         /// `writable` agrees with a byte-by-byte reading of one grant.
         #[test]
-        fn writable_is_overlap(ga in 0u32..1000, gl in 0u32..1000, a in 0u32..2100, l in 1u32..1100, rw in 1u32..4) {
+        fn writable_is_overlap(ga in 0u32..1000, gl in 0u32..1000, a in 0u32..2100, l in 0u32..1100, rw in 1u32..4) {
             let mut t = GrantTable::default();
             let access = Access::from_bits(rw).unwrap();
             t.create(Grant { grantee: Some(pid(1)), addr: ga, len: gl, access }).unwrap();
