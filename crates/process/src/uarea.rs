@@ -573,7 +573,7 @@ mod tests {
         u.console_flow.leaving(1, 0);
         assert_eq!(u.end_step(0), EndStep::Wait(KernelCall::Drain { upto: 5 }));
         assert_eq!(u.call, CallState::Blocked(KernelCall::Drain { upto: 5 }));
-        // Killed meanwhile, or ended again: the first status stays.
+        // Ended again meanwhile: the first status and words stay.
         u.ended(9, Some("late\n".into()));
         u.console_flow.passed(5);
         assert_eq!(u.end_step(0), EndStep::End(3));
