@@ -132,7 +132,7 @@ pub struct RunArgs {
     wander: bool,
     /// How the embedded node moves processes that ask to move (`kmigrate_to`,
     /// --wander): `handover` or `copy` [default: handover]
-    #[arg(long, value_name = "MODE")]
+    #[arg(long, value_name = "MODE", value_parser = within_node_mode)]
     migrate_mode: Option<Mode>,
     /// Run an MPI program (built with atoll-mpicc) as N ranks, as mpirun
     /// does; the job fails, ending every rank, when one rank fails
@@ -351,7 +351,7 @@ pub struct NodeArgs {
     instances: Option<u32>,
     /// How `kmigrate_to` moves a process within this node: `handover` or
     /// `copy` (between nodes it is always copy)
-    #[arg(long, default_value = "handover")]
+    #[arg(long, default_value = "handover", value_parser = within_node_mode)]
     migrate_mode: Mode,
     /// Take part in a cluster: listen for other nodes here (ADDR:PORT;
     /// port 0 picks one). Needs --certs and --name
@@ -388,6 +388,17 @@ pub struct NodeArgs {
     /// one): open the URL it prints, or `atoll dashboard` shows
     #[arg(long, value_name = "ADDR:PORT")]
     http: Option<SocketAddr>,
+}
+
+/// A node's own migration mode, for moves within it: post-copy moves a
+/// process between nodes only.
+fn within_node_mode(s: &str) -> Result<Mode, String> {
+    match s.parse()? {
+        Mode::PostCopy => Err(
+            "post-copy moves a process between nodes; within one, use `handover` or `copy`".into(),
+        ),
+        mode => Ok(mode),
+    }
 }
 
 pub fn node(ctx: &Context, a: NodeArgs) -> anyhow::Result<()> {
@@ -622,9 +633,10 @@ pub struct MigrateArgs {
     /// The kernel to move it to (NODE.INDEX or INDEX)
     #[arg(long)]
     to: KernelId,
-    /// `handover` (the container changes kernel, nothing is copied) or
-    /// `copy` (pre-copy rounds, then stop-and-copy through the portal)
-    /// [default: the node's]
+    /// `handover` (the container changes kernel, nothing is copied),
+    /// `copy` (pre-copy rounds, then stop-and-copy through the portal) or,
+    /// to another node, `postcopy` (it runs there at once; its memory
+    /// follows) [default: the node's; between nodes, copy]
     #[arg(long)]
     mode: Option<Mode>,
     /// Print the report as JSON

@@ -504,6 +504,35 @@ fn a_node_stopped_with_sigterm_is_heard_as_stopped() {
 }
 
 #[test]
+fn atoll_migrate_moves_a_process_by_post_copy_between_nodes_only() {
+    let c = Cluster::start(2, 2);
+    let dirty = guest("dirty");
+    let run = ["run", "--on", "0.0", &dirty, "32", "256", "4000"];
+    let reference = ok(c.nodes[0].atoll(&run).output().unwrap());
+    assert!(reference.contains("dirty: checksum="), "{reference}");
+    let mut job = c.nodes[0]
+        .atoll(&run)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = read_until(&mut job, "dirty: ready");
+    let pid = c.nodes[0].wait_for("dirty");
+    let within = c.nodes[0]
+        .atoll(&["migrate", &pid, "--to", "0.1", "--mode", "postcopy"])
+        .output()
+        .unwrap();
+    assert!(!within.status.success());
+    assert_stderr(&within, "post-copy moves a process between nodes");
+    let moved = ok(c.nodes[0]
+        .atoll(&["migrate", &pid, "--to", "1.0", "--mode", "postcopy"])
+        .output()
+        .unwrap());
+    assert!(moved.contains("-> 1.0 (postcopy)"), "{moved}");
+    assert!(job.wait().unwrap().success());
+    assert_eq!(format!("dirty: ready\n{}", out.join().unwrap()), reference);
+}
+
+#[test]
 fn a_destination_killed_mid_migration_commits_once_or_rolls_back() {
     let mut c = Cluster::start(3, 1);
     // 256 MiB: its pre-copy takes long enough to be cut.

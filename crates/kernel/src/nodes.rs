@@ -13,7 +13,7 @@
 //! process homed on the lost node is reported lost by its parent's kernel.
 
 use atoll_abi::{status, Errno, KernelId, Pid};
-use atoll_process::{CallState, KernelCall, Reply, SpawnModule};
+use atoll_process::{CallState, KernelCall, Reply, SpawnModule, Stream};
 
 use crate::files::{is_file, reading_module};
 use crate::homes::Kin;
@@ -101,6 +101,15 @@ impl Kernel {
             .collect();
         for pid in memoryless {
             tracing::warn!(kernel = %self.id, %pid, "killed: its memory was still coming from node {node}");
+            // Said at once: what it wrote on that node is lost with it.
+            let u = self.procs[&pid].container.uarea();
+            let line = format!(
+                "atoll: process {pid} ({}) killed: node {node} was lost while its memory was still coming from there\n",
+                u.name()
+            );
+            self.host
+                .console
+                .write(u.console, Stream::Stderr, line.as_bytes());
             self.end(pid, lost());
         }
         self.requests_to_lost_node(node);

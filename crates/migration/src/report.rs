@@ -17,6 +17,13 @@ pub enum Mode {
     /// The container is serialized, sent through the portal and rebuilt,
     /// with optional pre-copy rounds while it still runs.
     Copy,
+    /// Between nodes only: the process is stopped at once and sent with
+    /// the few blocks it reads on resuming; it runs at the destination
+    /// while the rest of its memory follows, faulted in or streamed. One
+    /// copy of the memory whatever the process writes, where pre-copy may
+    /// never catch up with it; but until the memory is in, the process
+    /// needs both nodes, and dies if its source is lost.
+    PostCopy,
 }
 
 impl Mode {
@@ -24,6 +31,7 @@ impl Mode {
         match self {
             Mode::Handover => "handover",
             Mode::Copy => "copy",
+            Mode::PostCopy => "postcopy",
         }
     }
 }
@@ -41,7 +49,8 @@ impl std::str::FromStr for Mode {
         match s {
             "handover" => Ok(Mode::Handover),
             "copy" => Ok(Mode::Copy),
-            _ => Err(format!("`{s}`: expected `handover` or `copy`")),
+            "postcopy" => Ok(Mode::PostCopy),
+            _ => Err(format!("`{s}`: expected `handover`, `copy` or `postcopy`")),
         }
     }
 }

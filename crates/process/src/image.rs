@@ -62,7 +62,9 @@ const MAGIC: &[u8; 8] = b"ATOLLIMG";
 ///     (`UArea::ending`).
 /// 18: a process that ended keeps its node's words about its end (a trap's
 ///     line) while they wait for its output (`Ending::words`).
-const VERSION: u16 = 18;
+/// 19: a migration's mode may be post-copy (`Mode::PostCopy`, in the
+///     report of a process's last move, `Accounting::last_migration`).
+const VERSION: u16 = 19;
 const HEADER: usize = 8 + 2 + 8 + 4;
 
 /// The whole state of a stopped process.

@@ -37,6 +37,7 @@ fn mode_label(mode: Mode) -> &'static str {
     match mode {
         Mode::Handover => "hand-over",
         Mode::Copy => "copy",
+        Mode::PostCopy => "post-copy",
     }
 }
 

@@ -140,6 +140,11 @@ impl Kernel {
                     "kernel {to} is on another node: a hand-over never leaves its machine (use copy mode)"
                 ))
             }
+            Some(Mode::PostCopy) if !remote => {
+                return Err(format!(
+                    "kernel {to} is on this node: post-copy moves a process between nodes (within one, a hand-over copies nothing)"
+                ))
+            }
             Some(m) => m,
             None if remote => Mode::Copy,
             None => self.migration.mode,
@@ -180,11 +185,12 @@ impl Kernel {
         if let Err(e) = container.settle() {
             return Err(format!("cannot move {pid}: {e}"));
         }
+        // Its memory follows it when asked to (post-copy), and when it has
+        // not run (a fork, an exec), which no pre-copy round could spare.
         // A program that has not started (exec) has only its data
         // segments, which it reads at once: they go with it.
         let late = remote
-            && mode == Mode::Copy
-            && started == Started::No
+            && (mode == Mode::PostCopy || (mode == Mode::Copy && started == Started::No))
             && !container.is_dormant()
             && container.uarea().started;
         let tracker = if mode == Mode::Copy
@@ -496,7 +502,7 @@ impl Kernel {
         }
         let image = match (d.mode, &mut tracker) {
             (Mode::Handover, _) => None,
-            (Mode::Copy, Some(tracker)) => {
+            (_, Some(tracker)) => {
                 let more = tracker
                     .finish(container.memory_mut())
                     .map_err(|e| format!("dirty tracking failed: {e}"))?;
@@ -510,7 +516,7 @@ impl Kernel {
             // What it reads on resuming goes with it, the rest after, unless
             // the rest is small: a fault's round trip costs more than its
             // bytes.
-            (Mode::Copy, None) if d.late.is_some() => {
+            (Mode::Copy | Mode::PostCopy, None) if d.late.is_some() => {
                 let first = container.resume_blocks();
                 let rest = without(nonzero_ranges(container.memory()), &first);
                 let bytes = rest.iter().map(|r| r.len()).sum::<usize>() * BLOCK;
@@ -525,7 +531,7 @@ impl Kernel {
                     }))
                 }
             }
-            (Mode::Copy, None) => Some(container.encode(|b| MemoryView::whole(b))),
+            (Mode::Copy | Mode::PostCopy, None) => Some(container.encode(|b| MemoryView::whole(b))),
         };
         let image = image.transpose().map_err(|e| {
             let left_out = std::mem::take(&mut d.left_out);

@@ -41,7 +41,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 ///     (`balancer_called_off`).
 /// 16: UAreas name the node of a process's last console write, and keep
 ///     how a process that ended waits for its output (`UArea::ending`).
-pub const VERSION: u16 = 16;
+/// 17: a migration's mode may be post-copy (`Mode::PostCopy`).
+pub const VERSION: u16 = 17;
 
 /// Bytes of the length prefix.
 const LEN: usize = 4;
