@@ -315,15 +315,23 @@ pub fn overwrite(from: &[u8], to: &mut [u8]) {
     zero(to, next..blocks);
 }
 
-/// The blocks of `bytes` that are not all zero, as ranges of consecutive
-/// blocks in increasing order.
-pub fn nonzero_ranges(bytes: &[u8]) -> Vec<std::ops::Range<u32>> {
+/// The blocks of `bytes` that may hold data, as ranges of consecutive
+/// blocks in increasing order: those with a page of their own, as the page
+/// tables say without a byte being read, or where that cannot be asked,
+/// those not all zero. Reading the first bytes of every block of 256 MiB
+/// took 2.4 ms on the 2-core VM, the whole freeze of a post-copy.
+pub fn mapped_ranges(bytes: &[u8]) -> Vec<std::ops::Range<u32>> {
+    let blocks = bytes.len().div_ceil(BLOCK) as u32;
     let mut ranges: Vec<std::ops::Range<u32>> = Vec::new();
-    for b in nonzero_blocks(bytes, 0..bytes.len().div_ceil(BLOCK) as u32) {
-        match ranges.last_mut() {
-            Some(r) if r.end == b => r.end += 1,
-            _ => ranges.push(b..b + 1),
-        }
+    let mut add = |b: u32| match ranges.last_mut() {
+        Some(r) if r.end == b => r.end += 1,
+        _ => ranges.push(b..b + 1),
+    };
+    match crate::resident::mapped_blocks(bytes, 0..blocks) {
+        Some(mapped) => (0..blocks)
+            .filter(|&b| mapped[b as usize])
+            .for_each(&mut add),
+        None => nonzero_blocks(bytes, 0..blocks).for_each(&mut add),
     }
     ranges
 }
@@ -583,7 +591,10 @@ mod tests {
         };
         let nonzero: Vec<u32> = nonzero_blocks(bytes, 0..PAGES as u32).collect();
         assert_eq!(nonzero, [1, 6]);
-        assert_eq!(nonzero_ranges(bytes), [1..2, 6..7]);
+        // Written with zeros, 9 has a page: the page tables say so.
+        assert_eq!(mapped_ranges(bytes), [1..2, 6..7, 9..10]);
+        // Not page-aligned, it is read: 9 is zero.
+        assert_eq!(mapped_ranges(&bytes[1..]), [1..2, 6..7]);
         // SAFETY: the mapping made above, no longer borrowed.
         unsafe { libc::munmap(base, PAGES * BLOCK) };
     }

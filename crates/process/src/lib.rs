@@ -43,7 +43,7 @@ pub use fs::held::HeldFiles;
 pub use fs::op::{Beneath, FileAnswer, FileOp};
 pub use fs::HostFiles;
 pub use image::{
-    nonzero_ranges, GlobalValue, ImageError, ImageView, MemoryImage, MemoryView, ProcessImage, Run,
+    mapped_ranges, GlobalValue, ImageError, ImageView, MemoryImage, MemoryView, ProcessImage, Run,
     RunView, BLOCK, PAGE_SIZE,
 };
 pub use loan::Loan;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use atoll_abi::{Errno, KernelId, Pid};
 use atoll_migration::{DirtyTracker, MigrationReport, Mode, Next, RoundReport, BLOCK};
 use atoll_process::threads::Context;
-use atoll_process::{nonzero_ranges, CallState, KernelCall, MemoryView, Reply};
+use atoll_process::{mapped_ranges, CallState, KernelCall, MemoryView, Reply};
 use quanta::Instant;
 
 use crate::homes::Kin;
@@ -518,7 +518,7 @@ impl Kernel {
             // bytes.
             (Mode::Copy | Mode::PostCopy, None) if d.late.is_some() => {
                 let first = container.resume_blocks();
-                let rest = without(nonzero_ranges(container.memory()), &first);
+                let rest = without(mapped_ranges(container.memory()), &first);
                 let bytes = rest.iter().map(|r| r.len()).sum::<usize>() * BLOCK;
                 if bytes <= EAGER_MOST {
                     d.late = None;
