@@ -28,6 +28,7 @@ mod mpi;
 pub mod netns;
 mod placement;
 pub mod plot;
+mod postcopy;
 mod prepare;
 pub mod progress;
 mod report;
@@ -83,6 +84,8 @@ enum Which {
     Migrate(migrate::Args),
     /// Two nodes over loopback TLS (and a veth pair, as root): IPC, copies and live migration between them vs TCP and TLS
     Cluster(cluster::Args),
+    /// A process moved once between two nodes, by pre-copy and by post-copy, vs unmoved: what each move costs it
+    Postcopy(postcopy::Args),
     /// 100,000 processes blocked in receive on one node vs Linux processes blocked in read
     Scale(scale::Args),
     /// MPI latency, bandwidth and Allreduce (OSU-style) vs Open MPI over shared memory and TCP
@@ -108,6 +111,7 @@ impl Which {
             Which::Ipc(_) => "ipc",
             Which::Migrate(_) => "migrate",
             Which::Cluster(_) => "cluster",
+            Which::Postcopy(_) => "postcopy",
             Which::Scale(_) => "scale",
             Which::Mpi(_) => "mpi",
             Which::Placement(_) => "placement",
@@ -147,6 +151,7 @@ pub fn run(cache: &Path, a: BenchArgs) -> anyhow::Result<()> {
         Which::Ipc(i) => emit(&ipc::run(ctx, &a.build, i)?, json, record),
         Which::Migrate(m) => emit(&migrate::run(ctx, &a.build, m)?, json, record),
         Which::Cluster(c) => emit(&cluster::run(ctx, &a.build, c)?, json, record),
+        Which::Postcopy(p) => emit(&postcopy::run(ctx, &a.build, p)?, json, record),
         Which::Scale(s) => emit(&scale::run(ctx, &a.build, s)?, json, record),
         Which::Mpi(m) => emit(&mpi::run(ctx, &a.build, m)?, json, record),
         Which::Placement(p) => emit(&placement::run(ctx, &a.build, p)?, json, record),
@@ -171,6 +176,7 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         schema::<ipc::IpcReport>("bench-ipc"),
         schema::<migrate::MigrateReport>("bench-migrate"),
         schema::<cluster::ClusterReport>("bench-cluster"),
+        schema::<postcopy::PostcopyReport>("bench-postcopy"),
         schema::<scale::ScaleReport>("bench-scale"),
         schema::<mpi::MpiReport>("bench-mpi"),
         schema::<placement::PlacementReport>("bench-placement"),

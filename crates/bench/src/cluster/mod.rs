@@ -68,8 +68,6 @@ pub struct ClusterReport {
     /// cannot be made (the notes say why).
     veth: Option<LinkRates>,
     migrations: Vec<MigrationRow>,
-    /// A process rewriting all of its memory, moved once by each mode.
-    rewriter: RewriterMoves,
     /// Over a veth pair shaped to a network's rate; absent where it cannot
     /// be made (the notes say why).
     shaped: Option<ShapedLink>,
@@ -173,44 +171,6 @@ struct ShapedLink {
     migrations: Vec<MigrationRow>,
 }
 
-/// One job of `dirty` that rewrites all of its memory, whose pre-copy can
-/// never catch up: run unmoved, and moved once to the other node by
-/// pre-copy and by post-copy, in turn. Its wall time says what each move
-/// cost the process.
-#[derive(Serialize, JsonSchema)]
-struct RewriterMoves {
-    memory_mib: u64,
-    passes: u64,
-    /// Submission to exit, ms.
-    unmoved_ms: Measured,
-    precopy: RewriterMove,
-    postcopy: RewriterMove,
-}
-
-/// The runs of one mode of [`RewriterMoves`].
-#[derive(Serialize, JsonSchema)]
-struct RewriterMove {
-    /// Submission to exit, ms.
-    wall_ms: Measured,
-    downtime_us: Measured,
-    /// Bytes sent before the process ran at the destination (post-copy
-    /// sends its memory after, once).
-    bytes: Measured,
-    reports: Vec<MigrationReport>,
-}
-
-impl RewriterMove {
-    fn of(walls: Vec<f64>, reports: Vec<MigrationReport>) -> RewriterMove {
-        let of = |f: fn(&MigrationReport) -> f64| Measured::of(reports.iter().map(f).collect());
-        RewriterMove {
-            wall_ms: Measured::of(walls),
-            downtime_us: of(|r| r.downtime_us as f64),
-            bytes: of(|r| r.rounds.iter().map(|x| x.bytes).sum::<u64>() as f64),
-            reports,
-        }
-    }
-}
-
 /// What `fileio` measured: MB/s of 1 MiB writes and reads, ns per 4 KiB
 /// pread (medians).
 #[derive(Serialize, JsonSchema)]
@@ -231,10 +191,11 @@ impl FileIo {
     }
 }
 
+/// Samples of one measurement, and their median.
 #[derive(Serialize, JsonSchema)]
-struct Measured {
-    median: f64,
-    samples: Vec<f64>,
+pub(crate) struct Measured {
+    pub median: f64,
+    pub samples: Vec<f64>,
 }
 
 impl MigrationRow {
@@ -247,7 +208,7 @@ impl MigrationRow {
 }
 
 impl Measured {
-    fn of(samples: Vec<f64>) -> Measured {
+    pub(crate) fn of(samples: Vec<f64>) -> Measured {
         Measured {
             median: median(&samples),
             samples,
@@ -350,8 +311,6 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
     };
     let largest = *sizes.last().expect("sizes");
     let migrations = migrate_sizes(&a_node, &dirty, there, sizes, runs)?;
-    progress::note("a process rewriting all of its memory, moved once: pre-copy and post-copy:");
-    let rewriter = move_rewriter(&a_node, &dirty, there, largest, runs)?;
     b_node.shutdown();
     a_node.shutdown();
 
@@ -390,7 +349,6 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
         format!("IPC2: ipcbench's sendrec round trip with a 64-byte message, {} round trips per run; TCP and TLS: two threads exchanging 64-byte messages over one connection on the same link (TCP_NODELAY), the same number of round trips, each sleeping in `read` until the other's bytes come or (polling) retrying a non-blocking read at once, as Open MPI's TCP transport does; an idle atoll kernel polls its links for up to 50 us before it sleeps", a.iters),
         format!("COPY1: ipcbench's vcopy of {} KiB blocks into a server on node 1 (granted), over the bulk connection; streams: one thread writes {} MiB in 1 MiB writes to another over the same link", BLOCK >> 10, STREAM_BYTES >> 20),
         "migration: `dirty` (MiB of memory, rewriting its first WWS KiB forever) migrated from node 0 to node 1 and back, in copy mode (pre-copy rounds over the bulk connection, then stop-and-copy); downtime measured on the source, from the freeze until the destination's answer arrived (an upper bound by one message's trip); throughput: bytes sent over the total time of the migration; asleep: the largest `dirty` sleeping instead of writing (`dirty MIB idle 0`), so that its pre-copy measures the link and the copies without the process taking one of the two cores".into(),
-        format!("rewriter: `dirty {largest} {} {REWRITER_PASSES}` (rewriting all of its {largest} MiB, {REWRITER_PASSES} times) run on node 0 and, once it has filled its memory, moved to node 1 by pre-copy (its rounds, then a stop-and-copy of what is still dirty) or by post-copy (it runs there at once, its memory following, faulted in or streamed); the three alternate; wall: submission to exit; sent: bytes before it ran at the destination", largest << 10),
         format!("files: `fileio` (one C source) writes {FILE_MIB} MiB in 1 MiB writes, reads it back in 1 MiB reads, then makes {} preads of 4 KiB; run on node 1 with its directory on node 0 (every call goes to node 0 and back), on node 0, and built natively with gcc -O2", a.iters / 10),
         format!("shaped: the same migrations of the largest `dirty` over a veth pair whose both ends are limited to {} Gbit/s (`tc` token bucket), as a 10 Gigabit Ethernet link between two hosts is; throughput against the TCP and TLS streams over that pair", SHAPED_MBIT / 1000),
         "targets (issue 9): IPC2 between nodes within 1.3x of the TLS ping-pong; downtime at most 2 ms with a WWS of at most 1 MiB up to 256 MiB; pre-copy throughput at least 80 % of the raw TCP stream".into(),
@@ -403,7 +361,6 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
         loopback,
         veth,
         migrations,
-        rewriter,
         shaped,
         files_remote,
         files_local,
@@ -414,93 +371,6 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<ClusterReport
 
 /// Bytes `fileio` writes and reads back, MiB.
 const FILE_MIB: u32 = 64;
-
-/// Passes of the rewriter over all of its memory: about a second unmoved
-/// at 256 MiB.
-const REWRITER_PASSES: u64 = 40;
-
-/// [`RewriterMoves`] of `dirty` holding `mib` MiB on `node`, moved to
-/// `there`.
-fn move_rewriter(
-    node: &Node,
-    dirty: &Path,
-    there: KernelId,
-    mib: u64,
-    runs: usize,
-) -> anyhow::Result<RewriterMoves> {
-    let args = [
-        mib.to_string(),
-        (mib << 10).to_string(),
-        REWRITER_PASSES.to_string(),
-    ];
-    let job = job(dirty, "dirty", &args.each_ref().map(String::as_str));
-    let mut unmoved = Vec::new();
-    let mut walls = [Vec::new(), Vec::new()];
-    let mut reports = [Vec::new(), Vec::new()];
-    let mut expected: Option<String> = None;
-    for _ in 0..runs {
-        for mode in [None, Some(Mode::Copy), Some(Mode::PostCopy)] {
-            let (ready_tx, ready) = mpsc::channel();
-            let (out, report) = std::thread::scope(|s| {
-                let running = s.spawn(|| {
-                    crate::jobs::atoll_job_marked(node, &job, Some(("dirty: ready", ready_tx)))
-                });
-                let report = match (mode, ready.recv_timeout(PATIENCE)) {
-                    (Some(mode), Ok(_)) => {
-                        let pid = node
-                            .ps()?
-                            .into_iter()
-                            .flat_map(|r| r.processes)
-                            .find(|p| p.name == "dirty")
-                            .context("dirty is not running")?
-                            .pid;
-                        Some(node.migrate(pid, there, Some(mode))?)
-                    }
-                    _ => None,
-                };
-                let out = running.join().expect("the job's thread")?;
-                anyhow::Ok((out, report))
-            })
-            .with_context(|| format!("the rewriter, moved by {mode:?}"))?;
-            let (stdout, wall) = out;
-            let sum = stdout.lines().last().unwrap_or_default().to_string();
-            match &expected {
-                Some(e) if *e != sum => {
-                    bail!("the rewriter moved by {mode:?} printed {sum}, not {e}")
-                }
-                _ => expected = Some(sum),
-            }
-            let ms = wall.as_secs_f64() * 1e3;
-            match (mode, report) {
-                (None, _) => unmoved.push(ms),
-                (Some(mode), Some(r)) => {
-                    let i = usize::from(mode == Mode::PostCopy);
-                    walls[i].push(ms);
-                    reports[i].push(r);
-                }
-                (Some(mode), None) => bail!("the rewriter ended before it was moved by {mode}"),
-            }
-        }
-    }
-    let [pre_walls, post_walls] = walls;
-    let [pre, post] = reports;
-    let moves = RewriterMoves {
-        memory_mib: mib,
-        passes: REWRITER_PASSES,
-        unmoved_ms: Measured::of(unmoved),
-        precopy: RewriterMove::of(pre_walls, pre),
-        postcopy: RewriterMove::of(post_walls, post),
-    };
-    progress::note(&format!(
-        "  unmoved {:.0} ms; pre-copy {:.0} ms (downtime {:.0} us); post-copy {:.0} ms (downtime {:.0} us)",
-        moves.unmoved_ms.median,
-        moves.precopy.wall_ms.median,
-        moves.precopy.downtime_us.median,
-        moves.postcopy.wall_ms.median,
-        moves.postcopy.downtime_us.median
-    ));
-    Ok(moves)
-}
 
 /// The migration rows for `sizes` MiB of `dirty` from `node` to `there`:
 /// each size with a WWS of 64 KiB and of 1 MiB, then the largest asleep.

@@ -32,39 +32,6 @@ impl ClusterReport {
         ]
     }
 
-    /// The rewriter's rows: unmoved, and moved by each mode.
-    fn rewriter_rows(&self) -> ([String; 5], Vec<[String; 5]>) {
-        let r = &self.rewriter;
-        let head = [
-            format!(
-                "a process rewriting all of its {} MiB, moved once, loopback",
-                r.memory_mib
-            ),
-            "wall (ms)".into(),
-            "over unmoved (ms)".into(),
-            "downtime (us)".into(),
-            "sent before it runs (MiB)".into(),
-        ];
-        let unmoved = r.unmoved_ms.median;
-        let mut rows = vec![[
-            "unmoved".into(),
-            format!("{unmoved:.0}"),
-            "—".into(),
-            "—".into(),
-            "—".into(),
-        ]];
-        for (what, m) in [("pre-copy", &r.precopy), ("post-copy", &r.postcopy)] {
-            rows.push([
-                what.into(),
-                format!("{:.0}", m.wall_ms.median),
-                format!("{:+.0}", m.wall_ms.median - unmoved),
-                format!("{:.0}", m.downtime_us.median),
-                format!("{:.2}", m.bytes.median / 1048576.0),
-            ]);
-        }
-        (head, rows)
-    }
-
     /// Rows of `migrations`, their throughput set against the streams
     /// `tcp` and `tls` measured over the same link.
     fn migration_rows(
@@ -136,8 +103,6 @@ impl Recorded for ClusterReport {
         s += &text_table(SUMMARY_HEAD, &self.summary());
         s += &text_table(FILES_HEAD, &self.file_rows());
         s += &text_table(MIGRATION_HEAD, &self.loopback_migrations());
-        let (head, rows) = self.rewriter_rows();
-        s += &text_table(head.each_ref().map(String::as_str), &rows);
         if let Some((head, rows)) = self.shaped_migrations() {
             s += &text_table(head.each_ref().map(String::as_str), &rows);
         }
@@ -153,8 +118,6 @@ impl Recorded for ClusterReport {
         s += &md_table(SUMMARY_HEAD, &self.summary());
         s += &md_table(FILES_HEAD, &self.file_rows());
         s += &md_table(MIGRATION_HEAD, &self.loopback_migrations());
-        let (head, rows) = self.rewriter_rows();
-        s += &md_table(head.each_ref().map(String::as_str), &rows);
         if let Some((head, rows)) = self.shaped_migrations() {
             s += &md_table(head.each_ref().map(String::as_str), &rows);
         }

@@ -66,8 +66,9 @@ pub(super) enum Over {
 /// Seed 002's experiment (Xen VMs running MPI, one migrated: HPL +28 %,
 /// NPB SP +10 %): `app` on 4 ranks over 2 kernels or 2 nodes, unmigrated,
 /// with one rank moved to the other kernel or node and back halfway
-/// through its timed part (copy; and hand-over within a node), and with a
-/// rank moved there and back every second of it (copy); beside the same
+/// through its timed part (copy; hand-over within a node, post-copy
+/// between nodes), and with a rank moved there and back every second of it
+/// (copy; and post-copy between nodes); beside the same
 /// run under Open MPI (shared memory within a node, TCP between nodes).
 /// The slowdown is that of the timed part, as the program times it (NPB's
 /// and HPL's own timers), which is where the moves fall; the setup before
@@ -129,6 +130,20 @@ pub(super) fn seed002(
         Some(Mode::Copy),
         Some(second),
     ));
+    if over == Over::Nodes {
+        scenarios.extend([
+            (
+                format!("atoll, {place}, one rank moved to the other {there} and back halfway (post-copy)"),
+                Some(Mode::PostCopy),
+                None,
+            ),
+            (
+                format!("atoll, {place}, a rank moved to the other {there} and back every second (post-copy)"),
+                Some(Mode::PostCopy),
+                Some(second),
+            ),
+        ]);
+    }
     let mut samples = vec![Vec::new(); scenarios.len()];
     let mut walls = vec![Vec::new(); scenarios.len()];
     let mut reports: Vec<Vec<Move>> = vec![Vec::new(); scenarios.len()];
