@@ -410,6 +410,10 @@ pub enum MigrationMsg {
         req: u64,
         frame: u32,
         module: ContentHash,
+        /// Frame 0 of a post-copy: the container without its memory, which
+        /// follows the freeze; its pages are given back now, while the
+        /// process still runs at the source.
+        memory_follows: bool,
     },
     /// The destination has applied frame `frame`: the source may send the
     /// next one, or freeze. Without this pacing, frames would queue up at

@@ -58,6 +58,32 @@ fn moved_by_post_copy_and_back(a: &atoll_node::Node) {
 }
 
 #[test]
+fn a_post_copy_refused_by_its_destination_resumes_the_process_at_its_source() {
+    // The destination makes the container from a frame without memory
+    // while the process still runs, then fails just before the commit: the
+    // process, frozen meanwhile, runs on at its source, whole, and can
+    // still move by post-copy.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = cluster_pair(dir.path(), 1);
+    let spec = on(job("dirty", &["16", "256", "3000"]), 0);
+    let (status, reference) = run(&a, &spec);
+    assert_eq!(status, 0, "{}", reference.stderr());
+    let (pid, out, done) = start(&a, &spec);
+    wait_for_lines(&out, 1);
+    b.fail_arrivals(KernelId::new(1, 0), 1).unwrap();
+    let e = a
+        .migrate(pid, KernelId::new(1, 0), Some(Mode::PostCopy))
+        .unwrap_err();
+    assert!(e.to_string().contains("injected"), "{e:#}");
+    let moved = a
+        .migrate(pid, KernelId::new(1, 0), Some(Mode::PostCopy))
+        .unwrap();
+    assert_eq!(moved.mode, Mode::PostCopy);
+    assert_eq!(ended(&a, &done, &out), 0, "{}", out.stderr());
+    assert_eq!(out.stdout(), reference.stdout());
+}
+
+#[test]
 fn post_copy_within_a_node_is_refused_and_the_process_stays() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _b) = cluster_pair(dir.path(), 2);

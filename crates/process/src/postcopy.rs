@@ -526,6 +526,11 @@ fn clear(memory: &mut [u8], absent: &[Range<u32>]) -> Result<(), String> {
     Ok(())
 }
 
+/// Gives back every page of `memory` that has one (`Container::give_back_memory`).
+pub(crate) fn give_back_all(memory: &mut [u8]) -> Result<(), String> {
+    clear(memory, &[0..memory.len().div_ceil(BLOCK) as u32])
+}
+
 /// Gives back the pages of `blocks` of `memory`: they read zero, and have
 /// no page until touched.
 fn give_back(memory: &mut [u8], blocks: Range<usize>) -> Result<(), String> {

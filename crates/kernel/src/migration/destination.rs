@@ -19,6 +19,8 @@ pub(crate) struct Incoming {
     from: KernelId,
     req: u64,
     container: Container,
+    /// Its memory follows the freeze (post-copy): frame 0 carried none.
+    memory_follows: bool,
 }
 
 /// A process restored here and waiting for its home kernel to commit its
@@ -76,8 +78,12 @@ impl Kernel {
         }
         match msg {
             MigrationMsg::Round {
-                pid, req, frame, ..
-            } => match self.on_round(from, pid, req, frame, bulk) {
+                pid,
+                req,
+                frame,
+                memory_follows,
+                ..
+            } => match self.on_round(from, pid, req, frame, memory_follows, bulk) {
                 Ok(()) => self.send(
                     from,
                     NocMsg::Migration(MigrationMsg::Applied { pid, req, frame }),
@@ -178,6 +184,7 @@ impl Kernel {
         pid: Pid,
         req: u64,
         frame: u32,
+        memory_follows: bool,
         bulk: Option<Vec<u8>>,
     ) -> Result<(), String> {
         let bulk = bulk.unwrap_or_default();
@@ -187,14 +194,18 @@ impl Kernel {
         }
         if frame == 0 {
             self.make_room(&[]);
-            let container = Container::restore_view(&self.runtime, image, self.host.clone())
+            let mut container = Container::restore_view(&self.runtime, image, self.host.clone())
                 .map_err(|e| e.to_string())?;
+            if memory_follows {
+                container.give_back_memory().map_err(|e| e.to_string())?;
+            }
             self.incoming.insert(
                 pid,
                 Incoming {
                     from,
                     req,
                     container,
+                    memory_follows,
                 },
             );
             return Ok(());
@@ -227,9 +238,16 @@ impl Kernel {
             return Err(format!("final frame for {pid} carries {}", image.uarea.pid));
         }
         match (incoming, late) {
-            (Some(_), Some(_)) => Err(format!(
+            (Some(i), Some(_)) if !i.memory_follows => Err(format!(
                 "{pid} was sent in rounds: its memory cannot follow"
             )),
+            // Announced by a frame without memory (post-copy).
+            (Some(mut i), Some(coming)) => {
+                i.container
+                    .apply_late(&self.runtime, image, &coming, from)
+                    .map_err(|e| e.to_string())?;
+                Ok(i.container)
+            }
             (None, Some(coming)) => {
                 self.make_room(&[]);
                 let host = self.host.clone();

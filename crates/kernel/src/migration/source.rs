@@ -74,6 +74,11 @@ pub(crate) struct Departure {
 enum Phase {
     /// Memory goes out in rounds while the process runs.
     PreCopy { tracker: DirtyTracker },
+    /// Post-copy of a running process: a first frame without memory makes
+    /// its container at the destination while it still runs, so that the
+    /// freeze, once that frame is applied, waits for neither the instance
+    /// nor the giving back of its pages (about 2 ms of the downtime).
+    Announced,
     /// Frozen and sent. The process is kept for a rollback; during a
     /// hand-over it is in flight, and comes back in `Done` if it fails.
     /// The tracker is kept too: unprotecting a large memory takes
@@ -209,6 +214,10 @@ impl Kernel {
             None
         };
         let precopy = tracker.is_some();
+        // A running process's container is made there before it stops; a
+        // forked child's or an exec'd program's needs no such head start:
+        // it is committed as it leaves, and has not run.
+        let announce = late && mode == Mode::PostCopy && started == Started::Yes;
         let req = self.next_request();
         let departure = Departure {
             req,
@@ -227,6 +236,7 @@ impl Kernel {
             commit_here: started == Started::No && pid.home == self.id,
             phase: match tracker {
                 Some(tracker) => Phase::PreCopy { tracker },
+                None if announce => Phase::Announced,
                 // Frozen right below.
                 None => Phase::Frozen {
                     tracker: None,
@@ -238,6 +248,10 @@ impl Kernel {
             by_balancer: false,
         };
         self.departures.insert(pid, departure);
+        if announce {
+            // Frozen once this frame is applied (`precopy_step`).
+            return self.send_round(pid, Vec::new());
+        }
         if precopy {
             // The first piece starts the process at the destination; the
             // rest of the window follows it, and each piece applied there
@@ -285,12 +299,18 @@ impl Kernel {
             (at, end)
         });
         let module = container.uarea().module;
+        let announced = matches!(d.phase, Phase::Announced);
         let image = match piece {
             Some((at, end)) => container.encode(|bytes| MemoryView {
                 // The memory the destination starts from is zero but for
                 // this piece; later pieces fill in the rest.
                 complete: at == 0,
                 ..MemoryView::nonzero(bytes, (at / BLOCK) as u32..end.div_ceil(BLOCK) as u32)
+            }),
+            // Its memory follows after the freeze.
+            None if announced => container.encode(|bytes| MemoryView {
+                complete: true,
+                ..MemoryView::blocks_of(bytes, [])
             }),
             None => container.encode(|bytes| MemoryView::blocks_of(bytes, dirty)),
         };
@@ -309,10 +329,15 @@ impl Kernel {
             req,
             frame,
             module,
+            memory_follows: announced,
         };
         let blocks = image.blocks as u64;
         let bytes = self.send_image(to, round, image.bytes);
         let d = self.departure(pid);
+        if announced {
+            // Not a round of memory: the report's rounds are those.
+            return Ok(());
+        }
         let us = t.elapsed().as_micros() as u64;
         match (piece, d.rounds.last_mut()) {
             (Some((at, _)), Some(r)) if at > 0 => {
@@ -356,6 +381,16 @@ impl Kernel {
     /// node); then, once the destination has applied every frame sent,
     /// another round or the freeze.
     pub(crate) fn precopy_step(&mut self, pid: Pid) {
+        if let Some(d) = self
+            .departures
+            .get(&pid)
+            .filter(|d| matches!(d.phase, Phase::Announced))
+        {
+            if d.frames_applied == d.frames_sent {
+                self.freeze_or_fail(pid, None);
+            }
+            return;
+        }
         let window = match self.departures.get(&pid) {
             Some(d) if d.to.node == self.id.node => 1,
             Some(_) => self.migration.policy.window.max(1),
@@ -491,7 +526,7 @@ impl Kernel {
             .container;
         let mut tracker = match phase {
             Phase::PreCopy { tracker } => Some(tracker),
-            Phase::Frozen { .. } => None,
+            Phase::Announced | Phase::Frozen { .. } => None,
         };
         // Leaving this node, it keeps the files it has open here: this
         // kernel holds them, and serves them to it from afar. Its output
@@ -714,7 +749,7 @@ impl Kernel {
                         returned.map(|Handover(c)| Process::new(*c))
                     }
                     // Refused while still in pre-copy: it never stopped.
-                    Phase::PreCopy { .. } => None,
+                    Phase::PreCopy { .. } | Phase::Announced => None,
                 };
                 tracing::warn!(kernel = %self.id, %pid, "migration failed, process resumes here: {why}");
                 match process {
