@@ -528,7 +528,8 @@ fn clear(memory: &mut [u8], absent: &[Range<u32>]) -> Result<(), String> {
 
 /// Gives back every page of `memory` that has one (`Container::give_back_memory`).
 pub(crate) fn give_back_all(memory: &mut [u8]) -> Result<(), String> {
-    clear(memory, &[0..memory.len().div_ceil(BLOCK) as u32])
+    let all = 0..memory.len().div_ceil(BLOCK) as u32;
+    clear(memory, std::slice::from_ref(&all))
 }
 
 /// Gives back the pages of `blocks` of `memory`: they read zero, and have
