@@ -224,6 +224,14 @@ fn join(
                 tracing::warn!(%pid, "cannot ask kernel {source} for its memory: {e}");
             }
         }));
+    let uplink = Arc::downgrade(&links);
+    node.runtime
+        .late_memories()
+        .on_awaiting(Box::new(move |on| {
+            if let Some(links) = uplink.upgrade() {
+                links.hurry(on);
+            }
+        }));
     let remotes = receivers
         .into_iter()
         .map(|inbound| {

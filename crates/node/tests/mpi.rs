@@ -257,6 +257,45 @@ fn ranks_on_two_nodes_talk_and_move_between_them() {
 }
 
 #[test]
+fn ranks_moved_between_two_nodes_by_post_copy_lose_nothing() {
+    // Each node has one kernel, which waits in place for the ranks'
+    // messages, polling the links: a rank whose memory is still coming
+    // faults there, writing a message it took into that memory, and the
+    // blocks it waits for must still be read (by the links' thread).
+    // IS sends all of its keys at each of its ten steps.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _b) = cluster_pair(dir.path(), 1);
+    let mut spec = mpi("npb_is", &["W"], 4);
+    spec.ranks.as_mut().unwrap().map_by = MapBy::Node;
+    let (_, out, done) = start(&a, &spec);
+    let mut moved = HashSet::new();
+    let mut i = 0usize;
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Ok(status) = done.try_recv() {
+            break status;
+        }
+        assert!(
+            t.elapsed() < common::HANG,
+            "IS never ended: {}",
+            out.stdout()
+        );
+        let ranks = ranks_of(&a, "npb_is");
+        if let Some(&(pid, at)) = ranks.get(i % ranks.len().max(1)) {
+            let to = KernelId::new(1 - at.node, 0);
+            // A rank that ends meanwhile cannot be moved: that is fine.
+            if a.migrate(pid, to, Some(Mode::PostCopy)).is_ok() {
+                moved.insert(pid);
+            }
+        }
+        i += 1;
+    };
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert!(out.stdout().contains("verified=1"), "{}", out.stdout());
+    assert!(!moved.is_empty(), "no rank was moved");
+}
+
+#[test]
 fn windows_of_sends_that_overflow_the_runtimes_window_end_cleanly_on_one_kernel() {
     // osu bw: 64 sends in flight per window, and the peer's answers, fill
     // the runtime's window of asynchronous letters to a peer (the peer

@@ -84,6 +84,28 @@ fn a_post_copy_refused_by_its_destination_resumes_the_process_at_its_source() {
 }
 
 #[test]
+fn a_process_moved_on_while_its_memory_arrives_waits_for_all_of_it() {
+    // `dirty` asleep with 256 MiB goes to node 1 by post-copy and is at
+    // once moved on, back to node 0: node 1's kernel, polling its
+    // connections while the blocks stream in, takes the request and waits
+    // for the whole memory before it copies it. The connections must be
+    // read meanwhile (by the links' thread): left to the kernels, they
+    // were not, and the nodes gave each other up.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _b) = cluster_pair(dir.path(), 1);
+    for mode in [Mode::Copy, Mode::PostCopy] {
+        let (pid, out, done) = start(&a, &on(job("dirty", &["256", "idle", "0"]), 0));
+        wait_for_lines(&out, 1);
+        a.migrate(pid, KernelId::new(1, 0), Some(Mode::PostCopy))
+            .unwrap();
+        let back = a.migrate(pid, KernelId::new(0, 0), Some(mode)).unwrap();
+        assert_eq!(back.to, KernelId::new(0, 0), "{mode}");
+        a.kill(pid, atoll_abi::status::SIGKILL).unwrap();
+        assert_eq!(done.recv_timeout(HANG).unwrap(), 128 + 9, "{mode}");
+    }
+}
+
+#[test]
 fn post_copy_within_a_node_is_refused_and_the_process_stays() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _b) = cluster_pair(dir.path(), 2);

@@ -68,6 +68,12 @@ pub enum Ask {
 /// process, sends the news of that end next: the ask may share its write.
 pub type Asker = Box<dyn Fn(Pid, KernelId, Ask, bool) + Send + Sync>;
 
+/// Told `true` when a memory starts arriving on a node that had none on
+/// its way, and `false` when the last one is in or let go: the node's
+/// links must then read every connection themselves
+/// ([`LateMemories::on_awaiting`]).
+pub type Awaiting = Box<dyn Fn(bool) + Send + Sync>;
+
 /// The node's memories still arriving, by process: what the links write
 /// blocks into.
 pub struct LateMemories {
@@ -76,6 +82,7 @@ pub struct LateMemories {
     uffd: Option<Uffd>,
     filling: Mutex<HashMap<Pid, Arc<Late>>>,
     asker: OnceLock<Asker>,
+    awaiting: OnceLock<Awaiting>,
 }
 
 /// One process's memory while its blocks arrive.
@@ -132,12 +139,29 @@ impl LateMemories {
             uffd,
             filling: Mutex::new(HashMap::new()),
             asker: OnceLock::new(),
+            awaiting: OnceLock::new(),
         })
     }
 
     /// Whether a late memory lets its process run before it is whole.
     pub fn faults(&self) -> bool {
         self.uffd.is_some()
+    }
+
+    /// Tells `awaiting` whether memories are on their way to this node.
+    /// A thread that waits for one (a process in a fault, a kernel about to
+    /// capture one) may be a kernel that polls the links: it reads nothing
+    /// until its block comes, so the links' thread must. Once per node.
+    pub fn on_awaiting(&self, awaiting: Awaiting) {
+        let _ = self.awaiting.set(awaiting);
+    }
+
+    /// Says whether memories are on their way, under the `filling` lock
+    /// (so that two changes are told in their order).
+    fn tell_awaiting(&self, filling: &HashMap<Pid, Arc<Late>>) {
+        if let Some(awaiting) = self.awaiting.get() {
+            awaiting(!filling.is_empty());
+        }
     }
 
     /// Starts answering faults: `asker` reaches the sources. Once per node.
@@ -215,6 +239,9 @@ impl LateMemories {
                 return Err(format!("the memory of {pid} is already arriving"));
             }
             filling.insert(pid, late);
+            if filling.len() == 1 {
+                self.tell_awaiting(&filling);
+            }
         }
         Ok(hold)
     }
@@ -352,6 +379,9 @@ impl LateMemories {
             .is_some_and(|l| std::ptr::eq(&**l, late))
         {
             filling.remove(&late.pid);
+            if filling.is_empty() {
+                self.tell_awaiting(&filling);
+            }
         }
     }
 

@@ -33,6 +33,20 @@ pub(crate) struct Arriving {
     pub held: Vec<Packet>,
 }
 
+impl Arriving {
+    /// Its memory is still coming from another node.
+    pub(crate) fn awaits_memory(&self) -> bool {
+        self.process.container.late_from().is_some()
+    }
+}
+
+impl Incoming {
+    /// Its memory will follow it (post-copy).
+    pub(crate) fn awaits_memory(&self) -> bool {
+        self.memory_follows
+    }
+}
+
 /// Who is answered when an arrival is committed.
 pub(crate) enum Arrival {
     /// The source kernel of a migration.
@@ -240,6 +254,10 @@ impl Kernel {
         match (incoming, late) {
             (Some(i), Some(_)) if !i.memory_follows => Err(format!(
                 "{pid} was sent in rounds: its memory cannot follow"
+            )),
+            (Some(_), Some(_)) if self.lends_memory(pid) => Err(format!(
+                "kernel {} lends memory to another node: it awaits none meanwhile (post-copy)",
+                self.id
             )),
             // Announced by a frame without memory (post-copy).
             (Some(mut i), Some(coming)) => {

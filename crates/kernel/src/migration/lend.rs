@@ -47,6 +47,35 @@ pub(crate) struct Lend {
 }
 
 impl Kernel {
+    /// Whether this kernel lends a memory to another node, or is about to
+    /// (a departure whose memory follows it).
+    ///
+    /// A kernel serves what it lends itself, between its processes'
+    /// slices, and a kernel whose process waits in a fault on a block
+    /// serves nothing until the block comes. So no kernel may lend and
+    /// await at once, or two that do could each wait for the other (seen:
+    /// two nodes of one kernel each, ranks of IS moved between them by
+    /// post-copy): a post-copy is refused by a kernel that lends, and by
+    /// one that awaits ([`awaits_memory`](Self::awaits_memory)).
+    /// Process `but`'s own memory does not count: it comes back whole.
+    pub(crate) fn lends_memory(&self, but: Pid) -> bool {
+        self.lends.keys().any(|&p| p != but)
+            || self
+                .departures
+                .iter()
+                .any(|(&p, d)| p != but && d.memory_follows())
+    }
+
+    /// Whether a process on this kernel, or on its way in, waits for
+    /// memory from another node ([`lends_memory`](Self::lends_memory)).
+    pub(crate) fn awaits_memory(&self) -> bool {
+        self.procs
+            .values()
+            .any(|p| p.container.late_from().is_some())
+            || self.arrivals.values().any(|a| a.awaits_memory())
+            || self.incoming.values().any(|i| i.awaits_memory())
+    }
+
     /// Keeps `process`'s memory, whose blocks `coming` are for kernel `to`,
     /// where it now runs, until they are asked for.
     pub(crate) fn lend(&mut self, pid: Pid, to: KernelId, process: Process, coming: &[Range<u32>]) {

@@ -99,6 +99,11 @@ impl Departure {
     pub(crate) fn to(&self) -> KernelId {
         self.to
     }
+
+    /// Its memory follows it (post-copy).
+    pub(crate) fn memory_follows(&self) -> bool {
+        self.late.is_some()
+    }
 }
 
 /// Whether a process's memory may change while it is being moved.
@@ -190,6 +195,14 @@ impl Kernel {
         if let Err(e) = container.settle() {
             return Err(format!("cannot move {pid}: {e}"));
         }
+        if mode == Mode::PostCopy && self.awaits_memory() {
+            return Err(format!(
+                "kernel {} awaits the memory of a process from another node: it lends none until that is in (post-copy)",
+                self.id
+            ));
+        }
+        let container = &mut self.procs.get_mut(&pid).expect("checked").container;
+
         // Its memory follows it when asked to (post-copy), and when it has
         // not run (a fork, an exec), which no pre-copy round could spare.
         // A program that has not started (exec) has only its data

@@ -431,6 +431,14 @@ where
 }
 
 impl<M> Links<M> {
+    /// While `on`, the links' thread reads every connection, even those
+    /// kernels poll ([`Watch::hurry`](super::watch::Watch::hurry)): a
+    /// thread of this node may wait for something from another node that
+    /// a kernel counted as polling cannot read.
+    pub fn hurry(&self, on: bool) {
+        self.shared.watch.hurry(on);
+    }
+
     /// Tells every member that this node is stopping (`Wire::Leaving`), on
     /// both lanes: a member may notice either lane close first. The links
     /// go down when they are dropped, or when the process ends.

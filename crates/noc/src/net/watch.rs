@@ -73,6 +73,10 @@ pub(super) struct Watch {
     /// kernel that stops polling to run a process usually polls again
     /// microseconds later.
     owed: AtomicBool,
+    /// A thread of this node may wait on what a kernel counted as
+    /// polling cannot read ([`hurry`](Self::hurry)): the sockets then stay
+    /// armed for the links' thread whoever polls.
+    hurried: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -128,6 +132,7 @@ impl Watch {
             epoll,
             pollers: AtomicUsize::new(0),
             owed: AtomicBool::new(false),
+            hurried: AtomicBool::new(false),
             state: Mutex::new(State {
                 next_key: 0,
                 sockets: HashMap::new(),
@@ -196,10 +201,29 @@ impl Watch {
         }
     }
 
+    /// While `on`, the sockets stay armed for the links' thread even while
+    /// kernels poll them (first come first served): a thread of this node
+    /// may be waiting for what they bring where a kernel counted as polling
+    /// cannot read it. A kernel that waits in place for a message polls the
+    /// links, and faults writing what it took into a process whose memory
+    /// is still coming (`atoll_process::postcopy`); it reads nothing until
+    /// the block comes, on these sockets. Left to the kernels, two nodes of
+    /// one kernel each waited for each other until they gave each other up.
+    pub(super) fn hurry(&self, on: bool) {
+        self.hurried.store(on, Ordering::Release);
+        self.set(&mut self.state());
+    }
+
+    /// Whether kernels are the sockets' readers now: some poll, and no
+    /// thread is [`hurried`](Self::hurry).
+    fn kernels_read(&self, pollers: usize) -> bool {
+        pollers > 0 && !self.hurried.load(Ordering::Acquire)
+    }
+
     /// Sets the sockets for the count of pollers as it is now, under the
     /// lock: disarmed for the kernels while any polls, armed otherwise.
     fn set(&self, state: &mut State) {
-        let on = self.pollers.load(Ordering::Acquire) > 0;
+        let on = self.kernels_read(self.pollers.load(Ordering::Acquire));
         self.owed.store(false, Ordering::Release);
         for (&key, e) in &mut state.sockets {
             let signals = &e.signals;
@@ -275,7 +299,7 @@ impl Ears {
                 e.wanted = true;
                 // A socket that starts talking while kernels poll is
                 // theirs too.
-                let polled = pollers > 0 && self.talking();
+                let polled = self.watch.kernels_read(pollers) && self.talking();
                 if polled {
                     self.signals.polled.store(true, Ordering::Release);
                 }
