@@ -39,6 +39,11 @@
 //!   connection that talks while it is still armed, first come first
 //!   served.
 //!
+//! - while memories are on their way to the node after their processes
+//!   (post-copy), the sockets stay armed whoever polls ([`Watch::hurry`]):
+//!   a kernel counted as polling may be waiting in a page fault for a block
+//!   that comes on them.
+//!
 //! A socket is therefore armed, or firing, or polled by a kernel that is
 //! polling now: nothing that arrives waits for a reader. Arming and
 //! disarming cost an `epoll_ctl` each (0.2 us here), on transitions only.
