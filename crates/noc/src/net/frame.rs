@@ -41,7 +41,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 ///     (`balancer_called_off`).
 /// 16: UAreas name the node of a process's last console write, and keep
 ///     how a process that ended waits for its output (`UArea::ending`).
-/// 17: a migration's mode may be post-copy (`Mode::PostCopy`).
+/// 17: a migration's mode may be post-copy (`Mode::PostCopy`), and a
+///     pre-copy frame says whether the memory follows the freeze
+///     (`MigrationMsg::Round::memory_follows`).
 pub const VERSION: u16 = 17;
 
 /// Bytes of the length prefix.
