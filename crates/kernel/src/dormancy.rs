@@ -18,7 +18,7 @@
 use std::sync::atomic::Ordering;
 
 use atoll_abi::{status, Pid};
-use atoll_process::{CallState, Stream};
+use atoll_process::CallState;
 
 use crate::kernel::Kernel;
 
@@ -116,15 +116,7 @@ impl Kernel {
         let Err(e) = p.container.wake() else {
             return true;
         };
-        let u = p.container.uarea();
-        let line = format!(
-            "atoll: process {pid} ({}) could not be woken: {e}\n",
-            u.name()
-        );
-        self.host
-            .console
-            .write(u.console, Stream::Stderr, line.as_bytes());
-        self.end(pid, status::TRAPPED);
+        self.end_saying(pid, status::TRAPPED, &format!("could not be woken: {e}"));
         false
     }
 }

@@ -843,6 +843,21 @@ impl Kernel {
         }
     }
 
+    /// Ends `pid` at once with `code`, after the line "atoll: process PID
+    /// (NAME) `what`" on its job's stderr: the node's words about an end
+    /// that cannot wait for the process's output (`ended` waits).
+    pub(crate) fn end_saying(&mut self, pid: Pid, code: i32, what: &str) {
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let u = p.container.uarea();
+        let line = format!("atoll: process {pid} ({}) {what}\n", u.name());
+        self.host
+            .console
+            .write(u.console, Stream::Stderr, line.as_bytes());
+        self.end(pid, code);
+    }
+
     /// Ends a process: tells whoever waits for it and frees its PID.
     pub(crate) fn end(&mut self, pid: Pid, code: i32) {
         let Some(p) = self.procs.get(&pid) else {
@@ -1618,12 +1633,7 @@ impl Kernel {
             .checkpoint()
             .map_err(|e| format!("cannot checkpoint {pid}: {e}"))?;
         if !leave_running {
-            let u = p.container.uarea();
-            let line = format!("atoll: process {pid} ({}) checkpointed\n", u.name());
-            self.host
-                .console
-                .write(u.console, Stream::Stderr, line.as_bytes());
-            self.end(pid, status::killed(status::SIGSTOP));
+            self.end_saying(pid, status::killed(status::SIGSTOP), "checkpointed");
         }
         Ok(image)
     }

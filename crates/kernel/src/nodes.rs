@@ -13,7 +13,7 @@
 //! process homed on the lost node is reported lost by its parent's kernel.
 
 use atoll_abi::{status, Errno, KernelId, Pid};
-use atoll_process::{CallState, KernelCall, Reply, SpawnModule, Stream};
+use atoll_process::{CallState, KernelCall, Reply, SpawnModule};
 
 use crate::files::{is_file, reading_module};
 use crate::homes::Kin;
@@ -102,15 +102,10 @@ impl Kernel {
         for pid in memoryless {
             tracing::warn!(kernel = %self.id, %pid, "killed: its memory was still coming from node {node}");
             // Said at once: what it wrote on that node is lost with it.
-            let u = self.procs[&pid].container.uarea();
-            let line = format!(
-                "atoll: process {pid} ({}) killed: node {node} was lost while its memory was still coming from there\n",
-                u.name()
+            let what = format!(
+                "killed: node {node} was lost while its memory was still coming from there"
             );
-            self.host
-                .console
-                .write(u.console, Stream::Stderr, line.as_bytes());
-            self.end(pid, lost());
+            self.end_saying(pid, lost(), &what);
         }
         self.requests_to_lost_node(node);
         // Files held open for processes last heard from there.

@@ -17,8 +17,9 @@ pub enum Mode {
     /// The container is serialized, sent through the portal and rebuilt,
     /// with optional pre-copy rounds while it still runs.
     Copy,
-    /// Between nodes only: the process is stopped at once and sent with
-    /// the few blocks it reads on resuming; it runs at the destination
+    /// Between nodes only: without pre-copy rounds, the process is stopped
+    /// (once the destination has made its container) and sent with the
+    /// few blocks it reads on resuming; it runs at the destination
     /// while the rest of its memory follows, faulted in or streamed. One
     /// copy of the memory whatever the process writes, where pre-copy may
     /// never catch up with it; but until the memory is in, the process
