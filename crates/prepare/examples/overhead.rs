@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use atoll_prepare::conventions::{START_EXPORT, YIELD_GLOBAL};
+use atoll_prepare::conventions::START_EXPORT;
 use atoll_prepare::{prepare, Options};
-use wasmtime::{Config, Engine, Linker, Module, Store, UpdateDeadline};
+use wasmtime::{Engine, Linker, Module, Store};
 
-use runtime::{add_safepoint, run_migrating, Process};
+use runtime::{add_safepoint, engine, run_migrating, Flags, Process};
 use wasi::Wasi;
 
 const RUNS: usize = 5;
@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let input = std::fs::read(&path)?;
     if run_only {
         // Just time the module as it is (e.g. a variant made by hand).
-        let engine = Engine::default();
+        let engine = engine();
         let module = Module::new(&engine, &input)?;
         println!("run: {:?}", median(|| run(&engine, &module, &args)));
         return Ok(());
@@ -71,7 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("prepare: {prepare_time:?}");
 
-    let engine = Engine::default();
+    let engine = engine();
     let (plain, plain_compile) = best_of(3, || Module::new(&engine, &input).unwrap());
     let (migratable, prepared_compile) = best_of(3, || Module::new(&engine, &prepared).unwrap());
     println!("wasmtime compile: plain {plain_compile:?}, prepared {prepared_compile:?}");
@@ -86,17 +86,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
     );
 
-    // The timer raises atoll_yield through wasmtime's epoch callback, which
-    // needs an engine compiled with epoch checks.
-    let mut config = Config::new();
-    config.epoch_interruption(true);
-    let engine = Engine::new(&config)?;
-    let migratable = Module::new(&engine, &prepared)?;
-    let epoch_run = median(|| run(&engine, &migratable, &args));
-    println!("run, prepared, with epoch checks but never stopped: {epoch_run:?}");
     for quantum in [Duration::from_millis(10), Duration::from_millis(1)] {
         let (time, stops) = run_stopped_in_place(&engine, &migratable, &args, quantum);
-        let per_stop = time.saturating_sub(epoch_run) / stops.max(1);
+        let per_stop = time.saturating_sub(prepared_run) / stops.max(1);
         println!(
             "stopped every {quantum:?} (unwind, rewind in the same instance): \
                   {time:?}, {stops} stops, ~{per_stop:?} per stop"
@@ -106,7 +98,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // than a short quantum: migrate less often, or the process only migrates.
     let quantum = Duration::from_millis(50);
     let (time, stops, saved) = run_preempted(&engine, &migratable, &args, quantum);
-    let per_stop = time.saturating_sub(epoch_run) / stops.max(1);
+    let per_stop = time.saturating_sub(prepared_run) / stops.max(1);
     println!(
         "stopped every {quantum:?} and migrated to a fresh instance each time: \
               {time:?}, {stops} stops, ~{per_stop:?} per stop, <= {saved} B of saved stack"
@@ -137,10 +129,10 @@ fn median(mut f: impl FnMut() -> Duration) -> Duration {
     times[RUNS / 2]
 }
 
-fn linker(engine: &Engine) -> Linker<Wasi> {
+fn linker(engine: &Engine, flags: &Flags) -> Linker<Wasi> {
     let mut linker = Linker::new(engine);
     wasi::add_to_linker(&mut linker).unwrap();
-    add_safepoint(&mut linker);
+    add_safepoint(&mut linker, flags);
     linker
 }
 
@@ -157,10 +149,9 @@ fn new_store(engine: &Engine, args: &[String]) -> Store<Wasi> {
 
 /// Instantiates and runs `_start` once, never preempted; returns the time.
 fn run(engine: &Engine, module: &Module, args: &[String]) -> Duration {
-    let linker = linker(engine);
+    let linker = linker(engine, &Flags::new(engine));
     let start = Instant::now();
     let mut store = new_store(engine, args);
-    store.set_epoch_deadline(u64::MAX / 2);
     let instance = linker.instantiate(&mut store, module).unwrap();
     let main = instance
         .get_typed_func::<(), ()>(&mut store, START_EXPORT)
@@ -171,18 +162,18 @@ fn run(engine: &Engine, module: &Module, args: &[String]) -> Duration {
     elapsed
 }
 
-/// A timer thread that advances `engine`'s epoch every `period` until
+/// A timer thread that raises the yield flag every `period` until
 /// dropped.
 struct Ticker(Arc<AtomicBool>, Option<std::thread::JoinHandle<()>>);
 
 impl Ticker {
-    fn start(engine: &Engine, period: Duration) -> Ticker {
+    fn start(flags: &Flags, period: Duration) -> Ticker {
         let done = Arc::new(AtomicBool::new(false));
-        let (engine, stop) = (engine.clone(), Arc::clone(&done));
+        let (flags, stop) = (flags.clone(), Arc::clone(&done));
         let thread = std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(period);
-                engine.increment_epoch();
+                flags.raise();
             }
         });
         Ticker(done, Some(thread))
@@ -198,17 +189,7 @@ impl Drop for Ticker {
     }
 }
 
-/// Installs the epoch callback that raises `atoll_yield`.
-fn preempt_every_epoch(store: &mut Store<Wasi>, instance: &wasmtime::Instance) {
-    store.data_mut().yield_flag = instance.get_global(&mut *store, YIELD_GLOBAL);
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|ctx| {
-        wasi::raise_yield(ctx)?;
-        Ok(UpdateDeadline::Continue(1))
-    });
-}
-
-/// Runs with a timer raising `atoll_yield` every `quantum`; at each stop,
+/// Runs with a timer raising the yield flag every `quantum`; at each stop,
 /// rewinds at once in the same instance (a scheduler with nothing else to
 /// run): (time, stops).
 fn run_stopped_in_place(
@@ -218,12 +199,12 @@ fn run_stopped_in_place(
     quantum: Duration,
 ) -> (Duration, u32) {
     use atoll_prepare::conventions::*;
-    let linker = linker(engine);
-    let _ticker = Ticker::start(engine, quantum);
+    let flags = Flags::new(engine);
+    let linker = linker(engine, &flags);
+    let _ticker = Ticker::start(&flags, quantum);
     let start = Instant::now();
     let mut store = new_store(engine, args);
     let instance = linker.instantiate(&mut store, module).unwrap();
-    preempt_every_epoch(&mut store, &instance);
     let main = instance
         .get_typed_func::<(), ()>(&mut store, START_EXPORT)
         .unwrap();
@@ -251,7 +232,7 @@ fn run_stopped_in_place(
     }
 }
 
-/// Runs with a timer raising `atoll_yield` every `quantum`, moving the
+/// Runs with a timer raising the yield flag every `quantum`, moving the
 /// process to a new instance at every stop: (time, stops, max saved bytes).
 fn run_preempted(
     engine: &Engine,
@@ -259,24 +240,21 @@ fn run_preempted(
     args: &[String],
     quantum: Duration,
 ) -> (Duration, u32, u32) {
-    let linker = linker(engine);
-    let ticker = Ticker::start(engine, quantum);
+    let flags = Flags::new(engine);
+    let linker = linker(engine, &flags);
+    let ticker = Ticker::start(&flags, quantum);
     let start = Instant::now();
     let outcome = run_migrating(Process {
         engine,
         module,
         linker: &linker,
-        state: &mut |previous: Option<Wasi>| match previous {
-            Some(p) => Wasi {
-                yield_flag: None,
-                ..p
-            },
-            None => Wasi {
+        state: &mut |previous: Option<Wasi>| {
+            previous.unwrap_or_else(|| Wasi {
                 args: args.to_vec(),
                 ..Wasi::default()
-            },
+            })
         },
-        setup: &mut preempt_every_epoch,
+        setup: &mut |_, _| {},
         call: &mut |store, instance| {
             let main = instance.get_typed_func::<(), ()>(&mut *store, START_EXPORT)?;
             wasi::exit_code(main.call(&mut *store, ()))

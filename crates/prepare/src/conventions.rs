@@ -7,21 +7,30 @@
 //!
 //! # The safepoint protocol
 //!
-//! Every defined function and every loop body begins with
+//! Every loop's back edge, and the entry of every function that may
+//! recurse, checks the yield flag:
 //!
 //! ```wat
-//! global.get $atoll_yield
+//! global.get $atoll_flag_at
+//! i32.load $atoll.yield_flags   ;; non-zero: stop
 //! if
 //!   call $atoll.safepoint
 //! end
 //! ```
 //!
-//! The host sets the exported global [`YIELD_GLOBAL`] to 1 when the process
-//! must stop (its quantum expired, it is being migrated, it was killed). The
-//! next safepoint calls the import [`SAFEPOINT_MODULE`]`.`[`SAFEPOINT_NAME`],
-//! whose host side starts an Asyncify unwind. Every other import is a
-//! safepoint too, because Asyncify is applied with its default import list:
-//! any system call may block and unwind.
+//! The flag is not in the instance. A node has one shared page of flags,
+//! which every prepared module imports as [`FLAGS_MODULE`]`.`[`FLAGS_MEMORY`]
+//! (memory 0; the module's own memory is memory 1), one flag per kernel,
+//! and the exported global [`FLAG_AT_GLOBAL`] holds the byte offset of the
+//! flag of the kernel the process runs on (the host sets it, 4-aligned,
+//! within the page). Any thread may raise a flag while a process runs (the
+//! quantum's ticker; a kernel that sends this one a message), and the
+//! running process calls the import [`SAFEPOINT_MODULE`]`.`[`SAFEPOINT_NAME`]
+//! at its next check, whose host side decides whether to stop (start an
+//! Asyncify unwind) or to lower the flag and return. The engine then needs
+//! no epoch checks of its own. Every other import is a safepoint too,
+//! because Asyncify is applied with its default import list: any system
+//! call may block and unwind.
 //!
 //! # Unwinding and rewinding (binaryen Asyncify)
 //!
@@ -48,8 +57,8 @@
 //! globals ([`GLOBAL_EXPORT_PREFIX`]`<N>`): no host stack is held. Of the
 //! reserved pages only `data .. current` (read `current` back from `data`)
 //! means anything now; a copy may skip the rest, but must recreate a memory
-//! of the same total size. Preparation leaves `atoll_yield` alone: clear it
-//! (it is not among the saved globals, so a fresh instance starts at 0).
+//! of the same total size. [`FLAG_AT_GLOBAL`] is not among the saved
+//! globals: it belongs to the node the instance runs on.
 //!
 //! To resume, possibly in a fresh instance on another machine: write the
 //! memory (grown to the same size) and the globals back, call
@@ -72,9 +81,17 @@
 //! into the guest costs an entry into and an exit from wasm, four of them
 //! per stop and resume.
 
-/// Exported mutable `i32` global, initialised to 0. The host sets it to 1 to
-/// make the next safepoint call [`SAFEPOINT_NAME`]; the host clears it.
-pub const YIELD_GLOBAL: &str = "atoll_yield";
+/// Exported mutable `i32` global, initialised to 0: the byte offset, in
+/// [`FLAGS_MEMORY`], of the yield flag the safepoint checks read. The host
+/// sets it to its kernel's flag before the process runs there.
+pub const FLAG_AT_GLOBAL: &str = "atoll_flag_at";
+
+/// Module name of the flag memory's import ([`SAFEPOINT_MODULE`]'s).
+pub const FLAGS_MODULE: &str = SAFEPOINT_MODULE;
+
+/// Field name of the flag memory's import: a shared memory of exactly one
+/// page, which the module only reads, with `i32.load`.
+pub const FLAGS_MEMORY: &str = "yield_flags";
 
 /// Exported mutable `i32` global, initialised to 0: how many bytes at the
 /// start of the reserved region may not be zero. The runtime raises it
@@ -95,7 +112,7 @@ pub const SAFEPOINT_NAME: &str = "safepoint";
 /// `__stack_pointer`) is exported as `atoll_global_<N>`, where `N` is its
 /// index in the *input* module's global index space (imports first). The
 /// names stay valid whatever binaryen does to the order of globals.
-/// [`YIELD_GLOBAL`] and Asyncify's own globals are not exported this way.
+/// [`FLAG_AT_GLOBAL`] and Asyncify's own globals are not exported this way.
 pub const GLOBAL_EXPORT_PREFIX: &str = "atoll_global_";
 
 /// Custom section appended to every prepared module. Its payload is the UTF-8
@@ -103,7 +120,7 @@ pub const GLOBAL_EXPORT_PREFIX: &str = "atoll_global_";
 pub const PREPARED_SECTION: &str = "atoll.prepared";
 
 /// Version tag at the start of the [`PREPARED_SECTION`] payload.
-pub const PREPARED_VERSION: &str = "v6";
+pub const PREPARED_VERSION: &str = "v7";
 
 /// The exported function the runtime starts a process with (WASI command).
 pub const START_EXPORT: &str = "_start";

@@ -20,8 +20,9 @@ pub enum PrepareError {
     NotACommand(String),
 
     /// The module already uses a name that preparation adds (an export
-    /// `atoll_yield`, `atoll_global_*`, `atoll_asyncify_*` or `asyncify_*`, or the import
-    /// `atoll.safepoint`) but lacks the `atoll.prepared` section: it was made
+    /// `atoll_flag_at`, `atoll_global_*`, `atoll_asyncify_*` or `asyncify_*`, or the
+    /// imports `atoll.safepoint` and `atoll.yield_flags`) but lacks the
+    /// `atoll.prepared` section: it was made
     /// by some other tool, and preparing it again would produce a clash.
     #[error("module already uses the reserved name `{0}`")]
     ReservedName(String),

@@ -21,8 +21,8 @@ use walrus::{
 
 use crate::conventions::{
     global_export_name, AREA_DIRTY_GLOBAL, ASYNCIFY_DATA_GLOBAL, ASYNCIFY_STATE_GLOBAL,
-    GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT, SAFEPOINT_MODULE, SAFEPOINT_NAME, START_EXPORT,
-    TABLE_EXPORT, YIELD_GLOBAL,
+    FLAGS_MEMORY, FLAGS_MODULE, FLAG_AT_GLOBAL, GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT,
+    SAFEPOINT_MODULE, SAFEPOINT_NAME, START_EXPORT, TABLE_EXPORT,
 };
 use crate::{reserve, PrepareError};
 
@@ -33,15 +33,17 @@ const ASYNCIFY_EXPORT_PREFIX: &str = "asyncify_";
 /// binaryen.
 pub(crate) fn instrument(wasm: &[u8]) -> Result<Vec<u8>, PrepareError> {
     let (mut module, globals_in_order) = parse(wasm)?;
-    let memory = check_command(&module)?;
     check_reserved_names(&module)?;
+    let memory = check_command(&module)?;
     let program: Vec<FunctionId> = module.funcs.iter_local().map(|(id, _)| id).collect();
 
-    // `globals_in_order` holds the input's globals only: the yield flag added
-    // next is not exported under the `atoll_global_` prefix.
+    // `globals_in_order` holds the input's globals only: the flag's address
+    // added next is not exported under the `atoll_global_` prefix. Until
+    // Asyncify has run, the checks read it as if it were the flag
+    // (`flags.rs` then makes each read a load of the flag it points at).
     export_mutable_globals(&mut module, &globals_in_order);
     export_function_table(&mut module);
-    let yield_flag = add_runtime_global(&mut module, YIELD_GLOBAL);
+    let yield_flag = add_runtime_global(&mut module, FLAG_AT_GLOBAL);
     let area_dirty = add_runtime_global(&mut module, AREA_DIRTY_GLOBAL);
     let ty = module.types.add(&[], &[]);
     let (safepoint, _) = module.add_import_func(SAFEPOINT_MODULE, SAFEPOINT_NAME, ty);
@@ -123,7 +125,7 @@ fn check_command(module: &Module) -> Result<MemoryId, PrepareError> {
 /// Refuses modules that already use a name preparation would add.
 fn check_reserved_names(module: &Module) -> Result<(), PrepareError> {
     let reserved = |name: &str| {
-        name == YIELD_GLOBAL
+        name == FLAG_AT_GLOBAL
             || name == AREA_DIRTY_GLOBAL
             || name == TABLE_EXPORT
             || name == ASYNCIFY_STATE_GLOBAL
@@ -141,6 +143,11 @@ fn check_reserved_names(module: &Module) -> Result<(), PrepareError> {
     {
         return Err(PrepareError::ReservedName(format!(
             "{SAFEPOINT_MODULE}.{SAFEPOINT_NAME}"
+        )));
+    }
+    if module.imports.find(FLAGS_MODULE, FLAGS_MEMORY).is_some() {
+        return Err(PrepareError::ReservedName(format!(
+            "{FLAGS_MODULE}.{FLAGS_MEMORY}"
         )));
     }
     Ok(())
@@ -294,8 +301,9 @@ fn branches_to_loops(func: &LocalFunction) -> Vec<Branch> {
 }
 
 /// Makes a back edge look at the yield flag first: `br $loop` becomes
-/// `global.get $atoll_yield; br_if $out; br $loop`, and `br_if $loop`
-/// becomes `if; global.get $atoll_yield; br_if $out; br $loop; end`.
+/// `global.get $atoll_flag_at; br_if $out; br $loop`, and `br_if $loop`
+/// becomes `if; global.get $atoll_flag_at; br_if $out; br $loop; end`
+/// (each `global.get` later a load of the flag, `flags.rs`).
 fn check_branch(func: &mut LocalFunction, branch: Branch, out: InstrSeqId, yield_flag: GlobalId) {
     let flag = Instr::GlobalGet(GlobalGet { global: yield_flag });
     let leave = Instr::BrIf(BrIf { block: out });
@@ -417,7 +425,7 @@ fn check_at_start(
 ///     block $out
 ///       loop $body (result T)     ;; the original loop
 ///         ...                     ;; the original body, where each
-///         global.get $atoll_yield ;; branch back to $body is first
+///         global.get $atoll_flag_at ;; branch back to $body is first
 ///         br_if $out              ;; a way out, locals intact
 ///         br $body
 ///       end
@@ -612,10 +620,10 @@ mod tests {
         let flag = module
             .exports
             .iter()
-            .find(|e| e.name == YIELD_GLOBAL)
+            .find(|e| e.name == FLAG_AT_GLOBAL)
             .unwrap();
         let ExportItem::Global(flag) = flag.item else {
-            panic!("atoll_yield is not a global")
+            panic!("atoll_flag_at is not a global")
         };
         assert!(module.globals.get(flag).mutable);
         let sp = module
@@ -777,10 +785,11 @@ mod tests {
     fn reserved_names_are_refused() {
         let command = r#"(memory (export "memory") 1) (func (export "_start"))"#;
         for extra in [
-            r#"(global (export "atoll_yield") (mut i32) (i32.const 0))"#,
+            r#"(global (export "atoll_flag_at") (mut i32) (i32.const 0))"#,
             r#"(global (export "atoll_global_0") (mut i32) (i32.const 0))"#,
             r#"(func (export "asyncify_get_state") (result i32) (i32.const 0))"#,
             r#"(import "atoll" "safepoint" (func))"#,
+            r#"(import "atoll" "yield_flags" (memory 1 1 shared))"#,
         ] {
             let wasm = wat::parse_str(format!("(module {extra} {command})")).unwrap();
             let err = instrument(&wasm).unwrap_err();

@@ -15,11 +15,11 @@
 //!    command (no `_start`, no single 32-bit memory exported as `memory`) is
 //!    [`PrepareError::NotACommand`]. DWARF sections are dropped: they could
 //!    not stay correct through the rewriting.
-//! 2. **Add the yield flag and the safepoint import**: a mutable `i32` global
-//!    initialised to 0 and exported as `atoll_yield`, and an import
-//!    `atoll.safepoint : [] -> []`. The host raises the flag when the process
-//!    must stop; the import is where it stops.
-//! 3. **Insert safepoint checks**, `global.get $atoll_yield` and a branch
+//! 2. **Add the yield flag's address and the safepoint import**: a mutable
+//!    `i32` global initialised to 0 and exported as `atoll_flag_at`, and an
+//!    import `atoll.safepoint : [] -> []`. The host raises the flag when the
+//!    process must stop; the import is where it stops.
+//! 3. **Insert safepoint checks**, a read of the flag and a branch
 //!    to `call $atoll.safepoint`, at the start of every loop body and at
 //!    the entry of every function that may recurse (in a cycle of the call
 //!    graph, or calling through a table). Every cycle of control then passes
@@ -27,7 +27,7 @@
 //!    always be preempted. A loop's check branches *out* of the loop to the
 //!    call and re-enters it at its header, and functions that cannot recurse
 //!    get none: Asyncify then leaves alone every loop and function that
-//!    calls nothing that may stop, and a tight loop pays one global load
+//!    calls nothing that may stop, and a tight loop pays two loads (the flag's address, the flag)
 //!    and a well-predicted branch per iteration.
 //! 4. **Reserve the top of memory** for Asyncify's buffer: the memory is
 //!    declared [`conventions::ASYNCIFY_RESERVED_PAGES`] larger and the program's
@@ -48,7 +48,10 @@
 //!    made them. Asyncify's state and data globals, which binaryen keeps
 //!    internal, are then exported ([`conventions::ASYNCIFY_STATE_GLOBAL`]),
 //!    so that the runtime can stop and resume a process without calling
-//!    into it.
+//!    into it. Last, each check's read becomes a load from the node's flag
+//!    memory, which the module now imports (`atoll.yield_flags`, see
+//!    [`conventions`]): other threads can raise a flag there while the
+//!    process runs, so the engine needs no epoch checks.
 //! 7. **Mark the result** with a custom section `atoll.prepared` whose payload
 //!    is `v1 <sha256 of the input>`, so that preparing twice is a no-op and a
 //!    prepared module names its source.
@@ -76,6 +79,7 @@
 
 pub mod conventions;
 mod error;
+mod flags;
 mod hash;
 mod instrument;
 mod reserve;
@@ -118,7 +122,8 @@ impl Default for Options {
 
 /// Makes `module` migratable (see the [crate] documentation for the steps).
 ///
-/// A module that [`is_prepared`] already is returned unchanged.
+/// A module that [`is_prepared`] already is returned unchanged, if this
+/// version of atoll prepared it and it only reads the flag memory.
 ///
 /// # Errors
 ///
@@ -130,6 +135,13 @@ impl Default for Options {
 ///   [`PrepareError::Io`] if binaryen could not do its part.
 pub fn prepare(module: &[u8], options: &Options) -> Result<Vec<u8>, PrepareError> {
     if is_prepared(module) {
+        if prepared_source(module).is_none() {
+            return Err(PrepareError::Unsupported(format!(
+                "prepared by another version of atoll (this one writes {PREPARED_VERSION}): \
+                 give it the module as it was before preparation"
+            )));
+        }
+        flags::check_reads_only(module)?;
         return Ok(module.to_vec());
     }
     let source = content_hash(module);
@@ -138,7 +150,8 @@ pub fn prepare(module: &[u8], options: &Options) -> Result<Vec<u8>, PrepareError
     let instrumented = instrument::instrument(&without_dwarf)?;
     let asyncified = wasm_opt::asyncify(&instrumented, options)?;
     wasm_opt::check_output(&asyncified)?;
-    let mut prepared = wasm_opt::export_asyncify_globals(&asyncified)?;
+    let exported = wasm_opt::export_asyncify_globals(&asyncified)?;
+    let mut prepared = flags::move_flag_to_memory(&exported)?;
     let mark = format!("{PREPARED_VERSION} {source}");
     sections::append_custom(&mut prepared, PREPARED_SECTION, mark.as_bytes());
     tracing::info!(

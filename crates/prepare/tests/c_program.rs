@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use atoll_prepare::conventions::{START_EXPORT, YIELD_GLOBAL};
+use atoll_prepare::conventions::START_EXPORT;
 use atoll_prepare::prepare;
-use wasmtime::{Config, Engine, Linker, Module, Store, UpdateDeadline};
+use wasmtime::{Linker, Module, Store};
 
-use common::runtime::{add_safepoint, run_migrating, Process};
+use common::runtime::{add_safepoint, engine, run_migrating, Flags, Process};
 use common::wasi::{self, Wasi};
 
 /// `tests/fixtures/mergesort.c`, built by `tests/fixtures/build.sh`.
@@ -26,12 +26,12 @@ fn args() -> Vec<String> {
 
 /// Runs `_start` once, without preemption: (exit code, output).
 fn run_once(wasm: &[u8]) -> (i32, String) {
-    let engine = Engine::default();
+    let engine = engine();
     let module = Module::new(&engine, wasm).unwrap();
     let mut linker = Linker::new(&engine);
     wasi::add_to_linker(&mut linker).unwrap();
-    // Never called: atoll_yield stays 0.
-    add_safepoint(&mut linker);
+    // Never called: the flag stays down.
+    add_safepoint(&mut linker, &Flags::new(&engine));
     let mut store = Store::new(
         &engine,
         Wasi {
@@ -47,25 +47,24 @@ fn run_once(wasm: &[u8]) -> (i32, String) {
     (code, String::from_utf8(store.into_data().output).unwrap())
 }
 
-/// Runs `_start` with a timer raising `atoll_yield` every `period`, migrating
-/// at every stop: (exit code, output, migrations).
+/// Runs `_start` with a timer raising the yield flag every `period`,
+/// migrating at every stop: (exit code, output, migrations).
 fn run_preempted(wasm: &[u8], period: Duration) -> (i32, String, u32) {
-    let mut config = Config::new();
-    config.epoch_interruption(true);
-    let engine = Engine::new(&config).unwrap();
+    let engine = engine();
     let module = Module::new(&engine, wasm).unwrap();
+    let flags = Flags::new(&engine);
     let mut linker = Linker::new(&engine);
     wasi::add_to_linker(&mut linker).unwrap();
-    add_safepoint(&mut linker);
+    add_safepoint(&mut linker, &flags);
 
     // The quantum timer: the runtime's scheduler tick.
     let done = Arc::new(AtomicBool::new(false));
     let ticker = {
-        let (engine, done) = (engine.clone(), Arc::clone(&done));
+        let (flags, done) = (flags.clone(), Arc::clone(&done));
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
                 std::thread::sleep(period);
-                engine.increment_epoch();
+                flags.raise();
             }
         })
     };
@@ -74,24 +73,13 @@ fn run_preempted(wasm: &[u8], period: Duration) -> (i32, String, u32) {
         engine: &engine,
         module: &module,
         linker: &linker,
-        state: &mut |previous: Option<Wasi>| match previous {
-            Some(p) => Wasi {
-                yield_flag: None,
-                ..p
-            },
-            None => Wasi {
+        state: &mut |previous: Option<Wasi>| {
+            previous.unwrap_or_else(|| Wasi {
                 args: args(),
                 ..Wasi::default()
-            },
+            })
         },
-        setup: &mut |store, instance| {
-            store.data_mut().yield_flag = instance.get_global(&mut *store, YIELD_GLOBAL);
-            store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(|ctx| {
-                wasi::raise_yield(ctx)?;
-                Ok(UpdateDeadline::Continue(1))
-            });
-        },
+        setup: &mut |_, _| {},
         call: &mut |store, instance| {
             let start = instance.get_typed_func::<(), ()>(&mut *store, START_EXPORT)?;
             wasi::exit_code(start.call(&mut *store, ()))

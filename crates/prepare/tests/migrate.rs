@@ -5,48 +5,43 @@
 
 mod common;
 
-use atoll_prepare::conventions::YIELD_GLOBAL;
-use wasmtime::{Caller, Engine, Linker, Module, Store, Val};
+use wasmtime::{Caller, Engine, Linker, Module, Store};
 
-use common::runtime::{add_safepoint, run_migrating, Process};
+use common::runtime::{add_safepoint, engine, run_migrating, Flags, Process};
 use common::{prepare_wat, LOOPY_WAT};
 
 /// Host state of one instance. `ticks` is the host's own bookkeeping, carried
 /// from instance to instance like the runtime's per-process data would be.
+#[derive(Default)]
 struct Host {
     ticks: u64,
-    /// Raise `atoll_yield` every this many ticks (0: never).
+    /// Raise the yield flag every this many ticks (0: never).
     yield_every: u64,
 }
 
-/// `env.tick`, raising `atoll_yield` every `yield_every` ticks.
-fn add_tick(linker: &mut Linker<Host>) {
+/// `env.tick`, raising `flags` (if any) every `yield_every` ticks.
+fn add_tick(linker: &mut Linker<Host>, flags: Option<Flags>) {
     linker
-        .func_wrap("env", "tick", |mut caller: Caller<'_, Host>| {
+        .func_wrap("env", "tick", move |mut caller: Caller<'_, Host>| {
             caller.data_mut().ticks += 1;
             let Host { ticks, yield_every } = *caller.data();
-            if yield_every > 0 && ticks % yield_every == 0 {
-                if let Some(flag) = caller
-                    .get_export(YIELD_GLOBAL)
-                    .and_then(|e| e.into_global())
-                {
-                    flag.set(&mut caller, Val::I32(1))?;
-                }
+            if let (Some(flags), true) = (&flags, yield_every > 0 && ticks % yield_every == 0) {
+                flags.raise();
             }
-            Ok(())
         })
         .unwrap();
 }
 
-/// Calls `export(arg)` on the prepared module, raising `atoll_yield` every
+/// Calls `export(arg)` on the prepared module, raising the yield flag every
 /// `yield_every` ticks and moving the process to a new instance at each stop.
 /// Returns the result and the number of migrations.
 fn run_prepared(wasm: &[u8], export: &str, arg: i32, yield_every: u64) -> (i64, u32) {
-    let engine = Engine::default();
+    let engine = engine();
     let module = Module::new(&engine, wasm).unwrap();
+    let flags = Flags::new(&engine);
     let mut linker = Linker::new(&engine);
-    add_tick(&mut linker);
-    add_safepoint(&mut linker);
+    add_tick(&mut linker, Some(flags.clone()));
+    add_safepoint(&mut linker, &flags);
     let outcome = run_migrating(Process {
         engine: &engine,
         module: &module,
@@ -70,7 +65,7 @@ fn run_original(export: &str, arg: i32) -> i64 {
     let engine = Engine::default();
     let module = Module::new(&engine, wat::parse_str(LOOPY_WAT).unwrap()).unwrap();
     let mut linker = Linker::new(&engine);
-    add_tick(&mut linker);
+    add_tick(&mut linker, None);
     let mut store = Store::new(
         &engine,
         Host {

@@ -8,13 +8,14 @@ use atoll_prepare::conventions::*;
 use atoll_prepare::{content_hash, is_prepared, prepare, prepared_source, Options, PrepareError};
 use wasmtime::{Engine, ExternType, Module, Mutability};
 
+use common::runtime::{define_flags, engine, Flags};
 use common::{options, prepare_wat, LOOPY_WAT};
 
 #[test]
 fn prepared_module_has_the_contract() {
     let input = wat::parse_str(LOOPY_WAT).unwrap();
     let output = prepare(&input, &options()).unwrap();
-    let engine = Engine::default();
+    let engine = engine();
     Module::validate(&engine, &output).expect("output validates");
     let module = Module::new(&engine, &output).unwrap();
 
@@ -27,10 +28,18 @@ fn prepared_module_has_the_contract() {
         assert!(matches!(export(name), ExternType::Func(_)), "{name}");
     }
     assert!(matches!(export(MEMORY_EXPORT), ExternType::Memory(_)));
-    let ExternType::Global(flag) = export(YIELD_GLOBAL) else {
-        panic!("atoll_yield")
+    let ExternType::Global(flag) = export(FLAG_AT_GLOBAL) else {
+        panic!("atoll_flag_at")
     };
     assert_eq!(flag.mutability(), Mutability::Var);
+    let flags = module
+        .imports()
+        .find(|i| (i.module(), i.name()) == (FLAGS_MODULE, FLAGS_MEMORY))
+        .expect("the flag memory is imported");
+    let ExternType::Memory(flags) = flags.ty() else {
+        panic!("the flags are not a memory")
+    };
+    assert!(flags.is_shared() && flags.minimum() == 1 && flags.maximum() == Some(1));
     for name in ["atoll_global_0", "atoll_global_2"] {
         let ExternType::Global(g) = export(name) else {
             panic!("{name}")
@@ -86,9 +95,10 @@ fn prepared_module_has_the_contract() {
 #[test]
 fn asyncify_globals_are_the_ones_its_functions_set() {
     let wasm = prepare(&wat::parse_str(LOOPY_WAT).unwrap(), &options()).unwrap();
-    let engine = Engine::default();
+    let engine = engine();
     let module = Module::new(&engine, &wasm).unwrap();
     let mut linker = wasmtime::Linker::new(&engine);
+    define_flags(&mut linker, &Flags::new(&engine));
     linker.func_wrap("env", "tick", || {}).unwrap();
     linker
         .func_wrap(SAFEPOINT_MODULE, SAFEPOINT_NAME, || {})
@@ -147,9 +157,10 @@ fn reserved_pages_are_invisible_to_the_program() {
           (func (export "size") (result i32) (memory.size))
           (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0))))"#,
     );
-    let engine = Engine::default();
+    let engine = engine();
     let module = Module::new(&engine, &wasm).unwrap();
     let mut linker = wasmtime::Linker::new(&engine);
+    define_flags(&mut linker, &Flags::new(&engine));
     linker
         .func_wrap(SAFEPOINT_MODULE, SAFEPOINT_NAME, || {})
         .unwrap();

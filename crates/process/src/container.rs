@@ -25,7 +25,7 @@ use atoll_abi::KernelId;
 use quanta::Instant;
 use smallvec::SmallVec;
 
-use wasmtime::{Global, Store, StoreLimits, StoreLimitsBuilder, TypedFunc, UpdateDeadline, Val};
+use wasmtime::{Global, Store, StoreLimits, StoreLimitsBuilder, TypedFunc, Val};
 
 use crate::call::{CallState, IpcCaller, KernelCall, KernelLink, Reply, Yielding};
 use crate::clock::monotonic_ns;
@@ -42,6 +42,7 @@ use crate::spare::Spares;
 use crate::syscall::ProcExit;
 use crate::threads::{Context, Entry, Saved, ThreadStop, Tid, Wait, MAX_LOCALS};
 use crate::uarea::{StackArea, UArea};
+use crate::yield_flags::YieldFlags;
 
 /// A stopped process, encoded ([`Container::encode`]).
 #[derive(Debug)]
@@ -533,18 +534,7 @@ impl Container {
         let limits = store_limits(runtime, &uarea);
         let mut store = Store::new(runtime.engine(), ProcCtx::new(uarea, host, limits));
         store.limiter(|ctx| &mut ctx.limits);
-        store.epoch_deadline_callback(|mut cx| {
-            let ctx = cx.data();
-            let due = Instant::now() >= ctx.deadline;
-            let rang = (ctx.host.wake)();
-            if due || (rang && kernel_needs_the_core(&mut cx)) {
-                let asyncify = cx.data().exports.as_ref().and_then(|e| e.asyncify.clone());
-                if let Some(a) = asyncify {
-                    a.yield_flag.set(&mut cx, Val::I32(1))?;
-                }
-            }
-            Ok(UpdateDeadline::Continue(1))
-        });
+        store.data_mut().flags = Some(runtime.ticker().flags().clone());
         let instance = program
             .pre()
             .instantiate(&mut store)
@@ -583,10 +573,22 @@ impl Container {
             unreachable!("woken above")
         };
         let exports = store.data().exports().clone();
-        if let (true, Some(a)) = (quantum.is_zero(), &exports.asyncify) {
-            if let Err(e) = a.yield_flag.set(&mut **store, Val::I32(1)) {
-                return Slice::Trapped(format!("cannot set the yield flag: {e:#}"));
+        let lane = store.data().host.kernel.index;
+        if let Some(a) = &exports.asyncify {
+            let at = YieldFlags::offset(lane);
+            if store.data().flag_at != Some(at) {
+                if let Err(e) = a.flag_at.set(&mut **store, Val::I32(at as i32)) {
+                    return Slice::Trapped(format!("cannot point at the yield flag: {e:#}"));
+                }
+                store.data_mut().flag_at = Some(at);
             }
+        }
+        // Raised by a tick or a message of the slice before: not this one's.
+        let flags = self.runtime.ticker().flags();
+        if quantum.is_zero() {
+            flags.raise(lane);
+        } else {
+            flags.lower(lane);
         }
         let now = Instant::now();
         let ctx = store.data_mut();
@@ -594,7 +596,6 @@ impl Container {
         ctx.deadline = now + quantum;
         ctx.uarea.accounting.slices += 1;
         ctx.uarea.accounting.last_kernel = Some(ctx.host.kernel);
-        store.set_epoch_deadline(1);
         // SAFETY: only the lifetime is erased. The pointer is used by host
         // functions, which run only inside the calls below, and is cleared
         // right after them, while `link` is still borrowed.
@@ -604,7 +605,6 @@ impl Container {
                 *mut (dyn KernelLink + 'static),
             >(l))
         });
-        let lane = store.data().host.kernel.index;
         self.runtime.ticker().enter(lane);
         let slice = if store.data().uarea.threads.active() {
             run_threads(store, &exports, None)
@@ -930,6 +930,7 @@ impl Container {
         let ctx = store.data_mut();
         ctx.host.instances.fetch_add(1, Ordering::Relaxed);
         ctx.exports = old.exports;
+        ctx.flags = old.flags;
         ctx.thread_function = old.thread_function;
         ctx.spare_stack = old.spare_stack;
         let asyncify = ctx
@@ -941,8 +942,7 @@ impl Container {
             g.set(&mut *store, Val::I32(0))
                 .map_err(|e| ContainerError::BadImage(format!("cannot reset a spare: {e}")))
         };
-        at_rest(&asyncify.state, store)?;
-        at_rest(&asyncify.yield_flag, store)
+        at_rest(&asyncify.state, store)
     }
 
     /// Pages of its memory (64 KiB each); 0 if dormant.
@@ -1108,7 +1108,7 @@ fn store_limits(runtime: &Runtime, uarea: &UArea) -> StoreLimits {
 /// and serves what it can without stopping it ([`KernelLink::take_in`]),
 /// and says whether it needs its loop now. A process with threads, one in
 /// the middle of a kernel call, or one run without a kernel, yields as ever.
-fn kernel_needs_the_core(cx: &mut wasmtime::StoreContextMut<'_, ProcCtx>) -> bool {
+pub(crate) fn kernel_needs_the_core(cx: &mut wasmtime::StoreContextMut<'_, ProcCtx>) -> bool {
     let ctx = cx.data();
     let (Some(mut link), Some(exports)) = (ctx.link, ctx.exports.clone()) else {
         return true;
@@ -1573,7 +1573,7 @@ fn bind_exports(
         .typed(&*store)
         .map_err(|_| wasmtime::format_err!("`_start` must take and return nothing"))?;
     let asyncify = if prepared {
-        let yield_flag = exported_global(store, instance, c::YIELD_GLOBAL)?;
+        let flag_at = exported_global(store, instance, c::FLAG_AT_GLOBAL)?;
         let globals = instance
             .exports(&mut *store)
             .filter(|e| e.name().starts_with(c::GLOBAL_EXPORT_PREFIX))
@@ -1581,7 +1581,7 @@ fn bind_exports(
             .collect::<Vec<_>>();
         let area_dirty = exported_global(store, instance, c::AREA_DIRTY_GLOBAL)?;
         Some(Arc::new(Asyncify {
-            yield_flag,
+            flag_at,
             area_dirty,
             state: exported_global(store, instance, c::ASYNCIFY_STATE_GLOBAL)?,
             data: exported_global(store, instance, c::ASYNCIFY_DATA_GLOBAL)?,

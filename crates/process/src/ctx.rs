@@ -11,6 +11,7 @@ use wasmtime::{AsContextMut, Global, Memory, StoreLimits, TypedFunc, Val};
 
 use crate::call::{KernelLink, Reply};
 use crate::uarea::{ConsoleId, UArea};
+use crate::yield_flags::YieldFlags;
 
 /// Which output stream of a console.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
@@ -109,6 +110,11 @@ pub struct ProcCtx {
     /// so while the size is the same the global need not be read (an
     /// unwind on the IPC path paid 4 % for reading it).
     pub(crate) area_dirty: Option<(u32, usize)>,
+    /// The node's yield flags (`None` in a store of no process), and the
+    /// offset of the flag the instance's checks read, as last set: it
+    /// changes only when the process changes kernels.
+    pub(crate) flags: Option<YieldFlags>,
+    pub(crate) flag_at: Option<u32>,
     /// The address last written to Asyncify's data global: it changes
     /// only when the memory grows, and a global's write is not free
     /// ([`Asyncify::start_unwind`]).
@@ -153,6 +159,8 @@ impl ProcCtx {
             thread_function: None,
             spare_stack: Vec::new(),
             area_dirty: None,
+            flags: None,
+            flag_at: None,
             asyncify_data: None,
             link: None,
             lender: Default::default(),
@@ -194,7 +202,9 @@ pub(crate) struct Exports {
 /// A prepared module's hooks for saving and restoring its stack.
 #[derive(Clone)]
 pub(crate) struct Asyncify {
-    pub yield_flag: Global,
+    /// Where the yield flag the checks read is, in the node's flag memory
+    /// (`atoll_prepare::conventions::FLAG_AT_GLOBAL`).
+    pub flag_at: Global,
     /// How much of the stack area may not be zero
     /// (`atoll_prepare::conventions::AREA_DIRTY_GLOBAL`).
     pub area_dirty: Global,

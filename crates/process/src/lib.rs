@@ -31,6 +31,7 @@ mod spare;
 mod syscall;
 pub mod threads;
 mod uarea;
+mod yield_flags;
 
 pub use call::{
     CallState, IpcCaller, IpcOutcome, KernelCall, KernelLink, Reply, SpawnModule, SpawnRequest,

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
+use atoll_prepare::conventions::{FLAGS_MEMORY, FLAGS_MODULE};
 use atoll_prepare::{content_hash, ContentHash, PrepareError};
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
@@ -23,6 +24,7 @@ use wasmtime::{
 
 use crate::ctx::ProcCtx;
 use crate::postcopy::LateMemories;
+use crate::yield_flags::{YieldFlags, SLOTS};
 
 /// How the runtime is set up.
 #[derive(Clone, Debug)]
@@ -172,25 +174,38 @@ fn tables_never_written(module: &[u8]) -> bool {
     true
 }
 
-/// The ranges of memory 0 that instantiating `module` writes: its active
-/// data segments at constant offsets. `None` if one is placed by a global,
-/// or if the module has a start function (which may write anywhere).
+/// The ranges of its own memory (its first defined one: a prepared
+/// module imports the flag memory) that instantiating `module` writes: its
+/// active data segments at constant offsets. `None` if one is placed by a
+/// global, or if the module has a start function (which may write
+/// anywhere).
 fn initialized_ranges(module: &[u8]) -> Option<Vec<Range<usize>>> {
-    use wasmparser::{DataKind, Operator, Parser, Payload};
+    use wasmparser::{DataKind, Operator, Parser, Payload, TypeRef};
     let mut ranges = Vec::new();
+    let mut own = 0;
     for payload in Parser::new(0).parse_all(module) {
         match payload.ok()? {
             Payload::StartSection { .. } => return None,
+            Payload::ImportSection(imports) => {
+                for import in imports.into_imports() {
+                    if matches!(import.ok()?.ty, TypeRef::Memory(_)) {
+                        own += 1;
+                    }
+                }
+            }
             Payload::DataSection(reader) => {
                 for data in reader {
                     let data = data.ok()?;
                     let DataKind::Active {
-                        memory_index: 0,
+                        memory_index,
                         offset_expr,
                     } = data.kind
                     else {
                         continue;
                     };
+                    if memory_index != own {
+                        continue;
+                    }
                     let at = match offset_expr.get_operators_reader().read().ok()? {
                         Operator::I32Const { value } => value as u32 as usize,
                         Operator::I64Const { value } => usize::try_from(value).ok()?,
@@ -234,10 +249,17 @@ impl Runtime {
     /// Creates the engine and linker and starts the quantum ticker.
     pub fn new(config: RuntimeConfig) -> anyhow::Result<Arc<Self>> {
         let engine = engine(&config)?;
+        let flags = YieldFlags::new(&engine)?;
         let mut linker = Linker::new(&engine);
         crate::syscall::register(&mut linker)?;
+        linker.define(
+            throwaway_store(&engine),
+            FLAGS_MODULE,
+            FLAGS_MEMORY,
+            flags.memory().clone(),
+        )?;
         let provided = system_calls(&engine, &linker);
-        let ticker = Ticker::start(engine.clone(), config.tick);
+        let ticker = Ticker::start(flags, config.tick);
         let late = LateMemories::new(config.postcopy_faults);
         Ok(Arc::new(Runtime {
             engine,
@@ -333,18 +355,22 @@ impl Runtime {
             }
         }
         let binary = to_binary(bytes)?;
-        let prepared = prepare || atoll_prepare::is_prepared(&binary);
-        let module = if prepare && !atoll_prepare::is_prepared(&binary) {
+        let module = if atoll_prepare::is_prepared(&binary) {
+            // Run as it is, once checked: prepared by this version, and
+            // reading the node's flags only.
+            atoll_prepare::prepare(&binary, &self.config.prepare)?
+        } else if prepare {
             self.prepared_module(input, &binary)?
         } else {
             binary
         };
+        let prepared = atoll_prepare::is_prepared(&module);
         let hash = content_hash(&module);
         let program = match self.program(&hash) {
             Some(p) => p,
             None => {
                 let compiled = self.compile(hash, &module)?;
-                let pre = self.link(&compiled)?;
+                let pre = self.link(&compiled, prepared)?;
                 let p = Arc::new(Program {
                     initialized: initialized_ranges(&module),
                     tables_fixed: tables_never_written(&module),
@@ -438,8 +464,20 @@ impl Runtime {
         Ok(compiled)
     }
 
-    fn link(&self, module: &Module) -> Result<InstancePre<ProcCtx>, LoadError> {
+    /// Links `module` with the system calls, and, if `prepared`, the
+    /// node's yield flags: a module that did not come out of preparation
+    /// could write them.
+    fn link(&self, module: &Module, prepared: bool) -> Result<InstancePre<ProcCtx>, LoadError> {
         for import in module.imports() {
+            if (import.module(), import.name()) == (FLAGS_MODULE, FLAGS_MEMORY) {
+                if !prepared {
+                    return Err(LoadError::Link(format!(
+                        "module imports `{FLAGS_MODULE}.{FLAGS_MEMORY}`, which only \
+                         modules prepared by atoll may"
+                    )));
+                }
+                continue;
+            }
             if !self
                 .provided
                 .iter()
@@ -477,13 +515,20 @@ impl Runtime {
 /// Bytes of an ended process's memory its pool slot keeps mapped.
 pub(crate) const KEEP_RESIDENT: usize = 16 << 20;
 
-/// The engine: epoch interruption for quanta, and a pooling allocator so
-/// that instantiating a process reuses a warm slot instead of mapping and
-/// unmapping memory (whose TLB shootdowns dominate otherwise). If the address
-/// space for the pool cannot be reserved, instances are allocated on demand.
+/// The engine: a pooling allocator so that instantiating a process reuses
+/// a warm slot instead of mapping and unmapping memory (whose TLB
+/// shootdowns dominate otherwise). If the address space for the pool cannot
+/// be reserved, instances are allocated on demand.
+///
+/// No epoch interruption: prepared code checks the node's yield flags
+/// ([`YieldFlags`]), a shared memory, hence `shared_memory` (wasm threads
+/// are a tier-2 feature of wasmtime; atoll uses one page of them, which
+/// guests only read). Code run without preparation has no check at all:
+/// it cannot be stopped anyway, and its kernel serves its messages when it
+/// ends.
 fn engine(config: &RuntimeConfig) -> anyhow::Result<Engine> {
     let mut wasm = Config::new();
-    wasm.epoch_interruption(true);
+    wasm.shared_memory(true);
     // Copy data segments at instantiation rather than map a copy-on-write
     // image: for the small modules atoll runs, a memcpy into a warm slot is
     // cheaper than the mmap/munmap pair and the TLB shootdowns it causes on
@@ -535,9 +580,8 @@ pub struct SystemCall {
     pub results: Vec<String>,
 }
 
-/// The imports the linker defines. `Linker` lists them only through a
-/// store, so a throwaway one is made here, once.
-fn system_calls(engine: &Engine, linker: &Linker<ProcCtx>) -> Vec<SystemCall> {
+/// A store of no process, for what `Linker` does only through a store.
+fn throwaway_store(engine: &Engine) -> wasmtime::Store<ProcCtx> {
     struct Nowhere;
     impl crate::ctx::Console for Nowhere {
         fn write(&self, _: crate::uarea::ConsoleId, _: crate::ctx::Stream, _: &[u8]) {}
@@ -562,7 +606,13 @@ fn system_calls(engine: &Engine, linker: &Linker<ProcCtx>) -> Vec<SystemCall> {
         wake: Arc::new(|| false),
         instances: Default::default(),
     };
-    let mut store = wasmtime::Store::new(engine, ProcCtx::new(uarea, host, Default::default()));
+    wasmtime::Store::new(engine, ProcCtx::new(uarea, host, Default::default()))
+}
+
+/// The imports the linker defines. `Linker` lists them only through a
+/// store, so a throwaway one is made here, once.
+fn system_calls(engine: &Engine, linker: &Linker<ProcCtx>) -> Vec<SystemCall> {
+    let mut store = throwaway_store(engine);
     let defined: Vec<_> = linker
         .iter(&mut store)
         .map(|(m, n, e)| (m.to_owned(), n.to_owned(), e))
@@ -615,18 +665,23 @@ fn store_atomically(path: &Path, bytes: &[u8]) {
     }
 }
 
-/// Advances the engine's epoch while any guest runs, so that running guests
-/// check their quantum; sleeps when no guest runs, so an idle node uses no CPU.
+/// Raises the yield flag of every kernel running a guest, once a tick, so
+/// that running guests check their quantum; sleeps when no guest runs, so
+/// an idle node uses no CPU.
 pub(crate) struct Ticker {
     shared: Arc<TickerShared>,
     thread: std::thread::Thread,
-    engine: Engine,
 }
 
 struct TickerShared {
-    /// Guests running, counted per kernel on separate cache lines: one
-    /// shared counter bounced between cores on every slice of every kernel.
-    running: [Lane; LANES],
+    /// Guests running, counted per kernel (as its yield flag, kernel `i`
+    /// in `i % SLOTS`) on separate cache lines: one shared counter bounced
+    /// between cores on every slice of every kernel.
+    running: Box<[Lane]>,
+    /// One past the highest kernel that ever ran a guest: the ticker looks
+    /// no further.
+    lanes_used: AtomicUsize,
+    flags: YieldFlags,
     /// Set while the ticker sleeps in `park`: only then does `enter` pay
     /// for an unpark (a futex wake and a task switch, ~1 µs). Kernels enter
     /// and leave guests thousands of times per millisecond under IPC.
@@ -639,38 +694,55 @@ struct TickerShared {
 /// Idle ticks before the ticker parks: no guest ran for this many ticks.
 const IDLE_TICKS: u32 = 10;
 
-/// Kernel `i` counts its running guest in lane `i % LANES`.
-const LANES: usize = 64;
-
 #[repr(align(128))]
 #[derive(Default)]
 struct Lane(AtomicUsize);
 
 impl TickerShared {
+    fn lane(&self, index: u16) -> &Lane {
+        &self.running[index as usize % SLOTS]
+    }
+
+    fn used(&self) -> &[Lane] {
+        &self.running[..self.lanes_used.load(Ordering::SeqCst)]
+    }
+
     fn any_running(&self) -> bool {
-        self.running.iter().any(|l| l.0.load(Ordering::SeqCst) > 0)
+        self.used().iter().any(|l| l.0.load(Ordering::SeqCst) > 0)
+    }
+
+    /// Raises the flag of every kernel running a guest; whether any was.
+    fn raise_running(&self) -> bool {
+        let mut any = false;
+        for (i, lane) in self.used().iter().enumerate() {
+            if lane.0.load(Ordering::SeqCst) > 0 {
+                self.flags.raise(i as u16);
+                any = true;
+            }
+        }
+        any
     }
 }
 
 impl Ticker {
-    fn start(engine: Engine, tick: Duration) -> Ticker {
+    fn start(flags: YieldFlags, tick: Duration) -> Ticker {
         let shared = Arc::new(TickerShared {
-            running: std::array::from_fn(|_| Lane::default()),
+            running: (0..SLOTS).map(|_| Lane::default()).collect(),
+            lanes_used: AtomicUsize::new(0),
+            flags,
             parked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             on_tick: OnceLock::new(),
         });
         let s = shared.clone();
-        let ticking = engine.clone();
         let handle = std::thread::Builder::new()
             .name("atoll-ticker".into())
             .spawn(move || {
                 let mut idle = 0;
                 while !s.stop.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
-                    if s.any_running() {
+                    if s.raise_running() {
                         idle = 0;
-                        ticking.increment_epoch();
                         if let Some(f) = s.on_tick.get() {
                             f();
                         }
@@ -693,36 +765,38 @@ impl Ticker {
         Ticker {
             thread: handle.thread().clone(),
             shared,
-            engine,
         }
+    }
+
+    /// The node's yield flags.
+    pub(crate) fn flags(&self) -> &YieldFlags {
+        &self.shared.flags
     }
 
     /// Makes the guest running on kernel `index` (if any) check for
     /// pending messages at its next safepoint, instead of at the next tick.
     pub(crate) fn interrupt(&self, index: u16) {
-        if self.shared.running[index as usize % LANES]
-            .0
-            .load(Ordering::SeqCst)
-            > 0
-        {
-            self.engine.increment_epoch();
+        if self.shared.lane(index).0.load(Ordering::SeqCst) > 0 {
+            self.shared.flags.raise(index);
         }
     }
 
     /// A guest starts running on kernel `index`; wakes the ticker if it sleeps.
     pub(crate) fn enter(&self, index: u16) {
-        self.shared.running[index as usize % LANES]
-            .0
-            .fetch_add(1, Ordering::SeqCst);
-        if self.shared.parked.load(Ordering::SeqCst) {
+        let s = &self.shared;
+        let lanes = index as usize % SLOTS + 1;
+        // Read first: the line stays shared between the kernels' cores.
+        if s.lanes_used.load(Ordering::SeqCst) < lanes {
+            s.lanes_used.fetch_max(lanes, Ordering::SeqCst);
+        }
+        s.lane(index).0.fetch_add(1, Ordering::SeqCst);
+        if s.parked.load(Ordering::SeqCst) {
             self.thread.unpark();
         }
     }
 
     pub(crate) fn leave(&self, index: u16) {
-        self.shared.running[index as usize % LANES]
-            .0
-            .fetch_sub(1, Ordering::SeqCst);
+        self.shared.lane(index).0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -789,6 +863,46 @@ mod tests {
         let after = ticks.load(Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(ticks.load(Ordering::SeqCst), after);
+    }
+
+    #[test]
+    fn only_a_prepared_module_reads_the_yield_flags_and_none_writes_them() {
+        use atoll_prepare::conventions::PREPARED_VERSION;
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let hash = content_hash(b"source");
+        let module = |body: &str, mark: &str| {
+            format!(
+                r#"(module (import "atoll" "yield_flags" (memory 1 1 shared))
+                     (memory (export "memory") 1)
+                     (func (export "_start") {body})
+                     (@custom "atoll.prepared" "{mark}"))"#
+            )
+        };
+        let read = "(drop (i32.load 0 (i32.const 0)))";
+        let write = "(i32.store 0 (i32.const 0) (i32.const 0))";
+        let error = |wat: String| runtime.load(wat.as_bytes(), false).err().unwrap();
+        // Made by hand, unprepared: it may not even link them.
+        let unmarked = module(read, "").replace(r#"(@custom "atoll.prepared" "")"#, "");
+        let e = error(unmarked);
+        assert!(
+            matches!(&e, LoadError::Link(why) if why.contains("only modules prepared")),
+            "{e}"
+        );
+        // Marked as prepared, it is run as it is only if it just reads them.
+        runtime
+            .load(
+                module(read, &format!("{PREPARED_VERSION} {hash}")).as_bytes(),
+                false,
+            )
+            .unwrap();
+        let e = error(module(write, &format!("{PREPARED_VERSION} {hash}")));
+        assert!(
+            matches!(&e, LoadError::Prepare(PrepareError::Unsupported(_))),
+            "{e}"
+        );
+        // Prepared by another version of atoll: its checks may differ.
+        let e = error(module(read, &format!("v0 {hash}")));
+        assert!(e.to_string().contains("another version of atoll"), "{e}");
     }
 
     #[test]

@@ -353,7 +353,7 @@ pub fn run(ctx: &Context, build: &Path, a: Args) -> anyhow::Result<MigrateReport
             GAP.as_millis()
         ),
         "downtime: from the freeze at a safepoint on the source until the process is back in a run queue on the destination, which includes the commit at the process's home kernel (kernel 0 here); the median, and the worst of the configuration's migrations; total: from the request until the destination confirmed (both measured by the node, MigrationReport)".into(),
-        "a kernel busy running a guest hears requests and messages (a migration request, a commit at the home kernel) at the guest's next safepoint: the sender bumps the engine's epoch; the worst downtimes of a batch are slices of other processes that had already begun".into(),
+        "a kernel busy running a guest hears requests and messages (a migration request, a commit at the home kernel) at the guest's next safepoint: the sender raises that kernel's yield flag; the worst downtimes of a batch are slices of other processes that had already begun".into(),
         "hand-over: the container (store, memory and all) is handed to the other kernel thread, nothing is copied; copy: pre-copy rounds while the process runs (writes tracked by mprotect write protection), then a stop-and-copy of what is still dirty, through the portal".into(),
         format!(
             "pre-copy policy: freeze when the dirty set is at most {} KiB, no longer shrinks, or after {} rounds",

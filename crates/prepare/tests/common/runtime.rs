@@ -5,8 +5,51 @@
 
 #![allow(dead_code)] // shared by several test binaries and an example, each using a subset
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use atoll_prepare::conventions::*;
-use wasmtime::{Caller, Engine, Instance, Linker, Module, Store, Val};
+use wasmtime::{
+    Caller, Config, Engine, Instance, Linker, MemoryType, Module, SharedMemory, Store, Val,
+};
+
+/// An engine that can make the flag page (a shared memory) and runs
+/// without epoch checks, as the runtime's.
+pub fn engine() -> Engine {
+    let mut config = Config::new();
+    config.shared_memory(true);
+    Engine::new(&config).unwrap()
+}
+
+/// The flag page, as the runtime keeps it for a node, with one kernel:
+/// its flag is at offset 0, where `atoll_flag_at` points until the host
+/// moves it.
+#[derive(Clone)]
+pub struct Flags(SharedMemory);
+
+impl Flags {
+    pub fn new(engine: &Engine) -> Self {
+        Flags(SharedMemory::new(engine, MemoryType::shared(1, 1)).unwrap())
+    }
+
+    fn flag(&self) -> &AtomicU32 {
+        // SAFETY: offset 0 of a live, 4-aligned page; every host access is
+        // atomic, and the guest only reads it.
+        unsafe { AtomicU32::from_ptr(self.0.data()[0].get().cast()) }
+    }
+
+    /// Makes the process stop at its next safepoint check (from any thread).
+    pub fn raise(&self) {
+        self.flag().store(1, Ordering::Relaxed);
+    }
+
+    pub fn is_raised(&self) -> bool {
+        self.flag().load(Ordering::Relaxed) != 0
+    }
+
+    fn lower(&self) {
+        self.flag().store(0, Ordering::Relaxed);
+    }
+}
 
 /// What survives a migration: the memory and the exported mutable globals.
 pub struct Snapshot {
@@ -31,29 +74,31 @@ fn call<T>(caller: &mut Caller<'_, T>, name: &str, args: &[Val]) -> wasmtime::Re
     Ok(results.first().and_then(Val::i32).unwrap_or(0))
 }
 
-/// Defines `atoll.safepoint` as the runtime would: when rewinding, stop the
-/// rewind and carry on; otherwise lower `atoll_yield` and start unwinding.
-pub fn add_safepoint<T: 'static>(linker: &mut Linker<T>) {
+/// Defines `atoll.yield_flags` as `flags`.
+pub fn define_flags<T: Default + 'static>(linker: &mut Linker<T>, flags: &Flags) {
+    let store = Store::new(linker.engine(), T::default());
+    linker
+        .define(&store, FLAGS_MODULE, FLAGS_MEMORY, flags.0.clone())
+        .unwrap();
+}
+
+/// Defines `atoll.yield_flags` as `flags`, and `atoll.safepoint` as the
+/// runtime would: when rewinding, stop the rewind and carry on; otherwise
+/// lower the flag and start unwinding.
+pub fn add_safepoint<T: Default + 'static>(linker: &mut Linker<T>, flags: &Flags) {
+    define_flags(linker, flags);
+    let flags = flags.clone();
     linker
         .func_wrap(
             SAFEPOINT_MODULE,
             SAFEPOINT_NAME,
-            |mut caller: Caller<'_, T>| {
+            move |mut caller: Caller<'_, T>| {
                 if call(&mut caller, ASYNCIFY_GET_STATE, &[])? == ASYNCIFY_STATE_REWINDING {
                     call(&mut caller, ASYNCIFY_STOP_REWIND, &[])?;
                     return Ok(());
                 }
-                let flag = caller
-                    .get_export(YIELD_GLOBAL)
-                    .unwrap()
-                    .into_global()
-                    .unwrap();
-                assert_eq!(
-                    flag.get(&mut caller).i32(),
-                    Some(1),
-                    "safepoint called without a yield"
-                );
-                flag.set(&mut caller, Val::I32(0))?;
+                assert!(flags.is_raised(), "safepoint called without a yield");
+                flags.lower();
                 let memory = caller
                     .get_export(MEMORY_EXPORT)
                     .unwrap()
@@ -129,7 +174,7 @@ pub struct Process<'a, T: 'static, R> {
     /// Host state for a new store, given the previous store's (`None` the
     /// first time).
     pub state: &'a mut dyn FnMut(Option<T>) -> T,
-    /// Prepares each new store and instance (e.g. installs an epoch callback).
+    /// Prepares each new store and instance.
     pub setup: &'a mut dyn FnMut(&mut Store<T>, &Instance),
     /// Calls the export; must pass the same arguments every time.
     pub call: &'a mut dyn FnMut(&mut Store<T>, &Instance) -> wasmtime::Result<R>,

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)] // shared by several test binaries and an example, each using a subset
 
-use wasmtime::{Caller, Extern, Global, Linker, Memory, Val};
+use wasmtime::{Caller, Extern, Linker, Memory};
 
 /// `wasi_snapshot_preview1`.
 const WASI: &str = "wasi_snapshot_preview1";
@@ -19,8 +19,6 @@ pub struct Wasi {
     pub args: Vec<String>,
     /// Everything written to fds 1 and 2.
     pub output: Vec<u8>,
-    /// The instance's `atoll_yield`, raised by the epoch callback.
-    pub yield_flag: Option<Global>,
 }
 
 /// The trap `proc_exit` raises to end the run.
@@ -141,12 +139,4 @@ pub fn exit_code(result: wasmtime::Result<()>) -> wasmtime::Result<i32> {
             None => Err(e),
         },
     }
-}
-
-/// Raises the instance's yield flag (from an epoch deadline callback).
-pub fn raise_yield(mut store: wasmtime::StoreContextMut<'_, Wasi>) -> wasmtime::Result<()> {
-    if let Some(flag) = store.data().yield_flag {
-        flag.set(&mut store, Val::I32(1))?;
-    }
-    Ok(())
 }

@@ -6,10 +6,11 @@
 use std::path::Path;
 
 use atoll_abi::{status, Errno, Pid};
-use wasmtime::{Caller, Linker};
+use wasmtime::{AsContextMut, Caller, Linker};
 
-use super::{clear_yield_flag, enter_kernel, exit_process, take_reply, with_memory};
+use super::{enter_kernel, exit_process, lower_yield_flag, take_reply, with_memory};
 use crate::call::{KernelCall, Reply, SpawnModule, SpawnRequest, Yielding};
+use crate::container::kernel_needs_the_core;
 use crate::ctx::ProcCtx;
 use crate::fd::FdTable;
 use crate::fs::op::Beneath;
@@ -40,17 +41,22 @@ pub(super) fn register(linker: &mut Linker<ProcCtx>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Called by a prepared module at a loop header or function entry when its
-/// yield flag is set: the slice is over.
+/// Called by a prepared module at a loop's back edge or a function's entry
+/// when its kernel's yield flag is raised: the slice is over if the quantum
+/// is, or if the kernel has messages it must leave the process for (those
+/// that only join its queues are taken in now, and it goes on).
 fn safepoint(mut c: Caller<'_, ProcCtx>) -> wasmtime::Result<()> {
     if take_reply(&mut c)?.is_some() {
         return Ok(());
     }
-    clear_yield_flag(&mut c)?;
+    // Lowered first: a raise from now on is seen at the next check.
+    lower_yield_flag(&c);
     let why = if quanta::Instant::now() >= c.data().deadline {
         Yielding::Quantum
-    } else {
+    } else if (c.data().host.wake)() && kernel_needs_the_core(&mut c.as_context_mut()) {
         Yielding::Messages
+    } else {
+        return Ok(());
     };
     // Only prepared modules call this, and they can always unwind.
     enter_kernel(&mut c, KernelCall::Yield(why))

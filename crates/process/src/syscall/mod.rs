@@ -19,7 +19,7 @@ mod wasi;
 mod wasi_fs;
 
 use atoll_abi::{Errno, KernelId};
-use wasmtime::{Caller, Linker, Val};
+use wasmtime::{Caller, Linker};
 
 use crate::call::{CallState, KernelCall, Reply};
 use crate::ctx::ProcCtx;
@@ -188,10 +188,10 @@ pub(crate) fn take_reply(caller: &mut Caller<'_, ProcCtx>) -> wasmtime::Result<O
     Ok(Some(reply).filter(|r| *r != Reply::Retry))
 }
 
-/// Clears the safepoint flag of a prepared module.
-pub(crate) fn clear_yield_flag(caller: &mut Caller<'_, ProcCtx>) -> wasmtime::Result<()> {
-    if let Some(a) = caller.data().exports().asyncify.clone() {
-        a.yield_flag.set(&mut *caller, Val::I32(0))?;
+/// Lowers the yield flag of the caller's kernel.
+pub(crate) fn lower_yield_flag(caller: &Caller<'_, ProcCtx>) {
+    let ctx = caller.data();
+    if let Some(flags) = &ctx.flags {
+        flags.lower(ctx.host.kernel.index);
     }
-    Ok(())
 }
