@@ -34,7 +34,7 @@ pub fn prepare_wat(wat: &str) -> Vec<u8> {
 /// A command with a loop that touches memory and a global, a recursive
 /// function with a shadow stack (through a mutable `$sp` global, like clang's
 /// `__stack_pointer`), and a memory that grows. Calls `env.tick` once per loop
-/// iteration and once per call of `$fib`, so the host can raise `atoll_yield`
+/// iteration and once per call of `$fib`, so the host can raise the yield flag
 /// at any point.
 ///
 /// Globals (input indices): 0 `$sp`, 1 `$k` (immutable), 2 `$acc`.
