@@ -5,6 +5,7 @@ mod common;
 use std::time::Duration;
 
 use atoll_abi::{status, KernelId};
+use atoll_migration::Mode;
 use atoll_process::Preopen;
 use common::*;
 
@@ -61,6 +62,28 @@ fn a_spinning_process_does_not_starve_its_neighbour() {
         .find(|p| p.pid == spinner)
         .expect("spinner still runs");
     assert!(spin.cpu_ns > 0);
+    node.kill(spinner, status::SIGKILL).unwrap();
+    assert_eq!(spin_done.recv_timeout(HANG).unwrap(), status::killed(9));
+}
+
+/// Each kernel has its own yield flag, and a process reads its kernel's: one
+/// handed over to another kernel (and back) must stop there for its
+/// neighbours too, in either mode.
+#[test]
+fn a_spinning_process_moved_to_another_kernel_still_gives_way_there() {
+    let node = node(2);
+    let (spinner, _, spin_done) = start(&node, &on(job("spin", &[]), 0));
+    for mode in [Mode::Handover, Mode::Copy] {
+        for (to, back) in [(1, 0), (0, 1)] {
+            node.migrate(spinner, k(to), Some(mode)).unwrap();
+            let (status, out) = run(&node, &on(job("hello", &[]), to));
+            assert_eq!(status, 0, "{mode:?} to {to}: {}", out.stderr());
+            assert!(out.stdout().contains(&format!("on kernel {to} of 2")));
+            // The kernel it left has nothing to preempt any more.
+            let (status, _) = run(&node, &on(job("hello", &[]), back));
+            assert_eq!(status, 0);
+        }
+    }
     node.kill(spinner, status::SIGKILL).unwrap();
     assert_eq!(spin_done.recv_timeout(HANG).unwrap(), status::killed(9));
 }
