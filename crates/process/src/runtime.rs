@@ -19,7 +19,7 @@ use atoll_prepare::conventions::{FLAGS_MEMORY, FLAGS_MODULE};
 use atoll_prepare::{content_hash, ContentHash, PrepareError};
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
-    PoolingAllocationConfig,
+    PoolingAllocationConfig, ProfilingStrategy,
 };
 
 use crate::ctx::ProcCtx;
@@ -512,6 +512,10 @@ impl Runtime {
     }
 }
 
+/// Set (to anything) in a node's environment, it writes a perf map of the
+/// guests' code.
+pub const PERF_MAP_ENV: &str = "ATOLL_PERF_MAP";
+
 /// Bytes of an ended process's memory its pool slot keeps mapped.
 pub(crate) const KEEP_RESIDENT: usize = 16 << 20;
 
@@ -559,6 +563,11 @@ fn engine(config: &RuntimeConfig) -> anyhow::Result<Engine> {
         .decommit_batch_size(1)
         .pagemap_scan(Enabled::Auto);
     wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    // For `perf record`: the node writes /tmp/perf-PID.map, naming the
+    // guests' compiled functions (docs/operating.md).
+    if std::env::var_os(PERF_MAP_ENV).is_some() {
+        wasm.profiler(ProfilingStrategy::PerfMap);
+    }
     match Engine::new(&wasm) {
         Ok(engine) => Ok(engine),
         Err(e) => {
