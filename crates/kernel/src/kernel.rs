@@ -1253,7 +1253,7 @@ impl Kernel {
         } = packet;
         match packet.msg {
             NocMsg::Spawn { parent, spec } => {
-                let result = self.create(spec, Some(parent)).map_err(|(errno, why)| {
+                let result = self.create(*spec, Some(parent)).map_err(|(errno, why)| {
                     tracing::warn!(kernel = %self.id, %parent, "spawn failed: {why}");
                     errno
                 });
@@ -1311,7 +1311,7 @@ impl Kernel {
                 self.send(kernel, NocMsg::Reported { req, report });
             }
             NocMsg::Start { spec, kernel, req } => {
-                let result = self.create(spec, None).map_err(|(_, why)| why);
+                let result = self.create(*spec, None).map_err(|(_, why)| why);
                 self.answer_start(JobAsker::Kernel { kernel, req }, result);
             }
             NocMsg::Restore { kernel, req, .. } => {
@@ -1482,6 +1482,7 @@ impl Kernel {
             Control::Start { spec, on, reply } => {
                 let req = self.park(Pending::Start(reply), Awaits::Kernel(on));
                 let kernel = self.id;
+                let spec = Box::new(spec);
                 self.send(on, NocMsg::Start { spec, kernel, req });
             }
             Control::Ps { reply } => {

@@ -534,6 +534,7 @@ impl Kernel {
             return self.place(AfterPlace::Spawn { parent, spec });
         };
         if target != self.id {
+            let spec = Box::new(spec);
             return self.send(target, NocMsg::Spawn { parent, spec });
         }
         let result = self.create(spec, Some(parent)).map_err(|(errno, why)| {

@@ -71,7 +71,7 @@ impl Kernel {
         msg: MigrationMsg,
         bulk: Option<Vec<u8>>,
         handover: Option<Handover>,
-        files: Option<HostFiles>,
+        files: Option<Box<HostFiles>>,
     ) {
         // The process comes back from another node before the answer to
         // its move from here (that answer travels the control connection,
@@ -133,7 +133,7 @@ impl Kernel {
                 // kernel of this node, with the host files it keeps.
                 let arrived = self.on_final(from, pid, req, bulk, late).and_then(|mut c| {
                     if let Some(files) = files {
-                        c.adopt_files(files);
+                        c.adopt_files(*files);
                     }
                     self.arrive(c, arrival).map_err(|(why, _)| why)
                 });

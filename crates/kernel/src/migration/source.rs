@@ -632,7 +632,7 @@ impl Kernel {
         let module = p.container.uarea().module;
         let late = d.late.clone();
         // Copied within the node, it keeps its host files open there too.
-        let files = (to.node == self.id.node).then(|| p.container.duplicate_files());
+        let files = (to.node == self.id.node).then(|| Box::new(p.container.duplicate_files()));
         d.phase = Phase::Frozen {
             tracker,
             process: Some(p),
