@@ -514,7 +514,7 @@ impl Runtime {
 
 /// Set (to anything) in a node's environment, it writes a perf map of the
 /// guests' code.
-pub const PERF_MAP_ENV: &str = "ATOLL_PERF_MAP";
+const PERF_MAP_ENV: &str = "ATOLL_PERF_MAP";
 
 /// Bytes of an ended process's memory its pool slot keeps mapped.
 pub(crate) const KEEP_RESIDENT: usize = 16 << 20;
@@ -564,7 +564,7 @@ fn engine(config: &RuntimeConfig) -> anyhow::Result<Engine> {
         .pagemap_scan(Enabled::Auto);
     wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     // For `perf record`: the node writes /tmp/perf-PID.map, naming the
-    // guests' compiled functions (docs/operating.md).
+    // guests' compiled functions (README.md, "Using atoll").
     if std::env::var_os(PERF_MAP_ENV).is_some() {
         wasm.profiler(ProfilingStrategy::PerfMap);
     }
