@@ -242,10 +242,13 @@ pub(crate) struct Kernel {
     /// first.
     early_control: VecDeque<Control>,
     early_loaded: VecDeque<Loaded>,
-    /// The running process's IPC state, lent back to the kernel while it
-    /// serves messages for it in the middle of its call
+    /// The process whose IPC state is lent back to the kernel while it
+    /// serves messages for it in the middle of the process's call
     /// (`ipc/in_place.rs`); [`ipc_state`](Self::ipc_state) finds it there.
-    pub(crate) caller_ipc: Option<(Pid, IpcState)>,
+    pub(crate) lent_to: Option<Pid>,
+    /// That state while it is lent; a blank one, swapped into the process
+    /// meanwhile, when it is not.
+    pub(crate) lent_ipc: Box<IpcState>,
     /// How long the running process's calls waited in place this slice:
     /// idle time, taken off its CPU time.
     pub(crate) waited_in_place: Duration,
@@ -314,7 +317,8 @@ impl Kernel {
             early: VecDeque::new(),
             early_control: VecDeque::new(),
             early_loaded: VecDeque::new(),
-            caller_ipc: None,
+            lent_to: None,
+            lent_ipc: Box::new(IpcState::new(None)),
             waited_in_place: Duration::ZERO,
             unconfirmed: Vec::new(),
             ipc: IpcCounters::default(),
@@ -874,7 +878,7 @@ impl Kernel {
         // Before the container goes: pre-copy may have write-protected it.
         self.abandon_departure(pid, code);
         let mut p = self.procs.remove(&pid).expect("checked above");
-        let ipc = std::mem::replace(&mut p.container.uarea_mut().ipc, IpcState::new(None));
+        let ipc = std::mem::replace(&mut *p.container.uarea_mut().ipc, IpcState::new(None));
         self.ipc_ended(pid, ipc, &p.container.uarea().call);
         let quotas = std::mem::take(&mut p.container.uarea_mut().quotas);
         self.release(quotas.counted);

@@ -341,7 +341,7 @@ impl Kernel {
         u.pid = child;
         u.parent = Some(parent);
         u.children = Children::default();
-        u.ipc = IpcState::new(u.ipc.domain);
+        *u.ipc = IpcState::new(u.ipc.domain);
         u.call = CallState::Replied(Reply::Forked);
         // POSIX: the child has one thread, the one that forked (the one in
         // the kernel).

@@ -215,7 +215,7 @@ pub trait KernelLink {
 /// its PID, its IPC state and its memory.
 pub struct IpcCaller<'a> {
     pub pid: Pid,
-    pub ipc: &'a mut IpcState,
+    pub ipc: &'a mut Box<IpcState>,
     pub memory: &'a mut [u8],
     /// No other thread of the process could run while this one waits: the
     /// kernel may let the call wait in place rather than unwind.

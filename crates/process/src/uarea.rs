@@ -54,8 +54,11 @@ pub struct UArea {
     pub console: ConsoleId,
     pub fds: FdTable,
     pub children: Children,
-    /// Domain, pending notifications, blocked senders, grants.
-    pub ipc: IpcState,
+    /// Domain, pending notifications, blocked senders, grants. Boxed: a
+    /// kernel borrows it for a while in the middle of the process's call
+    /// (`ipc/in_place.rs` of the kernel), and swapping a pointer costs
+    /// nothing where moving the state was a `memmove` each way.
+    pub ipc: Box<IpcState>,
     /// What the process is doing with respect to the kernel: running,
     /// blocked in a call, or about to return from one.
     pub call: CallState,
@@ -312,7 +315,7 @@ impl UArea {
             console,
             fds,
             children: Children::default(),
-            ipc: IpcState::new(domain),
+            ipc: Box::new(IpcState::new(domain)),
             call: CallState::Running,
             started: false,
             stack_area: None,

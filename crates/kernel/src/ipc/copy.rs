@@ -173,10 +173,8 @@ impl Kernel {
     /// As [`copy_read`](Self::copy_read), for a copy out of the memory of
     /// the caller waiting in place (its IPC state lent to the kernel).
     pub(super) fn copy_read_caller(&mut self, copy: CopyOrder, memory: &[u8]) {
-        let (_, lent) = self
-            .caller_ipc
-            .as_ref()
-            .expect("lent while waiting in place");
+        debug_assert!(self.lent_to.is_some(), "lent while waiting in place");
+        let lent = &self.lent_ipc;
         let len = copy.req.len as usize;
         let result = match locate(&copy, copy.req.src, Access::READ, lent, memory.len()) {
             Ok(a) => {
@@ -210,10 +208,8 @@ impl Kernel {
         memory: &mut [u8],
     ) -> Result<(), Errno> {
         check_length(copy, bytes)?;
-        let (_, lent) = self
-            .caller_ipc
-            .as_ref()
-            .expect("lent while waiting in place");
+        debug_assert!(self.lent_to.is_some(), "lent while waiting in place");
+        let lent = &self.lent_ipc;
         let to = locate(copy, copy.req.dst, Access::WRITE, lent, memory.len())? as usize;
         memory[to..to + bytes.len()].copy_from_slice(bytes);
         self.copied(copy);

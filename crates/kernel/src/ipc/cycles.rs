@@ -54,7 +54,7 @@ impl Kernel {
             }
             // A caller waiting in place is not blocked (yet): the chain
             // ends there, and it walks its own when it blocks.
-            if self.caller_ipc.as_ref().is_some_and(|(c, _)| *c == at) {
+            if self.lent_to == Some(at) {
                 return;
             }
             if !self.procs.contains_key(&at) {

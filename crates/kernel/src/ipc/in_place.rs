@@ -21,7 +21,7 @@
 //! ([`Kernel::take_in_noc`]), and [`Kernel::forward`] keeps the caller's
 //! own messages aside (`deferred`), in order. Those are served from the
 //! front, with the caller's IPC state lent back to the kernel for the
-//! moment (`caller_ipc`), as far as they are what the call waits for or
+//! moment (`lent_ipc`), as far as they are what the call waits for or
 //! need no more of the caller than its queues and its grants (letters,
 //! notifications, its letters taken, a copy out of its memory for another
 //! process: an MPI rendezvous). Anything else for the caller, or any
@@ -35,7 +35,7 @@
 //! queues does not stop it.
 
 use atoll_abi::{Errno, Pid};
-use atoll_ipc::{CallKind, DomainId, IpcCall, IpcState, Phase, MESSAGE_SIZE};
+use atoll_ipc::{CallKind, DomainId, IpcCall, Phase, MESSAGE_SIZE};
 use atoll_process::{IpcCaller, IpcOutcome, Loan};
 
 use super::IpcMsg;
@@ -204,8 +204,8 @@ impl Kernel {
             return None;
         }
         let (seq, domain) = (me.ipc.seq, me.ipc.domain);
-        let lent = std::mem::replace(&mut *me.ipc, IpcState::new(None));
-        self.caller_ipc = Some((me.pid, lent));
+        std::mem::swap(me.ipc, &mut self.lent_ipc);
+        self.lent_to = Some(me.pid);
         let mut result = None;
         while result.is_none() {
             let Some(packet) = self.deferred.first() else {
@@ -222,7 +222,7 @@ impl Kernel {
             let NocMsg::Ipc(m) = packet.msg else {
                 unreachable!("checked above")
             };
-            let (_, state) = self.caller_ipc.as_mut().expect("lent above");
+            let state = &mut self.lent_ipc;
             match take {
                 Take::Serve => self.on_ipc(m, packet.bulk, packet.lent),
                 Take::Drop | Take::Stop => {}
@@ -272,8 +272,8 @@ impl Kernel {
                 }
             }
         }
-        let (_, lent) = self.caller_ipc.take().expect("lent above");
-        *me.ipc = lent;
+        self.lent_to = None;
+        std::mem::swap(me.ipc, &mut self.lent_ipc);
         result
     }
 }

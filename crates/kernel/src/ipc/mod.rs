@@ -302,17 +302,17 @@ impl Kernel {
     /// The IPC state of `pid`, which runs here (or is the caller waiting
     /// in place, whose state is lent to the kernel meanwhile).
     pub(super) fn ipc_state(&mut self, pid: Pid) -> Option<&mut IpcState> {
-        match &mut self.caller_ipc {
-            Some((caller, state)) if *caller == pid => Some(state),
-            _ => Some(&mut self.procs.get_mut(&pid)?.container.uarea_mut().ipc),
+        if self.lent_to == Some(pid) {
+            return Some(&mut self.lent_ipc);
         }
+        Some(&mut self.procs.get_mut(&pid)?.container.uarea_mut().ipc)
     }
 
     pub(super) fn domain_of(&self, pid: Pid) -> Option<DomainId> {
-        match &self.caller_ipc {
-            Some((caller, state)) if *caller == pid => state.domain,
-            _ => self.procs.get(&pid)?.container.uarea().ipc.domain,
+        if self.lent_to == Some(pid) {
+            return self.lent_ipc.domain;
         }
+        self.procs.get(&pid)?.container.uarea().ipc.domain
     }
 
     /// Answers `pid`'s call and makes it runnable.
