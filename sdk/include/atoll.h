@@ -401,7 +401,8 @@ static inline int atoll_migrate_to(int kernel)
  *                           ANY) arrives; pending notifications come first.
  *                           status (may be NULL) receives how it was sent:
  *                           IPC_STATUS_CALL(status) is SEND, SENDREC, NOTIFY,
- *                           SENDNB or SENDA.
+ *                           SENDNB or SENDA; IPC_STATUS_MORE(status) says
+ *                           whether more from `from` were waiting.
  *   ipc_sendrec(to, &m)     sends m and waits for the reply from `to`, which
  *                           overwrites m (the server answers with ipc_send).
  *   ipc_notify(to)          never blocks; delivered at to's next receive as a
@@ -480,7 +481,14 @@ static inline int atoll_migrate_to(int kernel)
 #define SENDA 16
 #define IPC_STATUS_CALL(status) ((status) & 0xFF)
 /* Bytes of the received message's body (ipc_senda_body), 0 if none. */
-#define IPC_STATUS_BODY(status) ((uint32_t)(status) >> 8)
+#define IPC_STATUS_BODY(status) (((uint32_t)(status) >> 8) & 0x7FFFFF)
+/* 1 if another message from the same `from` was already waiting when this
+ * one was received: the next receive from it returns at once (unless a
+ * sender blocked in ipc_send ends or moves meanwhile: letters and
+ * notifications stay). 0 says nothing more had come yet: a loop that
+ * drains what came stops there, rather than make a last ipc_receivenb
+ * that finds nothing. */
+#define IPC_STATUS_MORE(status) ((uint32_t)(status) >> 31)
 
 /* Letters of ipc_senda one sender may have untaken by one receiver. */
 #define ATOLL_ASYNC_WINDOW 64

@@ -147,8 +147,12 @@ void mpi_progress(bool block)
      */
     if (err == ENOTREADY)
         sched_yield();
+    /* Drains what had come: the kernel says when nothing more had (a last
+     * receivenb would cost a system call to find nothing). */
     while (err == 0) {
         dispatch(&m, status);
+        if (!IPC_STATUS_MORE(status))
+            return;
         err = ipc_receivenb(ANY, &m, &status);
     }
     if (err != ENOTREADY)

@@ -74,11 +74,19 @@ pub enum CallKind {
     SendA = 16,
 }
 
+/// The bit of a receiver's status word that says a receive from the same
+/// source would take another message at once (`IPC_STATUS_MORE`): a
+/// library that drains what came (MPI's progress) stops without a last
+/// `receivenb` that finds nothing.
+pub const STATUS_MORE: u32 = 1 << 31;
+
 impl CallKind {
-    /// The value written to the receiver's status word: the call, and the
-    /// length of the message's body above it (`IPC_STATUS_BODY`).
-    pub fn status(self, body: Option<&[u8]>) -> u32 {
-        self as u32 | (body.map_or(0, <[u8]>::len) as u32) << 8
+    /// The value written to the receiver's status word: the call, the
+    /// length of the message's body above it (`IPC_STATUS_BODY`), and
+    /// [`STATUS_MORE`] if `more`.
+    pub fn status(self, body: Option<&[u8]>, more: bool) -> u32 {
+        let more = if more { STATUS_MORE } else { 0 };
+        self as u32 | (body.map_or(0, <[u8]>::len) as u32) << 8 | more
     }
 }
 
@@ -96,5 +104,19 @@ mod tests {
         assert!(m.as_bytes()[PAYLOAD_OFFSET..].iter().all(|&b| b == 0));
         let bytes = postcard::to_allocvec(&m).unwrap();
         assert_eq!(postcard::from_bytes::<Message>(&bytes).unwrap(), m);
+    }
+
+    #[test]
+    fn status_word_holds_call_body_and_more_apart() {
+        let body = vec![0; crate::state::BODY_MAX];
+        let status = CallKind::SendA.status(Some(&body), true);
+        assert_eq!(status & 0xFF, CallKind::SendA as u32, "IPC_STATUS_CALL");
+        assert_eq!(
+            (status >> 8) & 0x7F_FFFF,
+            body.len() as u32,
+            "IPC_STATUS_BODY"
+        );
+        assert_eq!(status >> 31, 1, "IPC_STATUS_MORE");
+        assert_eq!(CallKind::Send.status(None, false), CallKind::Send as u32);
     }
 }

@@ -83,6 +83,15 @@ impl IpcState {
         self.senders.remove(i)
     }
 
+    /// Whether a receive from `from` (`None`: anyone) would take a message
+    /// now: a notification or a waiting sender.
+    pub fn has_message(&self, from: Option<Pid>) -> bool {
+        match from {
+            Some(p) => self.notifications.contains(&p) || self.senders.iter().any(|s| s.from == p),
+            None => !self.notifications.is_empty() || !self.senders.is_empty(),
+        }
+    }
+
     /// Takes a pending notification that `from` admits (lowest PID first, as
     /// Minix scans its bitmap).
     pub fn take_notification(&mut self, from: Option<Pid>) -> Option<Pid> {
@@ -413,6 +422,28 @@ mod tests {
         assert_eq!(a.take_next(), Some(letter(3)), "with its body");
         assert_eq!(a.next, 4);
         assert!(a.early.is_empty());
+    }
+
+    #[test]
+    fn has_message_sees_what_a_receive_would_take() {
+        let mut s = IpcState::new(None);
+        assert!(!s.has_message(None));
+        s.senders.push_back(WaitingSender {
+            from: pid(2),
+            kind: CallKind::SendA,
+            seq: 0,
+            msg: Some(Message::notification(pid(2))),
+            body: None,
+        });
+        s.notifications.insert(pid(3));
+        assert!(s.has_message(None));
+        assert!(s.has_message(Some(pid(2))), "its letter");
+        assert!(s.has_message(Some(pid(3))), "its notification");
+        assert!(!s.has_message(Some(pid(4))), "nothing from it");
+        assert!(s.take_sender(Some(pid(2))).is_some());
+        assert!(!s.has_message(Some(pid(2))));
+        assert_eq!(s.take_notification(None), Some(pid(3)));
+        assert!(!s.has_message(None));
     }
 
     #[test]

@@ -76,6 +76,17 @@ impl Kernel {
         !self.early.is_empty() || !self.deferred.is_empty() || self.has_local_work()
     }
 
+    /// Before a receive: serves what came for the caller since its last
+    /// call and only joins its queues (a call that waited in place ends at
+    /// the message it waited for, and leaves those that came with it), so
+    /// that the receive finds them rather than block until the loop serves
+    /// them at the slice's end.
+    pub(super) fn take_deferred_before_receive(&mut self, me: &mut IpcCaller<'_>) {
+        if !self.deferred.is_empty() {
+            self.take_deferred(me, None);
+        }
+    }
+
     /// A blocking `receive` (`call`) that first waits in place while it may.
     pub(super) fn receive_waiting(
         &mut self,
@@ -85,6 +96,7 @@ impl Kernel {
         msg: u32,
         status: u32,
     ) -> IpcOutcome {
+        self.take_deferred_before_receive(me);
         if !self.may_wait_in_place(me) {
             return self.receive(me, call, from, msg, status);
         }

@@ -154,6 +154,7 @@ impl KernelLink for Kernel {
                 self.receive_waiting(&mut me, call, from, msg, status)
             }
             IpcCall::ReceiveNb { from, msg, status } => {
+                self.take_deferred_before_receive(&mut me);
                 self.receive(&mut me, call, from, msg, status)
             }
             IpcCall::Notify { to } => {

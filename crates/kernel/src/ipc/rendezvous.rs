@@ -241,9 +241,10 @@ impl Kernel {
             None
         };
         if let Some((msg, kind)) = taken {
+            let more = me.ipc.has_message(from);
             me.memory[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(msg.as_bytes());
             me.memory[status as usize..status as usize + 4]
-                .copy_from_slice(&kind.status(me.ipc.body.as_deref()).to_le_bytes());
+                .copy_from_slice(&kind.status(me.ipc.body.as_deref(), more).to_le_bytes());
             me.ipc.stats.received += 1;
             return IpcOutcome::Done(Ok(()));
         }
@@ -294,9 +295,9 @@ impl Kernel {
         msg: &Message,
         body: Option<Vec<u8>>,
     ) {
-        let Some((addr, status)) = (match self.ipc_call(receiver) {
-            Some(&IpcCall::Receive { msg, status, .. }) => Some((msg, Some(status))),
-            Some(&IpcCall::SendRec { msg, .. }) => Some((msg, None)),
+        let Some((addr, status, want)) = (match self.ipc_call(receiver) {
+            Some(&IpcCall::Receive { msg, status, from }) => Some((msg, Some(status), from)),
+            Some(&IpcCall::SendRec { msg, .. }) => Some((msg, None, None)),
             _ => None,
         }) else {
             return;
@@ -310,11 +311,12 @@ impl Kernel {
             }
             r = self.procs.get_mut(&receiver).expect("just woken");
         }
+        let more = status.is_some() && r.container.uarea().ipc.has_message(want);
         let mem = r.container.memory_mut();
         mem[addr as usize..addr as usize + MESSAGE_SIZE].copy_from_slice(msg.as_bytes());
         if let Some(status) = status {
             mem[status as usize..status as usize + 4]
-                .copy_from_slice(&kind.status(body.as_deref()).to_le_bytes());
+                .copy_from_slice(&kind.status(body.as_deref(), more).to_le_bytes());
         }
         let u = r.container.uarea_mut();
         u.ipc.body = body;
