@@ -224,6 +224,9 @@ pub(crate) struct Kernel {
     worked_at: quanta::Instant,
     /// `slices` when `worked_at` was last set.
     worked_slices: u64,
+    /// When the last slice ended, as its process read the clock: the loop
+    /// checks its tick against that rather than read the clock again.
+    slice_end: Option<quanta::Instant>,
     /// Live processes this kernel keeps at most; the others are dormant.
     pub(crate) live_budget: usize,
     /// This kernel's copy of the node's domain table.
@@ -309,6 +312,7 @@ impl Kernel {
             messages: 0,
             worked_at: quanta::Instant::now(),
             worked_slices: 0,
+            slice_end: None,
             live_budget,
             domains: Arc::new(DomainTable::default()),
             quotas: Default::default(),
@@ -402,7 +406,8 @@ impl Kernel {
             if !self.procs.is_empty() {
                 self.placement.hurry();
             }
-            if self.placement.until_tick().is_zero() {
+            let now = self.slice_end.take().unwrap_or_else(quanta::Instant::now);
+            if self.placement.tick_due(now) {
                 self.placement_tick();
             }
             let backlog = self.noc.flush();
@@ -624,6 +629,7 @@ impl Kernel {
         let cpu_before = p.container.uarea().accounting.cpu_ns;
         let left = self.quantum.saturating_sub(Duration::from_nanos(p.turn_ns));
         let slice = p.container.run(left, Some(self));
+        self.slice_end = p.container.slice_end();
         self.confirm_taken(pid);
         let waited = std::mem::take(&mut self.waited_in_place).as_nanos() as u64;
         let accounting = &mut p.container.uarea_mut().accounting;

@@ -166,6 +166,11 @@ impl Placement {
             .saturating_duration_since(quanta::Instant::now())
     }
 
+    /// Whether the next tick is due at `now`.
+    pub(crate) fn tick_due(&self, now: quanta::Instant) -> bool {
+        now >= self.next_tick
+    }
+
     /// Brings the next tick to at most a [`PERIOD`] after the last: a
     /// process came, or loads were heard, which a quiet kernel's long
     /// tick ([`QUIET_PERIOD`]) would tell the tree late.

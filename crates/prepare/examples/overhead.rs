@@ -214,9 +214,6 @@ fn run_stopped_in_place(
     let stop = instance
         .get_typed_func::<(), ()>(&mut store, ASYNCIFY_STOP_UNWIND)
         .unwrap();
-    let rewind = instance
-        .get_typed_func::<i32, ()>(&mut store, ASYNCIFY_START_REWIND)
-        .unwrap();
     let memory = instance.get_memory(&mut store, MEMORY_EXPORT).unwrap();
     let mut stops = 0;
     loop {
@@ -228,7 +225,7 @@ fn run_stopped_in_place(
         stop.call(&mut store, ()).unwrap();
         stops += 1;
         let data = asyncify_data_addr(memory.data_size(&store) as u64).unwrap();
-        rewind.call(&mut store, data as i32).unwrap();
+        runtime::start_rewind(&mut store, &instance, data);
     }
 }
 

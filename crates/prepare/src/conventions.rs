@@ -63,10 +63,15 @@
 //! To resume, possibly in a fresh instance on another machine: write the
 //! memory (grown to the same size) and the globals back, call
 //! [`ASYNCIFY_START_REWIND`]`(data)`, then call the *same* export with the *same*
-//! arguments. The code rewinds to the import call that unwound; that import
-//! sees [`ASYNCIFY_STATE_REWINDING`] from [`ASYNCIFY_GET_STATE`], calls
-//! [`ASYNCIFY_STOP_REWIND`] and returns normally (with the result it means to
-//! give the program, e.g. a system call's return value).
+//! arguments. The code rewinds to the import call that unwound, and the
+//! rewind ends there: unlike binaryen's own protocol, where the import calls
+//! [`ASYNCIFY_STOP_REWIND`], a prepared module sets the state back to
+//! [`ASYNCIFY_STATE_NORMAL`] itself right before every call of an import
+//! (at such a call the state is normal or rewinding, never unwinding), and
+//! an import named other than by a direct call is reached through a thunk
+//! that does the same. The import, called normally, returns the result it
+//! means to give the program (e.g. a system call's return value); the
+//! runtime knows it is the rewound call because it started the rewind.
 //!
 //! An import that stops the process for another reason than a yield (a
 //! blocking system call) does the same; when rewound, it does its work
@@ -77,9 +82,11 @@
 //! [`ASYNCIFY_STATE_GLOBAL`] and [`ASYNCIFY_DATA_GLOBAL`]. A runtime may set
 //! them itself instead: `start_unwind(data)` is `data = data; state =
 //! UNWINDING`, `start_rewind(data)` is `data = data; state = REWINDING`, and
-//! both stops are `state = NORMAL`. atoll's runtime does, because each call
-//! into the guest costs an entry into and an exit from wasm, four of them
-//! per stop and resume.
+//! `stop_unwind` is `state = NORMAL`. atoll's runtime does, because each call
+//! into the guest costs an entry into and an exit from wasm. It leaves the
+//! state as the unwind left it until the guest is next entered other than
+//! by a rewind (which sets it anyway), so a stop and resume writes the state
+//! twice.
 
 /// Exported mutable `i32` global, initialised to 0: the byte offset, in
 /// [`FLAGS_MEMORY`], of the yield flag the safepoint checks read. The host
@@ -120,7 +127,7 @@ pub const GLOBAL_EXPORT_PREFIX: &str = "atoll_global_";
 pub const PREPARED_SECTION: &str = "atoll.prepared";
 
 /// Version tag at the start of the [`PREPARED_SECTION`] payload.
-pub const PREPARED_VERSION: &str = "v7";
+pub const PREPARED_VERSION: &str = "v8";
 
 /// The exported function the runtime starts a process with (WASI command).
 pub const START_EXPORT: &str = "_start";
@@ -146,8 +153,8 @@ pub const ASYNCIFY_STOP_UNWIND: &str = "asyncify_stop_unwind";
 /// `asyncify_start_rewind(data: i32)`: call before re-entering the export.
 pub const ASYNCIFY_START_REWIND: &str = "asyncify_start_rewind";
 
-/// `asyncify_stop_rewind()`: call from the import that unwound, when it is
-/// reached again during the rewind.
+/// `asyncify_stop_rewind()`: binaryen's end of a rewind, which a prepared
+/// module makes itself before each import call (see the module docs).
 pub const ASYNCIFY_STOP_REWIND: &str = "asyncify_stop_rewind";
 
 /// `asyncify_get_state() -> i32`: one of the `ASYNCIFY_STATE_*` values.

@@ -20,10 +20,13 @@
 //! every other kernel of its node.
 
 use wasm_encoder::reencode::{self, Reencode};
-use wasm_encoder::{CodeSection, EntityType, ImportSection, Instruction, MemArg, MemoryType};
+use wasm_encoder::{
+    CodeSection, EntityType, FunctionSection, ImportSection, Instruction, MemArg, MemoryType,
+};
 use wasmparser::{ExternalKind, FunctionBody, Operator, Parser, Payload, TypeRef};
 
-use crate::conventions::{FLAGS_MEMORY, FLAGS_MODULE, FLAG_AT_GLOBAL};
+use crate::conventions::{ASYNCIFY_STATE_GLOBAL, FLAGS_MEMORY, FLAGS_MODULE, FLAG_AT_GLOBAL};
+use crate::rewind::Imports;
 use crate::PrepareError;
 
 /// The flag memory as a module imports it: one page, shared, never grown.
@@ -46,17 +49,22 @@ fn flag_load(flags: u32) -> MemArg {
     }
 }
 
-/// Imports the flag memory as memory 0 and turns every read of
-/// [`FLAG_AT_GLOBAL`] into a read of the flag it points at.
-pub(crate) fn move_flag_to_memory(wasm: &[u8]) -> Result<Vec<u8>, PrepareError> {
-    let flag_at = exported_global(wasm, FLAG_AT_GLOBAL)?.ok_or_else(|| {
-        PrepareError::Unsupported(format!(
-            "binaryen's output lost the `{FLAG_AT_GLOBAL}` export"
-        ))
-    })?;
+/// The last pass over what Asyncify wrote: imports the flag memory as
+/// memory 0 and turns every read of [`FLAG_AT_GLOBAL`] into a read of the
+/// flag it points at; and ends rewinds in the guest ([`crate::rewind`]),
+/// which needs the same walk over every instruction.
+pub(crate) fn finish(wasm: &[u8]) -> Result<Vec<u8>, PrepareError> {
+    let global = |name: &str| {
+        exported_global(wasm, name)?.ok_or_else(|| {
+            PrepareError::Unsupported(format!("binaryen's output lost the `{name}` export"))
+        })
+    };
+    let flag_at = global(FLAG_AT_GLOBAL)?;
+    let imports = Imports::scan(wasm, global(ASYNCIFY_STATE_GLOBAL)?)?;
     let mut mover = Mover {
         flag_at,
         imported: false,
+        imports,
     };
     let mut module = wasm_encoder::Module::new();
     mover
@@ -73,6 +81,7 @@ pub(crate) fn move_flag_to_memory(wasm: &[u8]) -> Result<Vec<u8>, PrepareError> 
 struct Mover {
     flag_at: u32,
     imported: bool,
+    imports: Imports,
 }
 
 impl Reencode for Mover {
@@ -80,6 +89,35 @@ impl Reencode for Mover {
 
     fn memory_index(&mut self, memory: u32) -> Result<u32, reencode::Error> {
         Ok(memory + 1)
+    }
+
+    fn function_index(&mut self, func: u32) -> Result<u32, reencode::Error> {
+        Ok(self.imports.reference(func))
+    }
+
+    fn parse_function_section(
+        &mut self,
+        functions: &mut FunctionSection,
+        section: wasmparser::FunctionSectionReader<'_>,
+    ) -> Result<(), reencode::Error> {
+        let defined = section.count();
+        reencode::utils::parse_function_section(self, functions, section)?;
+        for ty in self.imports.place_thunks(defined) {
+            functions.function(ty);
+        }
+        Ok(())
+    }
+
+    fn parse_code_section(
+        &mut self,
+        code: &mut CodeSection,
+        section: wasmparser::CodeSectionReader<'_>,
+    ) -> Result<(), reencode::Error> {
+        reencode::utils::parse_code_section(self, code, section)?;
+        for thunk in self.imports.thunks() {
+            code.function(&thunk);
+        }
+        Ok(())
     }
 
     fn parse_import_section(
@@ -107,6 +145,13 @@ impl Reencode for Mover {
             let op = reader.read()?;
             let is_check =
                 matches!(op, Operator::GlobalGet { global_index } if global_index == self.flag_at);
+            if let Operator::Call { function_index } = op {
+                if self.imports.is_import(function_index) {
+                    self.imports.end_rewind(&mut f);
+                    f.instruction(&Instruction::Call(function_index));
+                    continue;
+                }
+            }
             f.instruction(&self.instruction(op)?);
             if is_check {
                 f.instruction(&Instruction::I32Load(flag_load(0)));
@@ -118,7 +163,7 @@ impl Reencode for Mover {
 }
 
 /// Checks that an already prepared `wasm` uses the flag memory, if it
-/// imports it, only as [`move_flag_to_memory`] does: to load the flag.
+/// imports it, only as [`finish`] does: to load the flag.
 ///
 /// # Errors
 /// [`PrepareError::Unsupported`] naming what else it does with it.
@@ -226,6 +271,7 @@ mod tests {
       (import "atoll" "safepoint" (func $safepoint))
       (memory (export "memory") 1)
       (global $flag_at (export "atoll_flag_at") (mut i32) (i32.const 0))
+      (global $state (export "atoll_asyncify_state") (mut i32) (i32.const 0))
       (data (i32.const 8) "hi")
       (func (export "_start")
         (loop $l
@@ -270,7 +316,7 @@ mod tests {
     #[test]
     fn a_check_loads_the_flag_and_the_own_memory_becomes_memory_1() {
         let wasm = wat::parse_str(PREPARED).unwrap();
-        let moved = move_flag_to_memory(&wasm).unwrap();
+        let moved = finish(&wasm).unwrap();
         wasmparser::Validator::new().validate_all(&moved).unwrap();
         let text = listing(&moved);
         assert!(text.contains("import atoll.yield_flags Memory"), "{text}");
@@ -287,6 +333,69 @@ mod tests {
         assert!(text.contains("data Active { memory_index: 1"), "{text}");
         assert!(text.contains("export memory Memory 1"), "{text}");
         check_reads_only(&moved).unwrap();
+    }
+
+    #[test]
+    fn each_import_call_ends_a_rewind_first() {
+        let moved = finish(&wat::parse_str(PREPARED).unwrap()).unwrap();
+        let text = listing(&moved);
+        // The state global is 1 ($flag_at is 0); the safepoint import is 0.
+        assert!(
+            text.contains(
+                "I32Const { value: 0 }\nGlobalSet { global_index: 1 }\nCall { function_index: 0 }"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("GlobalSet").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn an_import_in_a_table_is_reached_through_a_thunk() {
+        let wat = r#"(module
+          (import "atoll" "safepoint" (func $safepoint))
+          (import "wasi" "write" (func $write (param i32 i64) (result i32)))
+          (memory (export "memory") 1)
+          (global $flag_at (export "atoll_flag_at") (mut i32) (i32.const 0))
+          (global $state (export "atoll_asyncify_state") (mut i32) (i32.const 0))
+          (table 2 funcref)
+          (elem (i32.const 0) $write $main)
+          (func $main (export "_start")
+            (drop (call $write (i32.const 1) (i64.const 2)))
+            (drop (call_indirect (param i32 i64) (result i32)
+              (i32.const 1) (i64.const 2) (i32.const 0)))))"#;
+        let moved = finish(&wat::parse_str(wat).unwrap()).unwrap();
+        wasmparser::Validator::new().validate_all(&moved).unwrap();
+        let text = listing(&moved);
+        // The direct call is preceded by the reset; the table's entry is
+        // now the thunk (function 3), which resets and calls the import.
+        assert!(
+            text.contains(
+                "I32Const { value: 0 }\nGlobalSet { global_index: 1 }\nCall { function_index: 1 }"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "I32Const { value: 0 }\nGlobalSet { global_index: 1 }\nLocalGet { local_index: 0 }\n\
+                 LocalGet { local_index: 1 }\nCall { function_index: 1 }\nEnd"
+            ),
+            "{text}"
+        );
+        let elements: Vec<u32> = Parser::new(0)
+            .parse_all(&moved)
+            .filter_map(|p| match p.unwrap() {
+                Payload::ElementSection(s) => Some(s),
+                _ => None,
+            })
+            .flat_map(|s| s.into_iter().map(|e| e.unwrap().items))
+            .flat_map(|items| match items {
+                wasmparser::ElementItems::Functions(f) => {
+                    f.into_iter().map(|f| f.unwrap()).collect()
+                }
+                wasmparser::ElementItems::Expressions(..) => vec![],
+            })
+            .collect();
+        assert_eq!(elements, [3, 2]);
     }
 
     #[test]

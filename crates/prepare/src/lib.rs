@@ -51,7 +51,9 @@
 //!    into it. Last, each check's read becomes a load from the node's flag
 //!    memory, which the module now imports (`atoll.yield_flags`, see
 //!    [`conventions`]): other threads can raise a flag there while the
-//!    process runs, so the engine needs no epoch checks.
+//!    process runs, so the engine needs no epoch checks. In the same pass
+//!    every call of an import is preceded by a write of Asyncify's state
+//!    back to normal, which ends a rewind there without the runtime's help.
 //! 7. **Mark the result** with a custom section `atoll.prepared` whose payload
 //!    is `v1 <sha256 of the input>`, so that preparing twice is a no-op and a
 //!    prepared module names its source.
@@ -83,6 +85,7 @@ mod flags;
 mod hash;
 mod instrument;
 mod reserve;
+mod rewind;
 mod sections;
 mod wasm_opt;
 
@@ -151,7 +154,7 @@ pub fn prepare(module: &[u8], options: &Options) -> Result<Vec<u8>, PrepareError
     let asyncified = wasm_opt::asyncify(&instrumented, options)?;
     wasm_opt::check_output(&asyncified)?;
     let exported = wasm_opt::export_asyncify_globals(&asyncified)?;
-    let mut prepared = flags::move_flag_to_memory(&exported)?;
+    let mut prepared = flags::finish(&exported)?;
     let mark = format!("{PREPARED_VERSION} {source}");
     sections::append_custom(&mut prepared, PREPARED_SECTION, mark.as_bytes());
     tracing::info!(

@@ -614,7 +614,8 @@ impl Container {
         self.runtime.ticker().leave(lane);
         let ctx = store.data_mut();
         ctx.link = None;
-        ctx.uarea.accounting.cpu_ns += now.elapsed().as_nanos() as u64;
+        ctx.slice_end = Instant::now();
+        ctx.uarea.accounting.cpu_ns += (ctx.slice_end - now).as_nanos() as u64;
         // Past its first slice, a process that went ahead of its memory
         // will want the rest: it streams now (unless the process ended or
         // replaces its program).
@@ -627,6 +628,16 @@ impl Container {
             }
         }
         slice
+    }
+
+    /// When its last slice ended ([`run`](Self::run)); `None` if it is
+    /// dormant. A kernel that has just run it can read the clock here
+    /// rather than again: IPC on one kernel is a slice a message.
+    pub fn slice_end(&self) -> Option<Instant> {
+        match &self.state {
+            State::Live(store) => Some(store.data().slice_end),
+            State::Dormant(_) => None,
+        }
     }
 
     /// Answers the kernel call the process is blocked in; it returns the
@@ -1213,6 +1224,11 @@ enum Stop {
 /// Calls the entry of a thread (`None`: `_start`), rewinding it first if
 /// the caller started a rewind, and says how it stopped.
 fn enter(store: &mut Store<ProcCtx>, exports: &Exports, entry: Option<Entry>) -> Stop {
+    if let Some(asyncify) = &exports.asyncify {
+        if let Err(e) = asyncify.before_entry(&mut *store) {
+            return Stop::Trapped(format!("cannot finish unwinding: {e:#}"));
+        }
+    }
     let result = match entry {
         None => exports.start.call(&mut *store, ()),
         Some(entry) => match thread_function(&mut *store, exports, entry.func) {
@@ -1234,9 +1250,7 @@ fn enter(store: &mut Store<ProcCtx>, exports: &Exports, entry: Option<Entry>) ->
                 .asyncify
                 .as_ref()
                 .expect("only prepared modules unwind");
-            if let Err(e) = asyncify.stop(&mut *store) {
-                return Stop::Trapped(format!("cannot finish unwinding: {e:#}"));
-            }
+            asyncify.unwound(&mut *store);
             if let Stop::Exited(_) = stop {
                 return stop;
             }

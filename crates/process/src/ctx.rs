@@ -99,8 +99,15 @@ pub struct ProcCtx {
     /// clock: a vDSO `clock_gettime` per slice edge was 8% of an IPC round trip.
     pub(crate) slice_start: quanta::Instant,
     pub(crate) deadline: quanta::Instant,
+    /// When the last slice ended, as read for its CPU time.
+    pub(crate) slice_end: quanta::Instant,
     /// Set while the stack is being rewound into a blocked host function.
     pub(crate) rewinding: bool,
+    /// Asyncify's state still says "unwinding" after the export that
+    /// unwound returned: it is set back only when the guest is next entered
+    /// afresh, since a rewind, the usual next entry, sets it anyway
+    /// ([`Asyncify::unwound`]).
+    pub(crate) unwound: bool,
     /// Why the running thread unwound, when it was for its process's
     /// own business rather than for a kernel call.
     pub(crate) thread_stop: Option<crate::threads::ThreadStop>,
@@ -153,7 +160,9 @@ impl ProcCtx {
             exports: None,
             slice_start: quanta::Instant::now(),
             deadline: quanta::Instant::now(),
+            slice_end: quanta::Instant::now(),
             rewinding: false,
+            unwound: false,
             thread_stop: None,
             limits,
             thread_function: None,
@@ -243,10 +252,34 @@ impl Asyncify {
         self.start(store, area, c::ASYNCIFY_STATE_REWINDING)
     }
 
-    /// Ends an unwind (its export has returned) or a rewind (the host
-    /// function that unwound is reached again).
-    pub fn stop(&self, store: impl AsContextMut) -> wasmtime::Result<()> {
-        self.state.set(store, Val::I32(c::ASYNCIFY_STATE_NORMAL))
+    /// Sets the state back to normal after an unwind. (A rewind ends in
+    /// the module: it sets the state itself before it calls an import.)
+    fn stop(&self, mut store: impl AsContextMut<Data = ProcCtx>) -> wasmtime::Result<()> {
+        let mut store = store.as_context_mut();
+        store.data_mut().unwound = false;
+        self.state
+            .set(&mut store, Val::I32(c::ASYNCIFY_STATE_NORMAL))
+    }
+
+    /// The export that unwound has returned. The state is left as it is
+    /// until the guest is entered afresh ([`Asyncify::before_entry`]): the
+    /// next entry is most often a rewind, which writes it anyway, and each
+    /// write of a global was 2 % of an IPC round trip on one kernel.
+    pub fn unwound(&self, mut store: impl AsContextMut<Data = ProcCtx>) {
+        store.as_context_mut().data_mut().unwound = true;
+    }
+
+    /// Before the guest is entered: one entered afresh (not rewound) after
+    /// an unwind finds the state normal.
+    pub fn before_entry(
+        &self,
+        mut store: impl AsContextMut<Data = ProcCtx>,
+    ) -> wasmtime::Result<()> {
+        let store = store.as_context_mut();
+        if store.data().unwound && !store.data().rewinding {
+            return self.stop(store);
+        }
+        Ok(())
     }
 
     fn start(
@@ -256,6 +289,7 @@ impl Asyncify {
         state: i32,
     ) -> wasmtime::Result<()> {
         let mut store = store.as_context_mut();
+        store.data_mut().unwound = false;
         if store.data().asyncify_data != Some(area) {
             self.data.set(&mut store, Val::I32(area as i32))?;
             store.data_mut().asyncify_data = Some(area);

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)] // shared by several test binaries and an example, each using a subset
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use atoll_prepare::conventions::*;
@@ -82,9 +83,28 @@ pub fn define_flags<T: Default + 'static>(linker: &mut Linker<T>, flags: &Flags)
         .unwrap();
 }
 
+thread_local! {
+    /// Set by the driver when it starts a rewind, taken by the import the
+    /// rewind reaches: a prepared module sets Asyncify's state back to
+    /// normal itself before it calls an import, so the import cannot tell
+    /// a rewind from the state.
+    static REWINDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Starts rewinding the stack saved at `addr`: the next call of the export
+/// that unwound comes back into the import that unwound it.
+pub fn start_rewind<T>(store: &mut Store<T>, instance: &Instance, addr: u32) {
+    instance
+        .get_typed_func::<i32, ()>(&mut *store, ASYNCIFY_START_REWIND)
+        .unwrap()
+        .call(&mut *store, addr as i32)
+        .unwrap();
+    REWINDING.set(true);
+}
+
 /// Defines `atoll.yield_flags` as `flags`, and `atoll.safepoint` as the
-/// runtime would: when rewinding, stop the rewind and carry on; otherwise
-/// lower the flag and start unwinding.
+/// runtime would: when rewound into, carry on (the module ended the rewind
+/// before the call); otherwise lower the flag and start unwinding.
 pub fn add_safepoint<T: Default + 'static>(linker: &mut Linker<T>, flags: &Flags) {
     define_flags(linker, flags);
     let flags = flags.clone();
@@ -93,8 +113,12 @@ pub fn add_safepoint<T: Default + 'static>(linker: &mut Linker<T>, flags: &Flags
             SAFEPOINT_MODULE,
             SAFEPOINT_NAME,
             move |mut caller: Caller<'_, T>| {
-                if call(&mut caller, ASYNCIFY_GET_STATE, &[])? == ASYNCIFY_STATE_REWINDING {
-                    call(&mut caller, ASYNCIFY_STOP_REWIND, &[])?;
+                if REWINDING.replace(false) {
+                    let state = call(&mut caller, ASYNCIFY_GET_STATE, &[])?;
+                    assert_eq!(
+                        state, ASYNCIFY_STATE_NORMAL,
+                        "a rewind ends before the import"
+                    );
                     return Ok(());
                 }
                 assert!(flags.is_raised(), "safepoint called without a yield");
@@ -212,11 +236,7 @@ pub fn run_migrating<T: 'static, R>(process: Process<'_, T, R>) -> Outcome<T, R>
             restore(&mut store, &instance, snapshot);
             let memory = instance.get_memory(&mut store, MEMORY_EXPORT).unwrap();
             let addr = asyncify_data_addr(memory.data_size(&store) as u64).unwrap();
-            instance
-                .get_typed_func::<i32, ()>(&mut store, ASYNCIFY_START_REWIND)
-                .unwrap()
-                .call(&mut store, addr as i32)
-                .unwrap();
+            start_rewind(&mut store, &instance, addr);
         }
         let result = (process.call)(&mut store, &instance);
         match asyncify_state(&mut store, &instance) {

@@ -174,16 +174,12 @@ pub(crate) fn take_reply(caller: &mut Caller<'_, ProcCtx>) -> wasmtime::Result<O
     }
     let ctx = caller.data_mut();
     ctx.rewinding = false;
+    // The module itself set Asyncify's state back to normal before it
+    // called (`atoll_prepare::conventions`: the end of a rewind).
     let reply = match std::mem::take(&mut ctx.uarea.call) {
         CallState::Replied(r) => r,
         other => wasmtime::bail!("rewound into a system call without a reply ({other:?})"),
     };
-    let asyncify = ctx
-        .exports()
-        .asyncify
-        .clone()
-        .expect("rewinding implies asyncify");
-    asyncify.stop(&mut *caller)?;
     // A thread whose turn in the kernel came makes its call now, afresh.
     Ok(Some(reply).filter(|r| *r != Reply::Retry))
 }
