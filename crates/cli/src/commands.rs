@@ -842,12 +842,13 @@ pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<7} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
+        "{:<7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
         "KERNEL",
         "LOCAL",
         "REMOTE-OUT",
         "REMOTE-IN",
         "IN-PLACE",
+        "HANDED-OFF",
         "NOTIFY",
         "COPIES",
         "LENT",
@@ -859,12 +860,13 @@ pub fn ipc(ctx: &Context, a: IpcArgs) -> anyhow::Result<()> {
     for r in &reports {
         let c = &r.ipc;
         println!(
-            "{:<7} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
+            "{:<7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>12} {:>7} {:>7} {:>7}",
             r.kernel.to_string(),
             c.local,
             c.remote_out,
             c.remote_in,
             c.in_place,
+            c.handed_off,
             c.notifications,
             c.copies,
             c.lent,

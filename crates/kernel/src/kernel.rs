@@ -252,6 +252,13 @@ pub(crate) struct Kernel {
     /// That state while it is lent; a blank one, swapped into the process
     /// meanwhile, when it is not.
     pub(crate) lent_ipc: Box<IpcState>,
+    /// The caller whose call runs the running process's slice, and what
+    /// comes for it meanwhile (`ipc/handoff.rs`).
+    pub(crate) below: Option<Pid>,
+    pub(crate) below_deferred: Vec<Packet>,
+    /// The client the running process last replied to here this slice: its
+    /// receive does not hand the core to it (`ipc/handoff.rs`).
+    pub(crate) replied_to: Option<Pid>,
     /// How long the running process's calls waited in place this slice:
     /// idle time, taken off its CPU time.
     pub(crate) waited_in_place: Duration,
@@ -318,6 +325,9 @@ impl Kernel {
             quotas: Default::default(),
             running: None,
             deferred: Vec::new(),
+            below: None,
+            below_deferred: Vec::new(),
+            replied_to: None,
             early: VecDeque::new(),
             early_control: VecDeque::new(),
             early_loaded: VecDeque::new(),
@@ -609,7 +619,7 @@ impl Kernel {
         }
     }
 
-    fn run_slice(&mut self, pid: Pid, woken: bool) {
+    pub(crate) fn run_slice(&mut self, pid: Pid, woken: bool) {
         // The process leaves the table for its slice: its IPC calls come
         // back into this kernel (`KernelLink`), which may then touch every
         // other process.
@@ -626,6 +636,7 @@ impl Kernel {
         self.slices += 1;
         p.last_ran = self.slices;
         self.running = Some(pid);
+        self.replied_to = None;
         let cpu_before = p.container.uarea().accounting.cpu_ns;
         let left = self.quantum.saturating_sub(Duration::from_nanos(p.turn_ns));
         let slice = p.container.run(left, Some(self));
@@ -1049,6 +1060,9 @@ impl Kernel {
     pub(crate) fn forward(&mut self, pid: Pid, mut packet: Packet) {
         if self.running == Some(pid) {
             return self.deferred.push(packet);
+        }
+        if self.below == Some(pid) {
+            return self.below_deferred.push(packet);
         }
         if self.procs.contains_key(&pid) {
             return self.deliver(pid, packet);

@@ -591,6 +591,10 @@ pub struct IpcCounters {
     /// there, without unwinding (`ipc/in_place.rs`).
     #[serde(default)]
     pub in_place: u64,
+    /// Calls that ran the one other process of their kernel inside the
+    /// call, rather than stop (`ipc/handoff.rs`).
+    #[serde(default)]
+    pub handed_off: u64,
     /// Of `remote_in` and the notifications from other kernels, how many
     /// came from each kernel (the last hop): the flows between kernels
     /// that the dashboard draws.

@@ -68,6 +68,15 @@ impl RunQueue {
         self.woken.len() + self.ready.len()
     }
 
+    /// The one process waiting to run, if there is exactly one.
+    pub(crate) fn only(&self) -> Option<Pid> {
+        match (self.woken.len(), self.ready.len()) {
+            (1, 0) => self.woken.front().copied(),
+            (0, 1) => self.ready.front().copied(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn contains(&self, pid: Pid) -> bool {
         self.woken.contains(&pid) || self.ready.contains(&pid)
     }

@@ -67,6 +67,16 @@ fn calls_to_another_kernel_are_answered_in_place_when_nothing_else_runs() {
 }
 
 #[test]
+fn calls_on_one_kernel_hand_the_core_to_the_process_they_wait_for() {
+    // One kernel, two processes: a sendrec, send or receive that must wait
+    // for the other runs the other's slice inside the call
+    // (ipc/handoff.rs), and the sequence numbers still check out.
+    let (handed_off, counters) =
+        passes_counting(&node(1), &["pingpong", "same", "2000"], |c| c.handed_off);
+    assert!(handed_off > 0, "no call handed the core over: {counters}");
+}
+
+#[test]
 fn asynchronous_letters_arrive_in_order_through_a_full_window() {
     both_ways(&node(3), "senda", &["2000"]);
 }

@@ -223,6 +223,42 @@ fn migration_under_ipc_load_keeps_every_sequence_number() {
 }
 
 #[test]
+fn a_pair_that_hands_the_core_over_is_moved_without_losing_a_message() {
+    // One client/server pair (ipc.c: stress) moved together from kernel to
+    // kernel, in both modes: between moves they share a kernel, where each
+    // call that waits for the other runs it inside the call
+    // (ipc/handoff.rs), and every sequence number still checks out.
+    let node = node(2);
+    let spec = on(job("ipc", &["stress", "same", "1", "100000"]), 0);
+    let (main, out, done) = start(&node, &spec);
+    let (mut moved, mut round) = (0, 0usize);
+    let status = loop {
+        if let Ok(status) = done.try_recv() {
+            break status;
+        }
+        round += 1;
+        let reports = node.ps().unwrap();
+        let pair = reports
+            .iter()
+            .flat_map(|r| &r.processes)
+            .filter(|p| p.pid != main);
+        for pid in pair.map(|p| p.pid).collect::<Vec<_>>() {
+            match node.migrate(pid, k((round % 2) as u16), Some(MODES[round % 2])) {
+                Ok(r) => moved += usize::from(r.from != r.to),
+                Err(e) => assert!(ended(&e) || e.to_string().contains("runs on"), "{e:#}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_eq!(status, 0, "{}{}", out.stdout(), out.stderr());
+    assert_eq!(out.stdout(), "ok stress\n");
+    let handed_off: u64 = node.ps().unwrap().iter().map(|r| r.ipc.handed_off).sum();
+    assert!(moved >= 4, "only {moved} migrations");
+    assert!(handed_off > 0, "no call handed the core over");
+    eprintln!("{moved} migrations, {handed_off} calls handed the core over");
+}
+
+#[test]
 fn a_copier_moved_in_the_middle_of_its_copies_leaves_them_intact() {
     // A child copies a mebibyte of its memory into its parent on another
     // kernel, again and again, while the test moves it between the three

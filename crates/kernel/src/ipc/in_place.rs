@@ -87,7 +87,9 @@ impl Kernel {
         }
     }
 
-    /// A blocking `receive` (`call`) that first waits in place while it may.
+    /// A blocking `receive` (`call`) that first waits in place while it
+    /// may, or runs the one other process of its kernel inside the call
+    /// (`handoff.rs`).
     pub(super) fn receive_waiting(
         &mut self,
         me: &mut IpcCaller<'_>,
@@ -97,22 +99,36 @@ impl Kernel {
         status: u32,
     ) -> IpcOutcome {
         self.take_deferred_before_receive(me);
-        if !self.may_wait_in_place(me) {
+        let in_place = self.may_wait_in_place(me);
+        // A client just answered will call again: its call, finding this
+        // process in the table, hands the request over and the core with
+        // it, where this receive handing it the core would make its request
+        // travel as if between kernels.
+        let hand_off = self.may_hand_off(me) && self.run_queue.only() != self.replied_to;
+        if !in_place && !hand_off {
             return self.receive(me, call, from, msg, status);
         }
         let now = || IpcCall::ReceiveNb { from, msg, status };
-        match self.receive(me, now(), from, msg, status) {
-            IpcOutcome::Done(Err(Errno::NotReady)) => {}
-            done => return done,
+        let check = |k: &mut Kernel, me: &mut IpcCaller<'_>| match k.receive(
+            me,
+            now(),
+            from,
+            msg,
+            status,
+        ) {
+            IpcOutcome::Done(Err(Errno::NotReady)) => None,
+            IpcOutcome::Done(result) => Some(result),
+            IpcOutcome::Block(_) => unreachable!("a receivenb never blocks"),
+        };
+        if let Some(result) = check(self, me) {
+            return IpcOutcome::Done(result);
         }
         let mut waiting = IpcCall::Receive { from, msg, status };
-        let outcome = self.wait_in_place(me, &mut waiting, |k, me| {
-            match k.receive(me, now(), from, msg, status) {
-                IpcOutcome::Done(Err(Errno::NotReady)) => None,
-                IpcOutcome::Done(result) => Some(result),
-                IpcOutcome::Block(_) => unreachable!("a receivenb never blocks"),
-            }
-        });
+        let outcome = if in_place {
+            self.wait_in_place(me, &mut waiting, check)
+        } else {
+            self.hand_off(me, &mut waiting, check)
+        };
         match outcome {
             Some(result) => IpcOutcome::Done(result),
             // Blocks now, recorded as waiting (and watching its sender).
@@ -121,7 +137,9 @@ impl Kernel {
     }
 
     /// A `send`, `notify`, `sendrec` or copy that must wait for a process
-    /// of another kernel waits in place for its answer while it may.
+    /// of another kernel waits in place for its answer while it may; one
+    /// that waits for a process of this kernel may hand it the core
+    /// (`handoff.rs`).
     pub(super) fn answer_waiting(
         &mut self,
         me: &mut IpcCaller<'_>,
@@ -130,18 +148,34 @@ impl Kernel {
         let IpcOutcome::Block(mut call) = outcome else {
             return outcome;
         };
-        // Checked first: on one kernel the peer was just made runnable.
-        if !self.may_wait_in_place(me) {
-            return IpcOutcome::Block(call);
-        }
         let peer = match call {
             IpcCall::Send { to, .. } | IpcCall::SendRec { to, .. } | IpcCall::Notify { to } => to,
             IpcCall::Copy(req) if req.src.pid == me.pid => req.dst.pid,
             IpcCall::Copy(req) => req.src.pid,
             _ => return IpcOutcome::Block(call),
         };
-        // One of this kernel cannot answer while the caller holds it.
+        // One of this kernel cannot answer while the caller holds it. A
+        // `sendrec` whose request it has taken may hand it the core, and so
+        // may a send whose message waits in its queue as a copy: what is
+        // left of the call needs nothing of the caller's memory.
         if self.procs.contains_key(&peer) {
+            let taken = matches!(
+                call,
+                IpcCall::SendRec {
+                    phase: Phase::AwaitingReply,
+                    ..
+                }
+            ) || self.ipc_state(peer).is_some_and(|s| {
+                s.senders
+                    .iter()
+                    .any(|w| w.from == me.pid && w.seq == me.ipc.seq && w.msg.is_some())
+            });
+            return match taken.then(|| self.hand_off(me, &mut call, |_, _| None)) {
+                Some(Some(result)) => IpcOutcome::Done(result),
+                _ => IpcOutcome::Block(call),
+            };
+        }
+        if !self.may_wait_in_place(me) {
             return IpcOutcome::Block(call);
         }
         match self.wait_in_place(me, &mut call, |_, _| None) {
@@ -196,6 +230,7 @@ impl Kernel {
     fn may_wait_in_place(&self, me: &IpcCaller<'_>) -> bool {
         me.alone
             && !self.spin.is_zero()
+            && self.below.is_none()
             && self.run_queue.len() == 0
             && self.early.is_empty()
             && self.deferred.is_empty()
@@ -207,7 +242,7 @@ impl Kernel {
     /// Serves the caller's deferred messages from the front while they are
     /// its to take during `call` ([`Take`]); returns the call's result if
     /// one of them ends it.
-    fn take_deferred(
+    pub(super) fn take_deferred(
         &mut self,
         me: &mut IpcCaller<'_>,
         mut call: Option<&mut IpcCall>,

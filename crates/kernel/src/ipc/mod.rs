@@ -45,6 +45,7 @@ mod asynchronous;
 mod copy;
 mod cycles;
 mod ends;
+mod handoff;
 mod in_place;
 mod rendezvous;
 

@@ -51,6 +51,9 @@ impl Kernel {
             self.ipc.local += 1;
             me.ipc.stats.sent += 1;
             self.hand_over(to, me.pid, kind, &msg, None);
+            if reply {
+                self.replied_to = Some(to);
+            }
             return match call {
                 IpcCall::SendRec { to, msg, .. } => IpcOutcome::Block(IpcCall::SendRec {
                     to,
@@ -63,12 +66,16 @@ impl Kernel {
         if kind == CallKind::SendNb {
             return IpcOutcome::Done(Err(Errno::NotReady));
         }
+        // A sender about to hand its receiver the core leaves a copy of
+        // its message in the queue: it will be out of the table, below the
+        // receiver, where the receive could not read it (`handoff.rs`).
+        let carried = (self.may_hand_off(me) && self.run_queue.only() == Some(to)).then_some(msg);
         if let Some(s) = self.ipc_state(to) {
             s.senders.push_back(WaitingSender {
                 from: me.pid,
                 kind,
                 seq,
-                msg: None,
+                msg: carried,
                 body: None,
             });
         }
@@ -80,7 +87,13 @@ impl Kernel {
     /// to `to`, which runs on another kernel. `lazy`: more letters follow
     /// at once, and to another node it waits to share their write.
     pub(super) fn post(&mut self, to: Pid, letter: Letter, body: Option<Vec<u8>>, lazy: bool) {
-        self.ipc.remote_out += 1;
+        // A caller below the running process is of this kernel
+        // (`handoff.rs`).
+        if self.below == Some(to) {
+            self.ipc.local += 1;
+        } else {
+            self.ipc.remote_out += 1;
+        }
         let deliver = NocMsg::Ipc(IpcMsg::Deliver { to, letter });
         match body {
             Some(body) => self.route_bulk(to, deliver, body),

@@ -1,0 +1,80 @@
+//! Handing the core over: a call that must wait for the one other process
+//! its kernel could run runs that process's slice inside the call.
+//!
+//! On one kernel a `sendrec` round trip stopped both processes: the client
+//! unwound its stack once its request was handed over, the server was
+//! rewound to take it, replied, and unwound in its next `receive`, and the
+//! client was rewound to take the reply. When the server is the only
+//! process the kernel could run next, the kernel loses nothing by running
+//! it at once, from inside the client's call, as L4 switches directly to
+//! the thread a call wakes and LRPC runs the server on the client's
+//! thread. The server's slice is an ordinary slice ([`Kernel::run_slice`]);
+//! meanwhile the client is *below* it: out of the process table, its call
+//! still on the kernel thread's stack, and what comes for it is kept aside
+//! (`below_deferred`) exactly as messages from other kernels are kept for
+//! a caller that waits in place (`in_place.rs`). When the slice ends the
+//! client serves them, and the server's reply ends its call: a round trip
+//! then unwinds and rewinds the server only.
+//!
+//! While the client is below, it is to every other process as one of
+//! another kernel: what is sent to it goes as messages, with the semantics
+//! IPC has across kernels. Those need a domain, so only a caller in one
+//! hands off. The server's slice cannot hand off in turn (one level: the
+//! stack stays shallow), nor wait in place (it would poll for a message
+//! only the client below could send). Anything the caller cannot take in
+//! its call (a kill, a migration, a child's end) ends the wait: the call
+//! then blocks and unwinds as ever, and the loop serves the rest.
+
+use atoll_abi::Errno;
+use atoll_ipc::IpcCall;
+use atoll_process::IpcCaller;
+
+use crate::kernel::Kernel;
+
+impl Kernel {
+    /// Whether the caller may run the only process its kernel could run
+    /// inside its call: it has no other thread, a domain, and the kernel
+    /// nothing else to do first.
+    pub(super) fn may_hand_off(&self, me: &IpcCaller<'_>) -> bool {
+        me.alone
+            && me.ipc.domain.is_some()
+            && self.below.is_none()
+            && self.run_queue.only().is_some()
+            && self.early.is_empty()
+            && self.deferred.is_empty()
+            && !self.has_local_work()
+            && !self.timer_due()
+    }
+
+    /// Runs a slice of the only process the kernel could run, inside the
+    /// caller's `call`, then serves the caller's messages that came
+    /// meanwhile; after them `check` says whether the call is over.
+    /// Returns its result, or `None` if it must block (or could not hand
+    /// off).
+    pub(super) fn hand_off(
+        &mut self,
+        me: &mut IpcCaller<'_>,
+        call: &mut IpcCall,
+        check: impl Fn(&mut Kernel, &mut IpcCaller<'_>) -> Option<Result<(), Errno>>,
+    ) -> Option<Result<(), Errno>> {
+        if !self.may_hand_off(me) {
+            return None;
+        }
+        let (next, woken) = self.run_queue.pop().expect("it holds one");
+        // Letters the caller took are confirmed as its own, not `next`'s.
+        self.confirm_taken(me.pid);
+        let caller = self.running.take();
+        self.below = caller;
+        let waited = std::mem::take(&mut self.waited_in_place);
+        let start = quanta::Instant::now();
+        self.run_slice(next, woken);
+        // The other's slice is not the caller's CPU time.
+        self.waited_in_place = waited + start.elapsed();
+        self.running = caller;
+        self.below = None;
+        self.deferred = std::mem::take(&mut self.below_deferred);
+        self.ipc.handed_off += 1;
+        self.take_deferred(me, Some(call))
+            .or_else(|| check(self, me))
+    }
+}
