@@ -619,17 +619,19 @@ impl Kernel {
         }
     }
 
-    pub(crate) fn run_slice(&mut self, pid: Pid, woken: bool) {
+    /// Runs a slice of `pid` and serves what it stopped for. Returns the
+    /// CPU time the slice was charged (nanoseconds).
+    pub(crate) fn run_slice(&mut self, pid: Pid, woken: bool) -> u64 {
         // The process leaves the table for its slice: its IPC calls come
         // back into this kernel (`KernelLink`), which may then touch every
         // other process.
         let Some(mut p) = self.procs.remove(&pid) else {
-            return;
+            return 0;
         };
         if p.container.is_dormant() {
             self.procs.insert(pid, p);
             if !self.live(pid, &[]) {
-                return;
+                return 0;
             }
             p = self.procs.remove(&pid).expect("just woken");
         }
@@ -689,9 +691,14 @@ impl Kernel {
                 }
             }
         }
-        for packet in std::mem::take(&mut self.deferred) {
+        // Drained rather than taken: the vector keeps its room for the
+        // next slice (a message a slice, with IPC on one kernel).
+        let mut deferred = std::mem::take(&mut self.deferred);
+        for packet in deferred.drain(..) {
             self.forward(pid, packet);
         }
+        debug_assert!(self.deferred.is_empty(), "no process runs now");
+        self.deferred = deferred;
         if self.departures.contains_key(&pid) {
             self.precopy_step(pid);
         }
@@ -699,6 +706,7 @@ impl Kernel {
         // sent: a process that ends sends its parent the news, and with it
         // its home's and its memory source's.
         self.flush_lazy();
+        cpu
     }
 
     /// Puts `pid`, which stopped with its threads ready, back in the run

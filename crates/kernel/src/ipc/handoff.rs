@@ -25,6 +25,8 @@
 //! its call (a kill, a migration, a child's end) ends the wait: the call
 //! then blocks and unwinds as ever, and the loop serves the rest.
 
+use std::time::Duration;
+
 use atoll_abi::Errno;
 use atoll_ipc::IpcCall;
 use atoll_process::IpcCaller;
@@ -66,13 +68,14 @@ impl Kernel {
         let caller = self.running.take();
         self.below = caller;
         let waited = std::mem::take(&mut self.waited_in_place);
-        let start = quanta::Instant::now();
-        self.run_slice(next, woken);
+        let cpu = self.run_slice(next, woken);
         // The other's slice is not the caller's CPU time.
-        self.waited_in_place = waited + start.elapsed();
+        self.waited_in_place = waited + Duration::from_nanos(cpu);
         self.running = caller;
         self.below = None;
-        self.deferred = std::mem::take(&mut self.below_deferred);
+        // The slice left `deferred` empty: the caller's messages take its
+        // place, and their vector waits for the next hand-off.
+        std::mem::swap(&mut self.deferred, &mut self.below_deferred);
         self.ipc.handed_off += 1;
         self.take_deferred(me, Some(call))
             .or_else(|| check(self, me))
