@@ -787,6 +787,13 @@ static void dead(void)
     p = spawn_peer("child-sleepexit", "50");
     EXPECT(ipc_receive(p, &m, NULL), EDEADSRCDST);
     reap(p, 0);
+    /* ... blocked in a receive called through a pointer: the import is in
+     * the table, and the rewind ends in the thunk preparation made for it. */
+    int32_t (*volatile receive)(atoll_pid_t, void *, int32_t *) = __atoll_ipc_receive;
+    int32_t st = 0;
+    p = spawn_peer("child-sleepexit", "50");
+    EXPECT(receive(p, &m, &st), EDEADSRCDST);
+    reap(p, 0);
     /* ... waiting for its reply. */
     p = spawn_peer("child-noreply", NULL);
     EXPECT(ipc_sendrec(p, &m), EDEADSRCDST);

@@ -128,6 +128,18 @@ mod tests {
     }
 
     #[test]
+    fn only_names_a_lone_process_in_either_queue() {
+        let mut q = RunQueue::new(Duration::from_millis(10));
+        assert_eq!(q.only(), None);
+        q.wake(pid(1));
+        assert_eq!(q.only(), Some(pid(1)));
+        q.push(pid(2));
+        assert_eq!(q.only(), None);
+        q.pop();
+        assert_eq!(q.only(), Some(pid(2)));
+    }
+
+    #[test]
     fn membership_spans_both_queues() {
         let mut q = RunQueue::new(Duration::from_millis(10));
         q.push(pid(1));

@@ -399,6 +399,34 @@ mod tests {
     }
 
     #[test]
+    fn an_exported_import_and_a_ref_func_of_one_name_its_thunk() {
+        let wat = r#"(module
+          (import "atoll" "safepoint" (func $safepoint))
+          (import "wasi" "clock" (func $clock (result i64)))
+          (memory (export "memory") 1)
+          (global $flag_at (export "atoll_flag_at") (mut i32) (i32.const 0))
+          (global $state (export "atoll_asyncify_state") (mut i32) (i32.const 0))
+          (export "clock" (func $clock))
+          (elem declare func $clock)
+          (func $main (export "_start")
+            (drop (ref.func $clock))))"#;
+        let moved = finish(&wat::parse_str(wat).unwrap()).unwrap();
+        wasmparser::Validator::new().validate_all(&moved).unwrap();
+        let text = listing(&moved);
+        // One thunk (function 3) for both references; the safepoint import,
+        // only ever called, has none.
+        assert!(text.contains("export clock Func 3"), "{text}");
+        assert!(text.contains("RefFunc { function_index: 3 }"), "{text}");
+        assert!(
+            text.ends_with(
+                "I32Const { value: 0 }\nGlobalSet { global_index: 1 }\nCall { function_index: 1 }\nEnd"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("GlobalSet").count(), 1, "{text}");
+    }
+
+    #[test]
     fn a_module_without_the_flag_memory_passes_the_check() {
         check_reads_only(&wat::parse_str(PREPARED).unwrap()).unwrap();
     }
