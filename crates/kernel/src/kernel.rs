@@ -254,7 +254,7 @@ pub(crate) struct Kernel {
     pub(crate) lent_ipc: Box<IpcState>,
     /// The caller whose call runs the running process's slice, and what
     /// comes for it meanwhile (`ipc/handoff.rs`).
-    pub(crate) below: Option<Pid>,
+    pub(crate) below: Option<crate::ipc::Below>,
     pub(crate) below_deferred: Vec<Packet>,
     /// The client the running process last replied to here this slice: its
     /// receive does not hand the core to it (`ipc/handoff.rs`).
@@ -1069,7 +1069,7 @@ impl Kernel {
         if self.running == Some(pid) {
             return self.deferred.push(packet);
         }
-        if self.below == Some(pid) {
+        if self.is_below(pid) {
             return self.below_deferred.push(packet);
         }
         if self.procs.contains_key(&pid) {

@@ -19,7 +19,10 @@
 //! While the client is below, it is to every other process as one of
 //! another kernel: what is sent to it goes as messages, with the semantics
 //! IPC has across kernels. Those need a domain, so only a caller in one
-//! hands off. The server's slice cannot hand off in turn (one level: the
+//! hands off. Two exceptions keep this kernel's semantics: a notification
+//! to it is posted at once (one to a process of the kernel never waits),
+//! and a send that its receive is sure to take is over at once, as one to
+//! a receiver waiting here is ([`Kernel::below_takes`]). The server's slice cannot hand off in turn (one level: the
 //! stack stays shallow), nor wait in place (it would poll for a message
 //! only the client below could send). Anything the caller cannot take in
 //! its call (a kill, a migration, a child's end) ends the wait: the call
@@ -27,13 +30,40 @@
 
 use std::time::Duration;
 
-use atoll_abi::Errno;
-use atoll_ipc::IpcCall;
+use atoll_abi::{Errno, Pid};
+use atoll_ipc::{DomainId, IpcCall};
 use atoll_process::IpcCaller;
 
 use crate::kernel::Kernel;
 
+/// A caller whose call runs the running process's slice.
+pub(crate) struct Below {
+    pub pid: Pid,
+    pub domain: Option<DomainId>,
+    /// The call it waits in.
+    pub call: IpcCall,
+}
+
 impl Kernel {
+    /// Whether `pid` is the caller below the running process.
+    pub(crate) fn is_below(&self, pid: Pid) -> bool {
+        self.below.as_ref().is_some_and(|b| b.pid == pid)
+    }
+
+    /// Whether a message of `from`, of `domain`, to the caller below is
+    /// the one its receive takes: it receives from `from` (or anyone),
+    /// nothing came for it since its receive found its queues empty, and
+    /// the two share a domain. Such a send is over at once, as when it
+    /// finds its receiver waiting on this kernel.
+    pub(super) fn below_takes(&self, from: Pid, domain: Option<DomainId>) -> bool {
+        self.below.as_ref().is_some_and(|b| {
+            matches!(b.call, IpcCall::Receive { from: want, .. } if want.is_none_or(|w| w == from))
+                && domain.is_some()
+                && b.domain == domain
+                && self.below_deferred.is_empty()
+        })
+    }
+
     /// Whether the caller may run the only process its kernel could run
     /// inside its call: it has no other thread, a domain, and the kernel
     /// nothing else to do first.
@@ -66,7 +96,11 @@ impl Kernel {
         // Letters the caller took are confirmed as its own, not `next`'s.
         self.confirm_taken(me.pid);
         let caller = self.running.take();
-        self.below = caller;
+        self.below = Some(Below {
+            pid: me.pid,
+            domain: me.ipc.domain,
+            call: call.clone(),
+        });
         let waited = std::mem::take(&mut self.waited_in_place);
         let cpu = self.run_slice(next, woken);
         // The other's slice is not the caller's CPU time.

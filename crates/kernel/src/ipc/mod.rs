@@ -51,6 +51,7 @@ mod rendezvous;
 
 pub use copy::CopyOrder;
 pub use cycles::Probe;
+pub(crate) use handoff::Below;
 
 /// What one kernel tells another about IPC. Each is for one process (its
 /// `target`) and is routed to wherever that process runs.

@@ -23,6 +23,7 @@ impl Kernel {
         msg.set_source(me.pid);
         let reply = me.ipc.owed.remove(&to);
         let Some(to_domain) = self.procs.get(&to).map(|p| p.container.uarea().ipc.domain) else {
+            let taken = kind == CallKind::Send && self.below_takes(me.pid, domain);
             self.post(
                 to,
                 Letter {
@@ -37,7 +38,7 @@ impl Kernel {
                 None,
                 false,
             );
-            if reply && kind != CallKind::SendRec {
+            if taken || reply && kind != CallKind::SendRec {
                 me.ipc.stats.sent += 1;
                 return IpcOutcome::Done(Ok(()));
             }
@@ -89,7 +90,7 @@ impl Kernel {
     pub(super) fn post(&mut self, to: Pid, letter: Letter, body: Option<Vec<u8>>, lazy: bool) {
         // A caller below the running process is of this kernel
         // (`handoff.rs`).
-        if self.below == Some(to) {
+        if self.is_below(to) {
             self.ipc.local += 1;
         } else {
             self.ipc.remote_out += 1;
@@ -348,8 +349,23 @@ impl Kernel {
         if self.procs.contains_key(&to) {
             return IpcOutcome::Done(self.post_notification(to, me.pid, me.ipc.domain));
         }
-        self.ipc.remote_out += 1;
         let (domain, seq) = (me.ipc.domain, me.ipc.seq);
+        // The caller below the running process (`handoff.rs`) is of this
+        // kernel: the notification is posted at once, as to any process
+        // here, and served with its other messages when the slice ends
+        // (their answer, for a call over by then, is dropped).
+        let below = self
+            .below
+            .as_ref()
+            .filter(|b| b.pid == to)
+            .map(|b| b.domain);
+        if below.is_some_and(|d| domain.is_none() || domain != d) {
+            self.ipc.denied += 1;
+            return IpcOutcome::Done(Err(Errno::CallDenied));
+        }
+        if below.is_none() {
+            self.ipc.remote_out += 1;
+        }
         self.route(
             to,
             NocMsg::Ipc(IpcMsg::Notify {
@@ -359,6 +375,9 @@ impl Kernel {
                 seq,
             }),
         );
+        if below.is_some() {
+            return IpcOutcome::Done(Ok(()));
+        }
         IpcOutcome::Block(call)
     }
 
