@@ -22,11 +22,13 @@
 //! hands off. Two exceptions keep this kernel's semantics: a notification
 //! to it is posted at once (one to a process of the kernel never waits),
 //! and a send that its receive is sure to take is over at once, as one to
-//! a receiver waiting here is ([`Kernel::below_takes`]). The server's slice cannot hand off in turn (one level: the
-//! stack stays shallow), nor wait in place (it would poll for a message
-//! only the client below could send). Anything the caller cannot take in
-//! its call (a kill, a migration, a child's end) ends the wait: the call
-//! then blocks and unwinds as ever, and the loop serves the rest.
+//! a receiver waiting here is ([`Kernel::below_takes`]).
+//!
+//! The server's slice cannot hand off in turn (one level: the stack stays
+//! shallow), nor wait in place (it would poll for a message only the
+//! client below could send). Anything the caller cannot take in its call
+//! (a kill, a migration, a child's end) ends the wait: the call then
+//! blocks and unwinds as ever, and the loop serves the rest.
 
 use std::time::Duration;
 
