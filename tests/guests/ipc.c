@@ -19,7 +19,9 @@
  *   restored-receiver this process sends letters to a child the test
  *                     checkpoints and restores: letters sent while it was
  *                     a file are refused, the rest come in order
- *   notify            coalescing, NOTIFY status, sendnb's and receivenb's ENOTREADY
+ *   notify            coalescing, NOTIFY status, sendnb's and receivenb's
+ *                     ENOTREADY; a message and then a notification, taken
+ *                     in that order
  *   locked            ELOCKED for cycles of 1, 2 and 3 processes
  *   dead              EDEADSRCDST for ended, exiting and killed peers
  *   errors            EBADSRCDST, EFAULT, EINVAL, bind/unbind rules
@@ -724,6 +726,35 @@ static void notify(void)
     EXPECT(ipc_receive(child, &m, &status), 0);
     CHECK(IPC_STATUS_CALL(status) == NOTIFY && m.m_type == NOTIFY_MESSAGE && m.m_source == child);
     reap(child, 0);
+
+    /* The receive waits when the message comes, so it takes the message,
+     * and the notification sent after it is for the next receive. (On one
+     * kernel the child may run inside this receive, which is then served
+     * when its slice ends: ipc/handoff.rs.) */
+    char me[24];
+    snprintf(me, sizeof me, "%lld", (long long)atoll_getpid());
+    child = spawn_peer("child-sendnotify", me);
+    EXPECT(ipc_receive(child, &m, &status), 0);
+    CHECK(IPC_STATUS_CALL(status) == SEND && m.m_type == 8 && m.m_source == child);
+    EXPECT(ipc_receive(child, &m, &status), 0);
+    CHECK(IPC_STATUS_CALL(status) == NOTIFY && m.m_type == NOTIFY_MESSAGE);
+    EXPECT(ipc_send(child, &m), 0);
+    reap(child, 0);
+}
+
+/* Sends its parent a message, then a notification, and ends when the
+ * parent says so (a receive from an ended process fails, notification or
+ * not). */
+static int child_sendnotify(const char *parent_pid)
+{
+    message m;
+    memset(&m, 0, sizeof m);
+    m.m_type = 8;
+    atoll_pid_t parent = (atoll_pid_t)strtoll(parent_pid, NULL, 10);
+    EXPECT(ipc_send(parent, &m), 0);
+    EXPECT(ipc_notify(parent), 0);
+    EXPECT(ipc_receive(parent, &m, NULL), 0);
+    return 0;
 }
 
 static void tell_cycle(atoll_pid_t who, atoll_pid_t peer, atoll_pid_t prev, long delay, int want)
@@ -981,6 +1012,7 @@ int main(int argc, char **argv)
 
     if (strcmp(what, "child-echo") == 0) return child_echo();
     if (strcmp(what, "child-notified") == 0) return child_notified();
+    if (strcmp(what, "child-sendnotify") == 0) return child_sendnotify(arg);
     if (strcmp(what, "child-letters") == 0) return child_letters(arg);
     if (strcmp(what, "child-sender") == 0) return child_sender(arg);
     if (strcmp(what, "child-receiver") == 0) return child_receiver();

@@ -44,6 +44,9 @@ pub(crate) struct Below {
     pub domain: Option<DomainId>,
     /// The call it waits in.
     pub call: IpcCall,
+    /// A send to it was over at once ([`Kernel::below_takes`]): its
+    /// letter, the first of its messages, is what its receive returns.
+    pub taken: bool,
 }
 
 impl Kernel {
@@ -56,13 +59,18 @@ impl Kernel {
     /// the one its receive takes: it receives from `from` (or anyone),
     /// nothing came for it since its receive found its queues empty, and
     /// the two share a domain. Such a send is over at once, as when it
-    /// finds its receiver waiting on this kernel.
-    pub(super) fn below_takes(&self, from: Pid, domain: Option<DomainId>) -> bool {
-        self.below.as_ref().is_some_and(|b| {
-            matches!(b.call, IpcCall::Receive { from: want, .. } if want.is_none_or(|w| w == from))
+    /// finds its receiver waiting on this kernel; the caller's receive is
+    /// then noted as taken.
+    pub(super) fn below_takes(&mut self, from: Pid, domain: Option<DomainId>) -> bool {
+        let empty = self.below_deferred.is_empty();
+        self.below.as_mut().is_some_and(|b| {
+            let takes = !b.taken
+                && matches!(b.call, IpcCall::Receive { from: want, .. } if want.is_none_or(|w| w == from))
                 && domain.is_some()
                 && b.domain == domain
-                && self.below_deferred.is_empty()
+                && empty;
+            b.taken |= takes;
+            takes
         })
     }
 
@@ -102,18 +110,30 @@ impl Kernel {
             pid: me.pid,
             domain: me.ipc.domain,
             call: call.clone(),
+            taken: false,
         });
         let waited = std::mem::take(&mut self.waited_in_place);
         let cpu = self.run_slice(next, woken);
         // The other's slice is not the caller's CPU time.
         self.waited_in_place = waited + Duration::from_nanos(cpu);
         self.running = caller;
-        self.below = None;
+        let taken = self.below.take().is_some_and(|b| b.taken);
         // The slice left `deferred` empty: the caller's messages take its
         // place, and their vector waits for the next hand-off.
         std::mem::swap(&mut self.deferred, &mut self.below_deferred);
         self.ipc.handed_off += 1;
-        self.take_deferred(me, Some(call))
-            .or_else(|| check(self, me))
+        // A letter taken at once is the first; the receive returns it
+        // before what came after it (a notification would otherwise come
+        // first), and the rest waits for the caller's next call.
+        let rest = if taken && !self.deferred.is_empty() {
+            self.deferred.split_off(1)
+        } else {
+            Vec::new()
+        };
+        let result = self
+            .take_deferred(me, Some(call))
+            .or_else(|| check(self, me));
+        self.deferred.extend(rest);
+        result
     }
 }
