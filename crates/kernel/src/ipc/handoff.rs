@@ -22,7 +22,7 @@
 //! hands off. Two exceptions keep this kernel's semantics: a notification
 //! to it is posted at once (one to a process of the kernel never waits),
 //! and a send that its receive is sure to take is over at once, as one to
-//! a receiver waiting here is ([`Kernel::below_takes`]).
+//! a receiver waiting here is ([`Kernel::claim_below_receive`]).
 //!
 //! The server's slice cannot hand off in turn (one level: the stack stays
 //! shallow), nor wait in place (it would poll for a message only the
@@ -44,7 +44,7 @@ pub(crate) struct Below {
     pub domain: Option<DomainId>,
     /// The call it waits in.
     pub call: IpcCall,
-    /// A send to it was over at once ([`Kernel::below_takes`]): its
+    /// A send to it was over at once ([`Kernel::claim_below_receive`]): its
     /// letter, the first of its messages, is what its receive returns.
     pub taken: bool,
 }
@@ -55,13 +55,13 @@ impl Kernel {
         self.below.as_ref().is_some_and(|b| b.pid == pid)
     }
 
-    /// Whether a message of `from`, of `domain`, to the caller below is
-    /// the one its receive takes: it receives from `from` (or anyone),
-    /// nothing came for it since its receive found its queues empty, and
-    /// the two share a domain. Such a send is over at once, as when it
-    /// finds its receiver waiting on this kernel; the caller's receive is
-    /// then noted as taken.
-    pub(super) fn below_takes(&mut self, from: Pid, domain: Option<DomainId>) -> bool {
+    /// Claims the receive of the caller below for a message of `from`, of
+    /// `domain`, if it is sure to take it: it receives from `from` (or
+    /// anyone), nothing came for it since its receive found its queues
+    /// empty, the two share a domain, and no other message claimed it.
+    /// Returns whether it did; such a send is over at once, as when it
+    /// finds its receiver waiting on this kernel.
+    pub(super) fn claim_below_receive(&mut self, from: Pid, domain: Option<DomainId>) -> bool {
         let empty = self.below_deferred.is_empty();
         self.below.as_mut().is_some_and(|b| {
             let takes = !b.taken

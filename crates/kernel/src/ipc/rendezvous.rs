@@ -23,7 +23,7 @@ impl Kernel {
         msg.set_source(me.pid);
         let reply = me.ipc.owed.remove(&to);
         let Some(to_domain) = self.procs.get(&to).map(|p| p.container.uarea().ipc.domain) else {
-            let taken = kind == CallKind::Send && self.below_takes(me.pid, domain);
+            let taken = kind == CallKind::Send && self.claim_below_receive(me.pid, domain);
             self.post(
                 to,
                 Letter {
